@@ -1,0 +1,29 @@
+"""specrun: exact speculative decoding for GGUF models over llama.cpp.
+
+The engine is a library; the CLI and the TUI are thin consumers of its event stream.
+
+    import specrun
+    with specrun.Engine.load("target.gguf", "draft.gguf") as engine:
+        for event in engine.stream("Why is the sky blue?", max_tokens=64):
+            if isinstance(event, specrun.Round):
+                print(event.text, end="", flush=True)
+
+Lower level: `Model` (one GGUF over llama.cpp), `generate` (the round loop),
+`ModelDraft` (a draft source), `SamplingParams`, the γ policies and `Stats`.
+"""
+
+from specrun.drafting import DraftSource, ModelDraft, Proposal
+from specrun.engine import Engine, LoadOptions
+from specrun.errors import SpecrunError
+from specrun.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma, parse_policy
+from specrun.runtime import Model, check_compatible
+from specrun.sampling import SamplingParams
+from specrun.speculative import Event, Prefill, Round, generate
+from specrun.stats import Stats
+
+__all__ = [
+    "AdaptiveGamma", "DraftSource", "Engine", "Event", "FixedGamma", "HeuristicGamma",
+    "LoadOptions", "Model", "ModelDraft", "Prefill", "Proposal", "Round", "SamplingParams",
+    "SpecrunError", "Stats", "check_compatible", "generate", "parse_policy",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,89 @@
+"""Conversations: messages with roles, rendered by the target's own chat template.
+
+The template comes from the GGUF metadata and is rendered by llama-cpp-python's
+Jinja2 chat formatter, the same rendering Hugging Face uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from specrun.errors import SpecrunError
+from specrun.runtime import Model
+
+
+@dataclass
+class Message:
+    role: str  # "system", "user" or "assistant"
+    content: str
+
+
+def render(model: Model, messages: list[Message]) -> list[int]:
+    """Token ids of a conversation, ending where the assistant's reply begins."""
+    template = model.chat_template
+    if template is None:
+        # No template: the turns as plain text, each on its own paragraph.
+        text = "\n\n".join(m.content for m in messages)
+        return model.tokenize(text, add_special=True, parse_special=False)
+    formatter = Jinja2ChatFormatter(
+        template=template,
+        bos_token=model.token_text(model.bos),
+        eos_token=model.token_text(model.eos),
+    )
+    try:
+        prompt = formatter(messages=[{"role": m.role, "content": m.content} for m in messages]).prompt
+    except Exception as error:  # a template may reject a conversation (e.g. no system role)
+        raise SpecrunError(f"{model.name}'s chat template failed: {error}") from None
+    tokens = model.tokenize(prompt, add_special=True, parse_special=True)
+    # Templates often write the BOS text themselves; llama.cpp adds one too.
+    if len(tokens) >= 2 and tokens[0] == tokens[1] == model.bos:
+        del tokens[0]
+    return tokens
+
+
+def prompt_tokens(model: Model, text: str, *, system: str | None = None, raw: bool = False) -> list[int]:
+    """A one-shot prompt: as is with `raw` or without a template, else one user turn."""
+    if raw:
+        return model.tokenize(text, add_special=True, parse_special=False)
+    messages = [Message("system", system)] if system else []
+    return render(model, messages + [Message("user", text)])
+
+
+@dataclass
+class Conversation:
+    """A multi-turn chat. Both models' KV caches keep the shared prefix between turns,
+    so each turn evaluates only what is new."""
+
+    model: Model
+    system: str | None = None
+    turns: list[Message] = field(default_factory=list)
+    dropped_turns: int = 0  # user/assistant pairs dropped to fit the context
+
+    def messages(self) -> list[Message]:
+        return ([Message("system", self.system)] if self.system else []) + self.turns
+
+    def prompt_for(self, user_text: str, reserve: int) -> list[int]:
+        """Add a user turn and render the conversation, dropping the oldest exchanges
+        (never the system prompt) until it leaves `reserve` tokens for the answer."""
+        self.turns.append(Message("user", user_text))
+        while True:
+            tokens = render(self.model, self.messages())
+            if len(tokens) + reserve <= self.model.n_ctx:
+                return tokens
+            if len(self.turns) <= 1:
+                self.turns.pop()
+                raise SpecrunError(
+                    f"the message is {len(tokens)} tokens; with {reserve} reserved for the answer "
+                    f"it does not fit the context ({self.model.n_ctx}); use --ctx or --max-tokens"
+                )
+            del self.turns[:2]
+            self.dropped_turns += 1
+
+    def add_reply(self, text: str) -> None:
+        self.turns.append(Message("assistant", text))
+
+    def clear(self) -> None:
+        self.turns.clear()
+        self.dropped_turns = 0

@@ -1,0 +1,204 @@
+"""The `specrun` command line (Typer). Stdout carries only the answer; everything else
+goes to stderr. Every user error is one line, `specrun: error: ...`, and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from specrun.errors import SpecrunError
+
+app = typer.Typer(
+    name="specrun",
+    help="Speculative decoding for GGUF models: a small draft guesses, the big target checks.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+EXIT_INTERRUPTED = 130
+
+
+@app.callback()
+def cli(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    """Speculative decoding for GGUF models: a small draft guesses, the big target checks."""
+    if version:
+        from specrun import __version__
+
+        print(f"specrun {__version__}")
+        raise typer.Exit(0)
+
+
+def note(message: str) -> None:
+    """A status line for the user, on stderr."""
+    print(f"specrun: {message}", file=sys.stderr, flush=True)
+
+
+# --- options shared by run, chat and bench ----------------------------------------------
+
+TargetOption = typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.")
+DraftOption = typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for the catalog's pick, or `none`.")
+CatalogOption = typer.Option(None, "--catalog", help="An extra models.toml that adds or overrides aliases.")
+
+
+@dataclass
+class ModelChoice:
+    target: Path
+    draft: Path | None
+    described: str
+
+
+def choose_models(target: str | None, draft: str | None, catalog: Path | None) -> ModelChoice:
+    """Resolve --target/--draft to files; without --target, the embedded demo pair."""
+    if target is None:
+        from specrun.demo import prepare_demo_pair
+
+        demo_target, demo_draft = prepare_demo_pair()
+        note("no --target given: using the demo pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)")
+        return ModelChoice(demo_target, None if draft == "none" else demo_draft, "demo")
+    target_path = Path(target)
+    draft_path = None if draft in (None, "none") else Path(draft)
+    return ModelChoice(target_path, draft_path, target_path.name)
+
+
+def load_engine(choice: ModelChoice, *, ctx: int, gpu_layers: Optional[int], draft_gpu_layers: Optional[int],
+                threads: Optional[int], verbose: bool, gamma: str, gamma_max: int, p_min: float,
+                params: "SamplingParams") -> "Engine":
+    from specrun.engine import Engine, LoadOptions
+
+    options = LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                          threads=threads, verbose=verbose)
+    return Engine.load(choice.target, choice.draft, options=options, p_min=p_min,
+                       params=params, gamma=gamma, gamma_max=gamma_max)
+
+
+def read_prompt(argument: str | None) -> str:
+    """stdin first (when it is not a terminal), then the argument."""
+    parts = []
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        if piped.strip():
+            parts.append(piped.rstrip("\n"))
+    if argument:
+        parts.append(argument)
+    if not parts:
+        raise SpecrunError("no prompt: give one as an argument or on stdin")
+    return "\n\n".join(parts)
+
+
+@app.command()
+def run(
+    prompt: Optional[str] = typer.Argument(None, help="The prompt; stdin, when piped, comes before it."),
+    target: Optional[str] = TargetOption,
+    draft: Optional[str] = DraftOption,
+    catalog: Optional[Path] = CatalogOption,
+    system: Optional[str] = typer.Option(None, "--system", "-s", help="System prompt."),
+    raw: bool = typer.Option(False, "--raw", help="Send the text as is, without the chat template."),
+    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate."),
+    temp: float = typer.Option(0.8, "--temp", min=0.0, help="Temperature; 0 is greedy."),
+    top_k: int = typer.Option(40, "--top-k", min=0, help="Top-k (0 = off)."),
+    top_p: float = typer.Option(0.95, "--top-p", min=0.0, max=1.0, help="Top-p (1 = off)."),
+    min_p: float = typer.Option(0.05, "--min-p", min=0.0, max=1.0, help="Min-p (0 = off)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for a reproducible sampled run."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),
+    gamma: str = typer.Option("auto", "--gamma", "-g", help="Draft length: auto, heuristic or a number (0 = no speculation)."),
+    gamma_max: int = typer.Option(8, "--gamma-max", min=0, max=32, help="Upper bound of γ for auto/heuristic."),
+    p_min: float = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Stop drafting when the draft's confidence falls below this."),
+    ctx: int = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens."),
+    gpu_layers: Optional[int] = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU (default: all where supported)."),
+    draft_gpu_layers: Optional[int] = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads per model."),
+    stats: bool = typer.Option(False, "--stats", help="Print statistics to stderr."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and statistics) instead of the text."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+) -> None:
+    """Generate one answer, streamed to stdout."""
+    from specrun.sampling import SamplingParams
+    from specrun.stats import Stats
+
+    text = read_prompt(prompt)
+    params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    choice = choose_models(target, draft, catalog)
+    engine = load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+                         threads=threads, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
+                         p_min=p_min, params=params)
+    figures = Stats()
+    answer: list[str] = []
+    try:
+        tokens = engine.prompt(text, system=system, raw=raw)
+        for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
+            figures.add(event)
+            chunk = getattr(event, "text", "")
+            if chunk:
+                answer.append(chunk)
+                if not as_json:
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+    except KeyboardInterrupt:
+        figures.finish_reason = "interrupted"
+        _finish_output(answer, figures, as_json, stats, choice)
+        note("interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        quiet_stdout()  # the reader went away (`| head`): stop generating, end quietly
+        return
+    finally:
+        engine.close()
+    _finish_output(answer, figures, as_json, stats, choice)
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so Python's exit flush does not complain about a closed pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _finish_output(answer: list[str], figures: "Stats", as_json: bool, stats: bool, choice: ModelChoice) -> None:
+    if as_json:
+        record = {"text": "".join(answer), "target": str(choice.target),
+                  "draft": str(choice.draft) if choice.draft else None, **figures.as_dict()}
+        sys.stdout.write(json.dumps(record) + "\n")
+    elif answer and not "".join(answer).endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+    if stats:
+        for line in figures.summary_lines():
+            print(line, file=sys.stderr)
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and turn every failure into one line and an exit status."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="specrun", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except typer.TyperException as error:  # click's usage errors (typer vendors click)
+        ctx = getattr(error, "ctx", None)
+        if type(error).__name__ == "NoArgsIsHelpError":
+            print(ctx.get_help() if ctx else error.format_message(), file=sys.stderr)
+            return 2
+        hint = f" (see `{ctx.command_path} --help`)" if ctx else ""
+        print(f"specrun: error: {error.format_message()}{hint}", file=sys.stderr)
+        return error.exit_code
+    except typer.Exit as exit_:
+        return exit_.exit_code
+    except SpecrunError as error:
+        print(f"specrun: error: {error}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, typer.Abort):
+        print("\nspecrun: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        quiet_stdout()
+        return 0

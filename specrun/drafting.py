@@ -1,0 +1,80 @@
+"""Draft sources: where the γ proposed tokens of a round come from.
+
+A draft model proposes tokens with the distribution q it drew them from; a
+deterministic source (prompt lookup) proposes tokens with no distribution, which
+verification treats as a point mass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from specrun.runtime import Model
+from specrun.sampling import SamplingParams, pick
+
+
+@dataclass
+class Proposal:
+    tokens: list[int] = field(default_factory=list)
+    probs: list[np.ndarray | None] = field(default_factory=list)  # q_i, or None for a point mass
+
+    @classmethod
+    def empty(cls) -> "Proposal":
+        return cls()
+
+
+class DraftSource(Protocol):
+    name: str
+
+    def prefill(self, ctx: Sequence[int]) -> None:
+        """Take in the prompt before the first round (may do nothing)."""
+
+    def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+        """Propose up to n tokens to follow ctx."""
+
+
+class ModelDraft:
+    """A small model drafting with the target's sampling transform.
+
+    Stops a round early when its own confidence in the next token (the probability
+    of its top choice) falls below `p_min`, as llama.cpp's speculative example does.
+    """
+
+    def __init__(self, model: Model, target_vocab: int, p_min: float = 0.0) -> None:
+        self.model = model
+        self.name = model.name
+        self.target_vocab = target_vocab
+        self.p_min = p_min
+
+    def prefill(self, ctx: Sequence[int]) -> None:
+        self.model.logits(ctx, 0)
+
+    def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+        proposal = Proposal()
+        seq = list(ctx)
+        for _ in range(n):
+            logits = self._fit_vocab(self.model.logits(seq, 1)[0])
+            if self.p_min > 0 and _top_probability(logits) < self.p_min:
+                break
+            token, q = pick(logits, params, rng)
+            proposal.tokens.append(token)
+            proposal.probs.append(q)
+            seq.append(token)
+        return proposal
+
+    def _fit_vocab(self, logits: np.ndarray) -> np.ndarray:
+        """Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed."""
+        if len(logits) == self.target_vocab:
+            return logits
+        fitted = np.full(self.target_vocab, -np.inf, dtype=logits.dtype)
+        n = min(len(logits), self.target_vocab)
+        fitted[:n] = logits[:n]
+        return fitted
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    shifted = logits.astype(np.float64) - logits.max()
+    return float(1.0 / np.exp(shifted).sum())

@@ -1,0 +1,233 @@
+"""γ policies: how many tokens the draft proposes in the next round.
+
+Pure: a policy sees only the loop's Round events (duck-typed: gamma, drafted,
+accepted and the three timings), so it is tested without a model.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from specrun.errors import SpecrunError
+
+
+class RoundLike(Protocol):
+    gamma: int
+    drafted: int
+    accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    overhead_seconds: float
+
+
+class GammaPolicy(Protocol):
+    name: str
+
+    def next_gamma(self) -> int: ...
+
+    def observe(self, event: RoundLike) -> None: ...
+
+
+class FixedGamma:
+    def __init__(self, gamma: int) -> None:
+        self.gamma = gamma
+        self.name = f"fixed:{gamma}"
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, event: RoundLike) -> None:
+        pass
+
+
+class HeuristicGamma:
+    """Hugging Face transformers' schedule: +2 after a fully accepted round, -1 otherwise."""
+
+    name = "heuristic"
+
+    def __init__(self, gamma_max: int = 8, start: int = 4) -> None:
+        self.gamma_max = gamma_max
+        self.gamma = max(1, min(start, gamma_max))
+
+    def next_gamma(self) -> int:
+        return self.gamma
+
+    def observe(self, event: RoundLike) -> None:
+        if event.gamma == 0:  # a round cut short to zero by the token limit says nothing
+            return
+        fully_accepted = event.drafted > 0 and event.accepted == event.drafted
+        self.gamma += 2 if fully_accepted else -1
+        self.gamma = max(1, min(self.gamma, self.gamma_max))
+
+
+class CostModel:
+    """Measured costs of a round.
+
+    t_draft: draft time per drafted token; t_verify(k): target time to evaluate k
+    positions in one call, per width (on CPU it is far from flat); t_overhead: the
+    loop's own time per round. With `decay` the figures are exponentially weighted,
+    so they follow the machine's state; with decay=None they are plain means.
+    Unmeasured widths are interpolated from measured ones.
+    """
+
+    def __init__(self, decay: float | None = 0.8) -> None:
+        self.decay = decay
+        self._means: dict[str, tuple[float, int]] = {}  # key -> (value, samples)
+        self._verify: dict[int, tuple[float, int]] = {}  # width -> (value, samples)
+
+    def _update(self, table: dict, key: object, value: float) -> None:
+        old, count = table.get(key, (value, 0))
+        weight = 1 / (count + 1) if self.decay is None or count == 0 else 1 - self.decay
+        table[key] = (old + weight * (value - old), count + 1)
+
+    @property
+    def t_draft(self) -> float | None:
+        return self._means.get("draft", (None,))[0]
+
+    @property
+    def t_overhead(self) -> float | None:
+        return self._means.get("overhead", (None,))[0]
+
+    def observe(self, event: RoundLike) -> None:
+        if event.drafted > 0:
+            self._update(self._means, "draft", event.draft_seconds / event.drafted)
+        self._update(self._means, "overhead", event.overhead_seconds)
+        self._update(self._verify, event.drafted + 1, event.verify_seconds)
+
+    @property
+    def measured_widths(self) -> dict[int, float]:
+        return {width: value for width, (value, _) in sorted(self._verify.items())}
+
+    def t_verify(self, width: int) -> float | None:
+        """Measured, else linear between neighbours, else extended from the nearest slope."""
+        measured = self.measured_widths
+        if width in measured:
+            return measured[width]
+        widths = list(measured)
+        if not widths:
+            return None
+        if len(widths) == 1:
+            return measured[widths[0]]  # optimistic (flat) until a second width is seen
+        lower = [w for w in widths if w < width]
+        upper = [w for w in widths if w > width]
+        if lower and upper:
+            a, b = lower[-1], upper[0]
+        elif upper:
+            a, b = widths[0], widths[1]
+        else:
+            a, b = widths[-2], widths[-1]
+        slope = (measured[b] - measured[a]) / (b - a)
+        return max(measured[a] + slope * (width - a), 0.0)
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E[N] tokens per round when each draft token is accepted with probability alpha."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+class AdaptiveGamma:
+    """Pick γ ∈ [0, γ_max] maximising E[N](α, γ) / (γ·t_d + t_v(γ+1) + t_o).
+
+    α is the acceptance rate of recent rounds (exponentially weighted counts of
+    accepted tokens and rejections, so it follows changes of text). γ = 0 is plain
+    decoding: where speculation does not pay, the policy falls back to it and probes
+    γ ≥ 1 now and then, with a growing interval, so it can come back. A new γ must
+    beat the current one by `hysteresis` to be taken, which stops oscillation.
+    """
+
+    name = "auto"
+
+    def __init__(
+        self,
+        gamma_max: int = 8,
+        *,
+        decay: float = 0.85,
+        hysteresis: float = 0.05,
+        first_probe_after: int = 8,
+        max_probe_interval: int = 64,
+    ) -> None:
+        self.gamma_max = gamma_max
+        self.decay = decay
+        self.hysteresis = hysteresis
+        self.costs = CostModel()
+        # Weak prior (alpha = 0.5) that recent rounds quickly outweigh.
+        self._accepted = 1.0
+        self._rejected = 1.0
+        self._warmup = [0, min(4, gamma_max)] if gamma_max > 0 else [0]
+        self.gamma = 0
+        self._first_probe_after = first_probe_after
+        self._max_probe_interval = max_probe_interval
+        self._probe_interval = first_probe_after
+        self._rounds_at_zero = 0
+
+    @property
+    def alpha(self) -> float:
+        return self._accepted / (self._accepted + self._rejected)
+
+    def rate(self, gamma: int) -> float | None:
+        """Expected tokens per second at this γ under the current estimates."""
+        t_verify = self.costs.t_verify(gamma + 1)
+        if t_verify is None or (gamma > 0 and self.costs.t_draft is None):
+            return None
+        seconds = gamma * (self.costs.t_draft or 0.0) + t_verify + (self.costs.t_overhead or 0.0)
+        return expected_tokens(self.alpha, gamma) / seconds if seconds > 0 else None
+
+    def best_gamma(self) -> int:
+        rates = {g: self.rate(g) for g in range(self.gamma_max + 1)}
+        known = {g: r for g, r in rates.items() if r is not None}
+        return max(known, key=known.__getitem__) if known else self.gamma
+
+    def next_gamma(self) -> int:
+        if self._warmup:
+            return self._warmup[0]
+        if self.gamma == 0 and self._rounds_at_zero >= self._probe_interval:
+            return max(1, self._best_speculative())
+        return self.gamma
+
+    def _best_speculative(self) -> int:
+        rates = {g: self.rate(g) for g in range(1, self.gamma_max + 1)}
+        known = {g: r for g, r in rates.items() if r is not None}
+        return max(known, key=known.__getitem__) if known else 1
+
+    def observe(self, event: RoundLike) -> None:
+        self.costs.observe(event)
+        if event.drafted > 0:
+            rejected = 1.0 if event.accepted < event.drafted else 0.0
+            self._accepted = self.decay * self._accepted + event.accepted
+            self._rejected = self.decay * self._rejected + rejected
+        if self._warmup:
+            self._warmup.pop(0)
+            self.gamma = self._warmup[0] if self._warmup else self.best_gamma()
+            return
+        was_probe = self.gamma == 0 and event.gamma > 0
+        best = self.best_gamma()
+        current, candidate = self.rate(self.gamma), self.rate(best)
+        if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
+            self.gamma = best
+        if self.gamma > 0:
+            self._rounds_at_zero = 0
+            self._probe_interval = self._first_probe_after
+        elif was_probe:  # the probe did not bring speculation back: wait longer next time
+            self._rounds_at_zero = 0
+            self._probe_interval = min(self._probe_interval * 2, self._max_probe_interval)
+        else:
+            self._rounds_at_zero += 1
+
+
+def parse_policy(spec: str, gamma_max: int = 8) -> GammaPolicy:
+    """`auto`, `heuristic` or a fixed number N (0 = plain decoding)."""
+    if not 0 <= gamma_max <= 32:
+        raise SpecrunError(f"--gamma-max must be between 0 and 32, got {gamma_max}")
+    spec = spec.strip().lower()
+    if spec == "auto":
+        return AdaptiveGamma(gamma_max)
+    if spec == "heuristic":
+        return HeuristicGamma(gamma_max)
+    if spec.removeprefix("fixed:").isdigit():
+        gamma = int(spec.removeprefix("fixed:"))
+        if gamma > 32:
+            raise SpecrunError(f"--gamma {gamma} is too large (at most 32)")
+        return FixedGamma(gamma)
+    raise SpecrunError(f"--gamma must be auto, heuristic or a number, got {spec!r}")

@@ -1,0 +1,344 @@
+"""One loaded GGUF model over llama-cpp-python's low-level API: tokens in, logits out.
+
+The KV cache is treated as a cache of a token sequence (DESIGN.md): `logits(seq, k)`
+makes the cache hold `seq` and returns the logits of its last k positions, reusing
+the longest common prefix with what it held and dropping the rest. Rolling back a
+rejected draft is just the next call with a shorter sequence. This is the only
+module that touches llama.cpp.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+from collections import deque
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp as llama
+import numpy as np
+
+from specrun.errors import SpecrunError
+
+GGUF_MAGIC = b"GGUF"
+VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
+# llama.cpp's own rule for a usable draft (common/speculative.cpp).
+MAX_VOCAB_SIZE_DIFFERENCE = 128
+FIRST_COMPARED_TOKEN = 5
+
+_log_lines: deque[str] = deque(maxlen=20)
+_verbose_log = False
+
+
+@llama.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    if _verbose_log:
+        os.write(2, text)
+    elif line.strip():
+        _log_lines.append(line.strip())  # kept to explain a failed load
+
+
+_backend_ready = False
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's log on stderr (--verbose); otherwise keep it quiet."""
+    global _verbose_log, _backend_ready
+    _verbose_log = verbose
+    llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
+    if not _backend_ready:
+        llama.llama_backend_init()
+        _backend_ready = True
+
+
+def gpu_offload_supported() -> bool:
+    return bool(llama.llama_supports_gpu_offload())
+
+
+def accelerator_name() -> str:
+    """'CUDA', 'Metal', 'Vulkan', ... when llama.cpp was built with one, else 'CPU'."""
+    info = llama.llama_print_system_info().decode(errors="replace").upper()
+    for name in ("CUDA", "METAL", "VULKAN", "HIP", "SYCL"):
+        if f"{name} = 1" in info or f"{name} :" in info or f"{name}:" in info:
+            return name.title() if name == "METAL" else name
+    return "CPU" if not gpu_offload_supported() else "GPU"
+
+
+def check_gguf_header(path: Path) -> None:
+    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file."""
+    if not path.exists():
+        raise SpecrunError(f"model file not found: {path}")
+    if path.is_dir():
+        raise SpecrunError(f"{path} is a directory, not a GGUF file")
+    with path.open("rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise SpecrunError(f"{path} is not a GGUF file")
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class Model:
+    """A GGUF model with one context, its KV cache holding `self.tokens`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int | None = 4096,
+        gpu_layers: int | None = None,
+        threads: int | None = None,
+        n_batch: int = 512,
+        verbose: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self.name = self.path.name
+        check_gguf_header(self.path)
+        set_verbose(verbose)
+        if gpu_layers is None:  # all layers where llama.cpp can offload, else none
+            gpu_layers = 999 if gpu_offload_supported() else 0
+        self.gpu_layers = gpu_layers
+
+        _log_lines.clear()
+        model_params = llama.llama_model_default_params()
+        model_params.n_gpu_layers = gpu_layers
+        self._model = llama.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise SpecrunError(f"cannot load {self.path}: {_load_failure_reason()}")
+        self._vocab = llama.llama_model_get_vocab(self._model)
+        self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx_train = llama.llama_model_n_ctx_train(self._model)
+        self.n_layer = llama.llama_model_n_layer(self._model)
+
+        threads = threads or os.cpu_count() or 1
+        ctx_params = llama.llama_context_default_params()
+        ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
+        ctx_params.n_batch = ctx_params.n_ubatch = n_batch
+        ctx_params.n_seq_max = 1
+        ctx_params.n_threads = ctx_params.n_threads_batch = threads
+        ctx_params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
+        ctx_params.no_perf = True
+        self._ctx = llama.llama_init_from_model(self._model, ctx_params)
+        if not self._ctx:
+            llama.llama_model_free(self._model)
+            raise SpecrunError(f"cannot create a context for {self.path}: {_load_failure_reason()}")
+        self.n_ctx = llama.llama_n_ctx(self._ctx)
+        self.n_batch = n_batch
+        self.threads = threads
+        self._memory = llama.llama_get_memory(self._ctx)
+        self._batch = llama.llama_batch_init(n_batch, 0, 1)
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
+        self.piece = lru_cache(maxsize=None)(self._piece)
+
+    # --- the one operation the loop needs -------------------------------------------
+
+    def logits(self, seq: Sequence[int], last: int = 1) -> np.ndarray:
+        """Make the cache hold `seq`; return float32 logits [last, n_vocab] of its last positions.
+
+        `last=0` only fills the cache (prompt prefill).
+        """
+        if len(seq) > self.n_ctx:
+            raise SpecrunError(f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})")
+        if not 0 <= last <= len(seq):
+            raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
+        keep = min(common_prefix_length(self.tokens, seq), len(seq) - last)
+        if keep < len(self.tokens):
+            self._truncate(keep)
+            keep = len(self.tokens)
+
+        out = np.empty((last, self.n_vocab), dtype=np.float32)
+        first_out = len(seq) - last
+        batch = self._batch
+        for start in range(keep, len(seq), self.n_batch):
+            chunk = seq[start : start + self.n_batch]
+            batch.n_tokens = len(chunk)
+            for j, token in enumerate(chunk):
+                batch.token[j] = token
+                batch.pos[j] = start + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = start + j >= first_out
+            status = llama.llama_decode(self._ctx, batch)
+            if status != 0:
+                # A failed batch may leave part of it in the cache; forget it all.
+                self._truncate(start)
+                raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+            self.tokens.extend(chunk)
+            self.n_evaluated += len(chunk)
+            for j in range(max(0, first_out - start), len(chunk)):
+                row = llama.llama_get_logits_ith(self._ctx, j)
+                out[start + j - first_out] = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
+        return out
+
+    def _truncate(self, keep: int) -> None:
+        """Drop cached positions from `keep` on; a cache that cannot (recurrent) starts over."""
+        if not llama.llama_memory_seq_rm(self._memory, 0, keep, -1):
+            llama.llama_memory_clear(self._memory, True)
+            keep = 0
+        del self.tokens[keep:]
+
+    def reset(self) -> None:
+        llama.llama_memory_clear(self._memory, True)
+        self.tokens.clear()
+
+    # --- vocabulary ----------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        while True:
+            buf = (llama.llama_token * capacity)()
+            n = llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            capacity = -n
+
+    def _piece(self, token: int) -> bytes:
+        """The bytes a token stands for (special tokens such as EOS render as nothing)."""
+        size = 32
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama.llama_token_to_piece(self._vocab, token, buf, size, 0, False)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's text for a token, special tokens included (e.g. '<|im_end|>')."""
+        return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def bos(self) -> int:
+        return llama.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return llama.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama.llama_vocab_get_add_bos(self._vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(llama.llama_vocab_get_add_eos(self._vocab))
+
+    @property
+    def vocab_type(self) -> str:
+        return VOCAB_TYPES.get(llama.llama_vocab_type(self._vocab), "unknown")
+
+    # --- metadata ----------------------------------------------------------------------
+
+    @property
+    def chat_template(self) -> str | None:
+        template = llama.llama_model_chat_template(self._model, None)
+        return template.decode("utf-8") if template else None
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = llama.llama_model_meta_val_str(self._model, key.encode(), buf, 256)
+        if n < 0:
+            return None
+        if n >= 256:
+            buf = ctypes.create_string_buffer(n + 1)
+            llama.llama_model_meta_val_str(self._model, key.encode(), buf, n + 1)
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def description(self) -> str:
+        buf = ctypes.create_string_buffer(128)
+        llama.llama_model_desc(self._model, buf, 128)
+        return buf.value.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None):
+            llama.llama_batch_free(self._batch)
+            llama.llama_free(self._ctx)
+            llama.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _load_failure_reason() -> str:
+    errors = [line for line in _log_lines if "error" in line.lower() or "failed" in line.lower()]
+    reason = (errors or list(_log_lines) or ["llama.cpp gave no reason"])[0]
+    reason = reason.split(": ", 1)[-1] if reason.startswith(("llama_", "gguf_")) else reason
+    return f"the file is truncated, corrupt or unsupported ({reason})"
+
+
+class Detokenizer:
+    """Token ids -> text, one token at a time, keeping UTF-8 characters that span tokens whole."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def add(self, token: int) -> str:
+        return self._decoder.decode(self._model.piece(token))
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)
+
+
+def check_compatible(target: Model, draft: Model) -> None:
+    """llama.cpp's test for a usable draft; the error names what differs."""
+    differences = []
+    if target.vocab_type != draft.vocab_type:
+        differences.append(f"vocabulary type {target.vocab_type} vs {draft.vocab_type}")
+    if (target.add_bos, target.bos) != (draft.add_bos, draft.bos):
+        differences.append(f"BOS token {target.bos} vs {draft.bos}")
+    if (target.add_eos, target.eos) != (draft.add_eos, draft.eos):
+        differences.append(f"EOS token {target.eos} vs {draft.eos}")
+    if abs(target.n_vocab - draft.n_vocab) > MAX_VOCAB_SIZE_DIFFERENCE:
+        differences.append(f"vocabulary size {target.n_vocab} vs {draft.n_vocab}")
+    if not differences:
+        for token in range(FIRST_COMPARED_TOKEN, min(target.n_vocab, draft.n_vocab)):
+            if target.token_text(token) != draft.token_text(token):
+                differences.append(
+                    f"token {token} is {target.token_text(token)!r} vs {draft.token_text(token)!r}"
+                )
+                break
+    if differences:
+        raise SpecrunError(
+            f"draft {draft.name} does not match target {target.name}: " + "; ".join(differences)
+        )
+
+
+FILE_TYPES = {"F16": llama.LLAMA_FTYPE_MOSTLY_F16, "Q4_0": llama.LLAMA_FTYPE_MOSTLY_Q4_0}
+
+
+def quantize(source: Path, destination: Path, file_type: str, threads: int | None = None) -> None:
+    """Re-quantize a GGUF with llama.cpp's quantizer; written to a temporary name, then moved."""
+    check_gguf_header(source)
+    set_verbose(_verbose_log)
+    params = llama.llama_model_quantize_default_params()
+    params.ftype = FILE_TYPES[file_type]
+    params.allow_requantize = True
+    params.nthread = threads or os.cpu_count() or 1
+    partial = destination.with_name(destination.name + ".partial")
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    status = llama.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
+    if status != 0:
+        partial.unlink(missing_ok=True)
+        raise SpecrunError(f"quantizing {source.name} to {file_type} failed: {_load_failure_reason()}")
+    partial.replace(destination)

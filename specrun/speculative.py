@@ -1,0 +1,201 @@
+"""The speculative round loop. It yields events and knows nothing about terminals.
+
+Invariant at the start of a round: the committed sequence `ctx` ends in a token
+whose logits nobody has computed yet. A round drafts up to γ tokens after `ctx`,
+asks the target for the logits of the last γ+1 positions of `ctx + drafts` in one
+call, accepts a prefix of the drafts (sampling.verify) and commits it plus one new
+token. γ = 0 is plain target decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from specrun.drafting import DraftSource, Proposal
+from specrun.errors import SpecrunError
+from specrun.gamma import FixedGamma, GammaPolicy
+from specrun.runtime import Detokenizer, Model
+from specrun.sampling import SamplingParams, verify
+
+Segment = tuple[str, bool]  # (text, came from an accepted draft)
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The prompt is in both caches; `evaluated` counts the tokens actually decoded."""
+
+    prompt_tokens: int
+    evaluated: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Round:
+    """One draft/verify/accept round: what it committed and what it cost."""
+
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+    segments: tuple[Segment, ...]  # the text released this round, split by origin
+    gamma: int  # what the policy asked for
+    drafted: int  # what the draft proposed (a confidence cutoff or lookup miss may stop early)
+    accepted: int  # drafted tokens the target agreed with
+    draft_seconds: float
+    verify_seconds: float
+    overhead_seconds: float  # sampling, detokenizing, and the consumer's time since the last round
+    finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
+
+    @property
+    def text(self) -> str:
+        return "".join(text for text, _ in self.segments)
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds + self.overhead_seconds
+
+
+Event = Prefill | Round
+
+
+@dataclass
+class TextStream:
+    """Committed tokens -> text, holding back what might be the start of a stop string."""
+
+    detokenizer: Detokenizer
+    stop: Sequence[str] = ()
+    pending: list[Segment] = field(default_factory=list)
+
+    def feed(self, tokens: Sequence[int], from_draft: Sequence[bool]) -> tuple[list[Segment], bool]:
+        """Return the segments safe to show, and whether a stop string ended the text."""
+        for token, drafted in zip(tokens, from_draft):
+            piece = self.detokenizer.add(token)
+            if piece:
+                self.pending.append((piece, drafted))
+        text = "".join(piece for piece, _ in self.pending)
+        hits = [text.find(s) for s in self.stop if s and s in text]
+        if hits:
+            released, _ = _split(self.pending, min(hits))
+            self.pending = []
+            return released, True
+        hold = max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        released, self.pending = _split(self.pending, len(text) - hold)
+        return released, False
+
+    def flush(self) -> list[Segment]:
+        tail = self.detokenizer.flush()
+        released = self.pending + ([(tail, False)] if tail else [])
+        self.pending = []
+        return released
+
+
+def _split(segments: list[Segment], at: int) -> tuple[list[Segment], list[Segment]]:
+    """Split segments at character offset `at`."""
+    head: list[Segment] = []
+    for i, (text, drafted) in enumerate(segments):
+        if at <= 0:
+            return head, segments[i:]
+        if len(text) > at:
+            return head + [(text[:at], drafted)], [(text[at:], drafted)] + segments[i + 1 :]
+        head.append((text, drafted))
+        at -= len(text)
+    return head, []
+
+
+def generate(
+    target: Model,
+    prompt: Sequence[int],
+    *,
+    draft: DraftSource | None = None,
+    params: SamplingParams = SamplingParams(),
+    policy: GammaPolicy | None = None,
+    max_tokens: int = 256,
+    stop: Sequence[str] = (),
+    cancelled: Callable[[], bool] = lambda: False,
+    rng: np.random.Generator | None = None,
+) -> Iterator[Event]:
+    """Stream a generation as events: one Prefill, then one Round per target forward pass.
+
+    Without a draft every round is plain decoding (γ = 0). `cancelled` is polled
+    between rounds so a front end can stop a generation cleanly.
+    """
+    if not prompt:
+        raise SpecrunError("the prompt is empty")
+    if len(prompt) >= target.n_ctx:
+        raise SpecrunError(f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}); use --ctx")
+    if max_tokens < 1:
+        raise SpecrunError(f"--max-tokens must be at least 1, got {max_tokens}")
+    policy = policy or FixedGamma(4)
+    rng = rng if rng is not None else params.rng()
+    ctx = list(prompt)
+
+    start = time.perf_counter()
+    evaluated = target.n_evaluated
+    target.logits(ctx[:-1], 0)  # everything but the last token, which the first round decodes
+    if draft is not None:
+        draft.prefill(ctx[:-1])
+    yield Prefill(len(ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
+
+    stream = TextStream(Detokenizer(target), stop)
+    generated = 0
+    round_end = time.perf_counter()
+    while True:
+        round_start = time.perf_counter()
+        if cancelled():
+            yield _finish_round(stream, "cancelled", round_start - round_end)
+            return
+        # Room for γ drafts and the one token the target adds, inside both limits.
+        room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
+        gamma = min(policy.next_gamma(), room) if draft is not None else 0
+        proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal.empty()
+        drafted_at = time.perf_counter()
+
+        logits = target.logits(ctx + proposal.tokens, len(proposal.tokens) + 1)
+        verified_at = time.perf_counter()
+        accepted, next_token = verify(logits, proposal.tokens, proposal.probs, params, rng)
+
+        new_tokens = [*proposal.tokens[:accepted], next_token]
+        from_draft = [True] * accepted + [False]
+        finish = None
+        for i, token in enumerate(new_tokens):
+            if target.is_eog(token):  # the answer ends here; drop whatever was accepted after it
+                del new_tokens[i:], from_draft[i:]
+                finish = "stop"
+                break
+        ctx.extend(new_tokens)
+        generated += len(new_tokens)
+        segments, hit_stop = stream.feed(new_tokens, from_draft)
+        if hit_stop:
+            finish = "stop"
+        elif finish is None and generated >= max_tokens:
+            finish = "length"
+        elif finish is None and len(ctx) >= target.n_ctx:
+            finish = "context"
+        if finish and not hit_stop:
+            segments += stream.flush()
+
+        now = time.perf_counter()
+        event = Round(
+            tokens=tuple(new_tokens),
+            from_draft=tuple(from_draft),
+            segments=tuple(segments),
+            gamma=gamma,
+            drafted=len(proposal.tokens),
+            accepted=accepted,
+            draft_seconds=drafted_at - round_start,
+            verify_seconds=verified_at - drafted_at,
+            overhead_seconds=(now - verified_at) + (round_start - round_end),
+            finish_reason=finish,
+        )
+        round_end = now
+        policy.observe(event)
+        yield event
+        if finish:
+            return
+
+
+def _finish_round(stream: TextStream, reason: str, overhead: float) -> Round:
+    """A round that commits nothing and only releases held-back text."""
+    return Round((), (), tuple(stream.flush()), 0, 0, 0, 0.0, 0.0, overhead, reason)

@@ -1,0 +1,161 @@
+"""Live statistics of a generation, derived from the loop's events and nothing else.
+
+Every front end (run --stats/--json, bench, the TUI) reads its figures from here,
+so no figure is computed twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from specrun.gamma import CostModel
+from specrun.speculative import Event, Prefill, Round
+
+
+@dataclass
+class Stats:
+    recent_rounds: int = 16  # the window of the live tokens/s
+    prompt_tokens: int = 0
+    prompt_evaluated: int = 0  # prompt tokens actually decoded (the rest came from the cache)
+    prompt_seconds: float = 0.0
+    generated: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    decode_seconds: float = 0.0
+    first_round_seconds: float | None = None
+    finish_reason: str | None = None
+    gamma_trace: list[int] = field(default_factory=list)
+    # position i (0-based): rounds that drafted at least i+1 tokens / of those, accepted at least i+1
+    position_drafted: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    costs: CostModel = field(default_factory=lambda: CostModel(decay=None))
+    _recent: deque = field(default_factory=deque)
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Prefill):
+            self.prompt_tokens += event.prompt_tokens
+            self.prompt_evaluated += event.evaluated
+            self.prompt_seconds += event.seconds
+            return
+        self._add_round(event)
+
+    def _add_round(self, event: Round) -> None:
+        if event.finish_reason:
+            self.finish_reason = event.finish_reason
+        if event.finish_reason == "cancelled" and not event.tokens:
+            return  # not a forward pass
+        self.rounds += 1
+        self.generated += len(event.tokens)
+        self.drafted += event.drafted
+        self.accepted += event.accepted
+        self.decode_seconds += event.seconds
+        if self.first_round_seconds is None:
+            self.first_round_seconds = event.seconds
+        self.gamma_trace.append(event.gamma)
+        for i in range(event.drafted):
+            if i == len(self.position_drafted):
+                self.position_drafted.append(0)
+                self.position_accepted.append(0)
+            self.position_drafted[i] += 1
+            self.position_accepted[i] += i < event.accepted
+        self.costs.observe(event)
+        self._recent.append((len(event.tokens), event.seconds))
+        if len(self._recent) > self.recent_rounds:
+            self._recent.popleft()
+
+    # --- derived figures ---------------------------------------------------------------
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.generated / self.decode_seconds if self.decode_seconds > 0 else None
+
+    @property
+    def recent_tokens_per_second(self) -> float | None:
+        seconds = sum(s for _, s in self._recent)
+        return sum(n for n, _ in self._recent) / seconds if seconds > 0 else None
+
+    @property
+    def prompt_tokens_per_second(self) -> float | None:
+        return self.prompt_evaluated / self.prompt_seconds if self.prompt_seconds > 0 and self.prompt_evaluated else None
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        if self.first_round_seconds is None:
+            return None
+        return self.prompt_seconds + self.first_round_seconds
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens committed per target forward pass (1.0 is plain decoding)."""
+        return self.generated / self.rounds if self.rounds else None
+
+    @property
+    def mean_gamma(self) -> float | None:
+        return sum(self.gamma_trace) / len(self.gamma_trace) if self.gamma_trace else None
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        return [a / d for a, d in zip(self.position_accepted, self.position_drafted)]
+
+    @property
+    def estimated_speedup(self) -> float | None:
+        """(generated tokens × the target's time for one token) / decode wall time.
+
+        The one-token time is the measured width-1 verify (extrapolated from the
+        measured widths when every round drafted) plus the loop's per-round overhead.
+        """
+        one_token = self.costs.t_verify(1)
+        if one_token is None or not self.decode_seconds:
+            return None
+        return self.generated * (one_token + (self.costs.t_overhead or 0.0)) / self.decode_seconds
+
+    def as_dict(self) -> dict[str, object]:
+        """The figures of `run --json` and `bench --json` (documented in the README)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_evaluated": self.prompt_evaluated,
+            "prompt_seconds": self.prompt_seconds,
+            "prompt_tokens_per_second": self.prompt_tokens_per_second,
+            "time_to_first_token": self.time_to_first_token,
+            "generated_tokens": self.generated,
+            "decode_seconds": self.decode_seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "mean_gamma": self.mean_gamma,
+            "gamma_trace": self.gamma_trace,
+            "per_position_acceptance": self.per_position_acceptance,
+            "estimated_speedup": self.estimated_speedup,
+            "finish_reason": self.finish_reason,
+        }
+
+    def summary_lines(self) -> list[str]:
+        """Aligned human-readable figures for `--stats` (stderr)."""
+
+        def fmt(value: float | None, spec: str, unit: str = "") -> str:
+            return "-" if value is None else f"{value:{spec}}{unit}"
+
+        rows = [
+            ("prompt", f"{self.prompt_tokens} tokens ({self.prompt_evaluated} evaluated), "
+                       f"{fmt(self.prompt_tokens_per_second, '.1f', ' tok/s')}"),
+            ("first token", fmt(self.time_to_first_token and self.time_to_first_token * 1000, ".0f", " ms")),
+            ("generated", f"{self.generated} tokens, {fmt(self.tokens_per_second, '.1f', ' tok/s')}"),
+            ("rounds", str(self.rounds)),
+            ("drafted", str(self.drafted)),
+            ("accepted", str(self.accepted)),
+            ("acceptance", fmt(self.acceptance_rate and self.acceptance_rate * 100, ".1f", "%")),
+            ("mean accepted length", fmt(self.mean_accepted_length, ".2f", " tokens/pass")),
+            ("mean gamma", fmt(self.mean_gamma, ".2f")),
+            ("est. speedup", fmt(self.estimated_speedup, ".2f", "x")),
+        ]
+        width = max(len(name) for name, _ in rows)
+        return [f"{name:<{width}}  {value}" for name, value in rows]
