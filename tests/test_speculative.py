@@ -1,0 +1,132 @@
+"""The round loop on tiny generated models: greedy identity, stopping, streaming."""
+
+from __future__ import annotations
+
+import pytest
+
+from identity import GREEDY, assert_greedy_identical, greedy_tokens
+from specrun.drafting import ModelDraft
+from specrun.errors import SpecrunError
+from specrun.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma
+from specrun.runtime import Model
+from specrun.sampling import SamplingParams
+from specrun.speculative import Prefill, Round, generate
+from tinymodels import write_tiny_model
+
+PROMPT = "the cat and the dog in the big red road"
+
+
+@pytest.fixture(scope="module")
+def target(tiny_target):
+    with Model(tiny_target, n_ctx=512) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def draft_model(tiny_draft):
+    with Model(tiny_draft, n_ctx=512) as model:
+        yield model
+
+
+@pytest.mark.parametrize("policy", [FixedGamma(1), FixedGamma(3), FixedGamma(8), HeuristicGamma(6), AdaptiveGamma(6)],
+                         ids=lambda p: p.name)
+def test_greedy_speculative_equals_target_alone(target, draft_model, policy):
+    prompt = target.tokenize(PROMPT)
+    plain, _ = greedy_tokens(target, prompt, max_tokens=64)
+    speculative, rounds = greedy_tokens(target, prompt, ModelDraft(draft_model, target.n_vocab), policy, 64)
+    assert assert_greedy_identical(target, prompt, plain, speculative, epsilon=1e-3) == "identical"
+    if policy.name != "auto":
+        assert sum(r.accepted for r in rounds) > 0  # the draft really was used
+    assert all(1 <= len(r.tokens) <= r.drafted + 1 for r in rounds)
+
+
+def test_padded_draft_vocabulary_keeps_identity(target, tiny_draft_padded):
+    prompt = target.tokenize(PROMPT)
+    plain, _ = greedy_tokens(target, prompt)
+    with Model(tiny_draft_padded, n_ctx=512) as padded:
+        speculative, rounds = greedy_tokens(target, prompt, ModelDraft(padded, target.n_vocab), FixedGamma(4))
+    assert speculative == plain
+    assert sum(r.accepted for r in rounds) > 0
+
+
+def test_gamma_zero_is_plain_decoding(target, draft_model):
+    prompt = target.tokenize(PROMPT)
+    plain, _ = greedy_tokens(target, prompt, max_tokens=20)
+    tokens, rounds = greedy_tokens(target, prompt, ModelDraft(draft_model, target.n_vocab), FixedGamma(0), 20)
+    assert tokens == plain
+    assert all(r.drafted == 0 and len(r.tokens) == 1 for r in rounds)
+
+
+def test_end_of_generation_inside_an_accepted_draft_stops_there(target, tiny_dir):
+    prompt = target.tokenize(PROMPT)
+    plain, _ = greedy_tokens(target, prompt, max_tokens=16)
+    # Make a token the target emits mid-answer the EOS of a copy of the same weights.
+    stop_at = next(i for i in range(4, 16) if plain[i] not in plain[:i])
+    eos = plain[stop_at]
+    path = write_tiny_model(tiny_dir / f"eos-{eos}.gguf", eos_id=eos)
+    with Model(path, n_ctx=512) as eos_target, Model(path, n_ctx=512) as same_weights_draft:
+        tokens, rounds = greedy_tokens(eos_target, prompt, ModelDraft(same_weights_draft, eos_target.n_vocab),
+                                       FixedGamma(8), max_tokens=40)
+    assert tokens == plain[:stop_at]
+    assert rounds[-1].finish_reason == "stop"
+    # The EOS was proposed by the draft and accepted, with more drafts after it discarded.
+    assert rounds[-1].accepted > len(rounds[-1].tokens)
+
+
+def test_token_limit_is_exact(target, draft_model):
+    prompt = target.tokenize(PROMPT)
+    for limit in (1, 5, 13):
+        tokens, rounds = greedy_tokens(target, prompt, ModelDraft(draft_model, target.n_vocab), FixedGamma(8), limit)
+        assert len(tokens) == limit
+        assert rounds[-1].finish_reason == "length"
+
+
+def test_stop_string_ends_the_text_and_is_not_shown(target, draft_model):
+    prompt = target.tokenize(PROMPT)
+    events = list(generate(target, prompt, params=GREEDY, max_tokens=40))
+    full = "".join(e.text for e in events if isinstance(e, Round))
+    stop = full[3:6]
+    assert len(stop) == 3 and full.find(stop) >= 1  # some text comes before it
+    for draft in (None, ModelDraft(draft_model, target.n_vocab)):
+        rounds = [e for e in generate(target, prompt, draft=draft, params=GREEDY, policy=FixedGamma(4),
+                                      max_tokens=40, stop=[stop]) if isinstance(e, Round)]
+        assert "".join(r.text for r in rounds) == full[: full.find(stop)]
+        assert rounds[-1].finish_reason == "stop"
+
+
+def test_segments_mark_draft_tokens_and_stream_the_same_text(target, draft_model):
+    prompt = target.tokenize(PROMPT)
+    rounds = [e for e in generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab),
+                                  params=GREEDY, policy=FixedGamma(4), max_tokens=40) if isinstance(e, Round)]
+    plain = [e for e in generate(target, prompt, params=GREEDY, max_tokens=40) if isinstance(e, Round)]
+    assert "".join(r.text for r in rounds) == "".join(r.text for r in plain)
+    assert any(drafted for r in rounds for _, drafted in r.segments)
+    assert all(r.from_draft == tuple([True] * r.accepted + [False])[: len(r.tokens)] for r in rounds)
+
+
+def test_prefill_reports_the_prompt_and_cancel_stops_between_rounds(target, draft_model):
+    prompt = target.tokenize(PROMPT)
+    rounds_seen = []
+    events = generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab), params=GREEDY,
+                      policy=FixedGamma(2), max_tokens=100, cancelled=lambda: len(rounds_seen) >= 3)
+    first = next(events)
+    assert isinstance(first, Prefill) and first.prompt_tokens == len(prompt)
+    for event in events:
+        rounds_seen.append(event)
+    assert len(rounds_seen) == 4 and rounds_seen[-1].finish_reason == "cancelled"
+
+
+def test_seeded_sampling_is_reproducible_and_speculation_keeps_it_valid(target, draft_model):
+    prompt = target.tokenize(PROMPT)
+    params = SamplingParams(temperature=0.8, seed=123)
+
+    def run():
+        return [t for e in generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab), params=params,
+                                    policy=FixedGamma(3), max_tokens=30) if isinstance(e, Round) for t in e.tokens]
+
+    assert run() == run()
+
+
+def test_prompt_longer_than_context_is_a_clear_error(target):
+    with pytest.raises(SpecrunError, match="longer than the context"):
+        next(generate(target, [1] + [5] * target.n_ctx))
