@@ -68,7 +68,7 @@ def test_bad_model_files(tmp_path, tiny_target, case):
         path.write_text("hello")
     elif case == "truncated":
         path.write_bytes(tiny_target.read_bytes()[:30_000])
-    expected = {"missing": "model file not found", "not-gguf": "is not a GGUF file",
+    expected = {"missing": "no such file", "not-gguf": "is not a GGUF file",
                 "truncated": "truncated, corrupt or unsupported"}[case]
     assert_one_line_error(specrun("run", "-t", str(path), "hi"), expected)
 

@@ -1,0 +1,183 @@
+"""What a GGUF file says about itself (for `specrun models show`), and a check that it is whole.
+
+Both read only the header and metadata (through memory maps: tensor data is never read).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
+
+from specrun.errors import SpecrunError
+
+GGUF_MAGIC = b"GGUF"
+
+# tokenizer.ggml.model -> the vocabulary type llama.cpp derives from it
+_VOCAB_TYPES = {"llama": "SPM", "gpt2": "BPE", "bert": "WPM", "t5": "UGM", "rwkv": "RWKV", "plamo2": "PLaMo-2"}
+
+
+class GGUFFileError(SpecrunError):
+    """A model file that is missing, not GGUF, or cut short."""
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    architecture: str | None
+    name: str | None
+    layers: int | None
+    context_length: int | None
+    vocab_size: int | None
+    tokenizer_model: str | None  # tokenizer.ggml.model: "gpt2", "llama", ...
+    file_type: str | None  # "Q4_K_M", "F16", ...
+    has_chat_template: bool
+    split_count: int | None  # parts of a split GGUF; None for a single file
+    tensor_count: int
+
+    @property
+    def vocab_type(self) -> str | None:
+        return _VOCAB_TYPES.get(self.tokenizer_model or "", self.tokenizer_model)
+
+
+def check_gguf_file(path: Path | str) -> None:
+    """Raise GGUFFileError unless `path` is a GGUF whose tensor data all lies inside the file.
+
+    Walks the header with struct rather than GGUFReader, which builds an object per token
+    string and takes seconds on a 150k-token vocabulary.
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if handle.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+                raise GGUFFileError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                data_end = _Header(view).data_end()
+    except FileNotFoundError:
+        raise GGUFFileError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise GGUFFileError(f"{path} is a directory, not a GGUF file") from None
+    except struct.error:  # a read past the end of the file
+        raise GGUFFileError(f"{path} is truncated: its header ends early (an interrupted download or copy?)") from None
+    except ValueError as exc:
+        raise GGUFFileError(f"{path} is corrupt: {exc}") from None
+    except OSError as exc:
+        raise GGUFFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if data_end > size:
+        raise GGUFFileError(f"{path} is truncated: its tensor data needs {data_end} bytes, the file has {size} "
+                            "(an interrupted download or copy?)")
+
+
+def read_gguf_info(path: Path | str) -> GGUFInfo:
+    path = Path(path)
+    check_gguf_file(path)
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError) as exc:
+        raise GGUFFileError(f"{path} is corrupt: its GGUF metadata cannot be parsed ({exc})") from None
+    architecture = _scalar(reader, "general.architecture")
+    tokens = reader.get_field("tokenizer.ggml.tokens")
+    file_type = _scalar(reader, "general.file_type")
+    return GGUFInfo(
+        path=path,
+        architecture=architecture,
+        name=_scalar(reader, "general.name"),
+        layers=_scalar(reader, f"{architecture}.block_count"),
+        context_length=_scalar(reader, f"{architecture}.context_length"),
+        vocab_size=len(tokens.data) if tokens is not None else None,
+        tokenizer_model=_scalar(reader, "tokenizer.ggml.model"),
+        file_type=_file_type_name(file_type) if file_type is not None else None,
+        has_chat_template=reader.get_field("tokenizer.chat_template") is not None,
+        split_count=_scalar(reader, "split.count"),
+        tensor_count=len(reader.tensors),
+    )
+
+
+_SCALAR_FORMATS = {
+    GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
+}
+
+
+class _Header:
+    """A cursor over a GGUF header (format: ggml's docs/gguf.md), just enough to find where the data ends."""
+
+    def __init__(self, buffer: mmap.mmap) -> None:
+        self.buffer, self.offset = buffer, len(GGUF_MAGIC)
+        (version,) = struct.unpack_from("<I", buffer, self.offset)
+        # A big-endian file reads as a huge version with its low half zero.
+        self.order = ">" if version & 0xFFFF == 0 else "<"
+
+    def read(self, fmt: str) -> tuple[Any, ...]:
+        values = struct.unpack_from(self.order + fmt, self.buffer, self.offset)
+        self.offset += struct.calcsize(self.order + fmt)
+        return values
+
+    def skip(self, count: int) -> None:
+        self.offset += count
+        if self.offset > len(self.buffer):
+            raise struct.error("past the end")
+
+    def skip_value(self, value_type: int) -> None:
+        if value_type == GGUFValueType.STRING:
+            self.skip(*self.read("Q"))
+        elif value_type == GGUFValueType.ARRAY:
+            item_type, count = self.read("IQ")
+            if item_type in _SCALAR_FORMATS:
+                self.skip(count * struct.calcsize(_SCALAR_FORMATS[item_type]))
+            else:
+                for _ in range(count):
+                    self.skip_value(item_type)
+        elif value_type in _SCALAR_FORMATS:
+            self.skip(struct.calcsize(_SCALAR_FORMATS[value_type]))
+        else:
+            raise ValueError(f"unknown GGUF value type {value_type}")
+
+    def data_end(self) -> int:
+        (version,) = self.read("I")
+        if version not in (2, 3):
+            raise ValueError(f"unsupported GGUF version {version}")
+        tensor_count, kv_count = self.read("QQ")
+        alignment = GGUF_DEFAULT_ALIGNMENT
+        for _ in range(kv_count):
+            (length,) = self.read("Q")
+            key = self.buffer[self.offset:self.offset + length]
+            self.skip(length)
+            (value_type,) = self.read("I")
+            if key == b"general.alignment" and value_type == GGUFValueType.UINT32:
+                (alignment,) = self.read("I")
+            else:
+                self.skip_value(value_type)
+        end = 0
+        for _ in range(tensor_count):
+            self.skip(*self.read("Q"))  # the tensor's name
+            (n_dims,) = self.read("I")
+            dims = self.read(f"{n_dims}Q")
+            ggml_type, offset = self.read("IQ")
+            if ggml_type in _KNOWN_TYPES:  # a newer type than this gguf package knows: not checked
+                block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+                end = max(end, offset + math.prod(dims) * type_size // block_size)
+        return -(-self.offset // alignment) * alignment + end
+
+
+_KNOWN_TYPES = {t.value for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
+
+
+def _scalar(reader: GGUFReader, key: str) -> Any:
+    found = reader.get_field(key)
+    return found.contents() if found is not None else None
+
+
+def _file_type_name(value: int) -> str:
+    try:
+        return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        return f"type {value}"

@@ -1,0 +1,157 @@
+"""`specrun models`: list, pull, show and rm the catalog's models.
+
+Tables and answers go to stdout, downloads' progress and errors to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from specrun.catalog import (
+    Catalog,
+    ModelSpec,
+    cached_model,
+    fetch_model,
+    format_size,
+    hub_offline,
+    load_catalog,
+    parse_spec,
+    plan_fetch,
+    remove_cached,
+)
+from specrun.errors import SpecrunError
+from specrun.ggufinfo import read_gguf_info
+
+app = typer.Typer(help="List, download, inspect and remove the catalog's models.", no_args_is_help=True)
+
+
+@dataclass(frozen=True)
+class _Options:
+    catalog_file: Path | None
+
+
+@app.callback()
+def models(ctx: typer.Context, catalog: Optional[Path] = typer.Option(
+        None, "--catalog", dir_okay=False, help="A models.toml that adds or overrides aliases "
+        "(default: $XDG_CONFIG_HOME/specrun/models.toml if present).")) -> None:
+    ctx.obj = _Options(catalog)
+
+
+@contextmanager
+def _reported_errors() -> Iterator[None]:
+    """A SpecrunError becomes `specrun: error: ...` on stderr and exit status 1."""
+    try:
+        yield
+    except SpecrunError as error:
+        print(f"specrun: error: {error}", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+
+def _catalog(ctx: typer.Context) -> Catalog:
+    return load_catalog(ctx.obj.catalog_file)
+
+
+@app.command("list")
+def list_models(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout.")) -> None:
+    """Every alias with its family, size and whether it is already on disk."""
+    with _reported_errors():
+        catalog = _catalog(ctx)
+        rows = []
+        for entry in catalog.entries.values():
+            model = cached_model(parse_spec(entry.alias, catalog))
+            rows.append({**asdict(entry), "cached": model is not None, "path": str(model.path) if model else None})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    header = ("ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED")
+    table = [header] + [(row["alias"], row["family"], row["params"] or "-", row["quant"] or "-",
+                         f"{row['size_gb']:.2f} GB" if row["size_gb"] is not None else "-",
+                         "yes" if row["cached"] else "-") for row in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+@app.command()
+def pull(ctx: typer.Context,
+         specs: list[str] = typer.Argument(..., metavar="ALIAS...", help="Aliases (or REPO:QUANT, REPO/FILE.gguf)."),
+         dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be fetched, and its size.")) -> None:
+    """Download models into the Hugging Face cache (the demo pair: prepare it)."""
+    with _reported_errors():
+        catalog = _catalog(ctx)
+        parsed = [parse_spec(spec, catalog) for spec in specs]  # every name checked before any download
+        for spec in parsed:
+            if dry_run:
+                _print_plan(spec)
+            else:
+                print(f"{spec.text}: {fetch_model(spec).path}")
+
+
+def _print_plan(spec: ModelSpec) -> None:
+    if spec.hub is None:
+        model = cached_model(spec)
+        print(f"{spec.text}: {'present at ' + str(model.path) if model else 'local, to be prepared'}; nothing to download")
+        return
+    plan = plan_fetch(spec, network=not hub_offline())
+    print(f"{spec.text}: {plan.repo}")
+    for planned in plan.files:
+        state = "cached" if planned.cached else "to download"
+        print(f"  {planned.name}  {format_size(planned.size)}  {state}")
+    if not plan.missing:
+        print("  nothing to download")
+    elif all(f.size is not None for f in plan.missing):
+        print(f"  would download {format_size(sum(f.size or 0 for f in plan.missing))}")
+    elif spec.entry and spec.entry.size_gb is not None:
+        print(f"  would download about {spec.entry.size_gb:.2f} GB (catalog figure; the Hub was not asked)")
+
+
+@app.command()
+def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PATH")) -> None:
+    """A model's GGUF metadata and, for a catalog alias, its compatible drafts."""
+    with _reported_errors():
+        catalog = _catalog(ctx)
+        spec = parse_spec(model, catalog)
+        resolved = fetch_model(spec, download=False, progress=False)
+        info = read_gguf_info(resolved.path)
+        vocab = f"{info.vocab_size} tokens, {info.tokenizer_model} ({info.vocab_type})" if info.vocab_size else "none"
+        fields = [
+            ("file", str(info.path)),
+            ("architecture", info.architecture),
+            ("name", info.name),
+            ("layers", info.layers),
+            ("context length", info.context_length),
+            ("vocabulary", vocab),
+            ("file type", info.file_type),
+            ("chat template", "yes" if info.has_chat_template else "no"),
+            ("tensors", info.tensor_count),
+        ]
+        if info.split_count:
+            fields.append(("split", f"{info.split_count} parts"))
+        if spec.entry is not None:
+            entry = spec.entry
+            fields += [
+                ("catalog family", entry.family),
+                ("source", f"{entry.repo}" if entry.repo else entry.local),
+                ("license", entry.license),
+                ("verified", "yes" if entry.verified else "no (file name from public sources, not fetched to check)"),
+                ("compatible drafts", ", ".join(catalog.compatible_drafts(entry)) or "none in the catalog"),
+            ]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        print(f"{name + ':':<{width + 1}} {value if value is not None else '-'}")
+
+
+@app.command("rm")
+def remove(ctx: typer.Context, specs: list[str] = typer.Argument(..., metavar="ALIAS...")) -> None:
+    """Delete models' files from the Hugging Face cache (files other aliases share stay)."""
+    with _reported_errors():
+        catalog = _catalog(ctx)
+        for spec in [parse_spec(text, catalog) for text in specs]:
+            print(f"{spec.text}: removed, {format_size(remove_cached(spec))} freed")

