@@ -46,38 +46,60 @@ def note(message: str) -> None:
 # --- options shared by run, chat and bench ----------------------------------------------
 
 TargetOption = typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.")
-DraftOption = typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for the catalog's pick, or `none`.")
+DraftOption = typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for the catalog's pick, `lookup` for prompt lookup, or `none`.")
 CatalogOption = typer.Option(None, "--catalog", help="An extra models.toml that adds or overrides aliases.")
+LookupOption = typer.Option(False, "--lookup", help="Prompt lookup first, the draft model when the text offers no match.")
+LookupNgramOption = typer.Option(3, "--lookup-ngram", min=1, max=8, help="Longest n-gram prompt lookup matches.")
+LookupMaxOption = typer.Option(10, "--lookup-max", min=1, max=64, help="Most tokens prompt lookup proposes.")
+
+
+DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the embedded pair
 
 
 @dataclass
 class ModelChoice:
     target: Path
-    draft: Path | None
-    described: str
+    draft: Path | None  # Path("lookup") for prompt lookup
+
+
+def quiet_hub_log() -> None:
+    """huggingface_hub logs every retry as a warning; our error line says what failed."""
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()
 
 
 def choose_models(target: str | None, draft: str | None, catalog: Path | None) -> ModelChoice:
-    """Resolve --target/--draft to files; without --target, the embedded demo pair."""
-    if target is None:
-        from specrun.demo import prepare_demo_pair
+    """Resolve --target/--draft to files, downloading through the catalog where needed.
 
-        demo_target, demo_draft = prepare_demo_pair()
+    Without --target: the embedded demo pair. Without --draft: the target alone.
+    `--draft lookup` is prompt lookup, which needs no file.
+    """
+    from specrun.catalog import load_catalog, resolve_model, resolve_pair
+    from specrun.engine import LOOKUP
+
+    models = load_catalog(catalog)
+    quiet_hub_log()
+    if target is None:
+        target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
         note("no --target given: using the demo pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)")
-        return ModelChoice(demo_target, None if draft == "none" else demo_draft, "demo")
-    target_path = Path(target)
-    draft_path = None if draft in (None, "none") else Path(draft)
-    return ModelChoice(target_path, draft_path, target_path.name)
+    if draft in (None, "none", LOOKUP):
+        resolved = resolve_model(target, catalog=models)
+        return ModelChoice(resolved.path, Path(LOOKUP) if draft == LOOKUP else None)
+    resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
+    return ModelChoice(resolved_target.path, resolved_draft.path)
 
 
 def load_engine(choice: ModelChoice, *, ctx: int, gpu_layers: Optional[int], draft_gpu_layers: Optional[int],
                 threads: Optional[int], verbose: bool, gamma: str, gamma_max: int, p_min: float,
-                params: "SamplingParams") -> "Engine":
-    from specrun.engine import Engine, LoadOptions
+                params: "SamplingParams", lookup: bool = False, lookup_ngram: int = 3,
+                lookup_max: int = 10) -> "Engine":
+    from specrun.engine import Engine, LoadOptions, LookupOptions
 
     options = LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                           threads=threads, verbose=verbose)
-    return Engine.load(choice.target, choice.draft, options=options, p_min=p_min,
+    lookup_options = LookupOptions(lookup_ngram, lookup_max) if lookup or choice.draft == Path("lookup") else None
+    return Engine.load(choice.target, choice.draft, options=options, p_min=p_min, lookup=lookup_options,
                        params=params, gamma=gamma, gamma_max=gamma_max)
 
 
@@ -100,6 +122,9 @@ def run(
     prompt: Optional[str] = typer.Argument(None, help="The prompt; stdin, when piped, comes before it."),
     target: Optional[str] = TargetOption,
     draft: Optional[str] = DraftOption,
+    lookup: bool = LookupOption,
+    lookup_ngram: int = LookupNgramOption,
+    lookup_max: int = LookupMaxOption,
     catalog: Optional[Path] = CatalogOption,
     system: Optional[str] = typer.Option(None, "--system", "-s", help="System prompt."),
     raw: bool = typer.Option(False, "--raw", help="Send the text as is, without the chat template."),
@@ -130,7 +155,8 @@ def run(
     choice = choose_models(target, draft, catalog)
     engine = load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                          threads=threads, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
-                         p_min=p_min, params=params)
+                         p_min=p_min, params=params, lookup=lookup, lookup_ngram=lookup_ngram,
+                         lookup_max=lookup_max)
     figures = Stats()
     answer: list[str] = []
     try:
@@ -174,6 +200,87 @@ def _finish_output(answer: list[str], figures: "Stats", as_json: bool, stats: bo
             print(line, file=sys.stderr)
 
 
+@app.command()
+def bench(
+    target: Optional[str] = TargetOption,
+    draft: Optional[str] = DraftOption,
+    catalog: Optional[Path] = CatalogOption,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL file of {\"prompt\": ..., \"class\": ...}; default: the built-in set."),
+    gammas: str = typer.Option("1,2,3,4,6,8", "--gammas", help="Fixed γ values to compare."),
+    modes: Optional[str] = typer.Option(None, "--modes", help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid)."),
+    lookup: bool = typer.Option(True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."),
+    lookup_ngram: int = LookupNgramOption,
+    lookup_max: int = LookupMaxOption,
+    repeat: int = typer.Option(3, "--repeat", "-r", min=1, help="Repetitions; the table shows medians."),
+    max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
+    temp: float = typer.Option(0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."),
+    seed: Optional[int] = typer.Option(0, "--seed", help="Seed for sampled runs."),
+    gamma_max: int = typer.Option(8, "--gamma-max", min=1, max=32, help="Upper bound of γ for auto/heuristic."),
+    p_min: float = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Draft confidence cutoff."),
+    ctx: int = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens."),
+    gpu_layers: Optional[int] = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU."),
+    draft_gpu_layers: Optional[int] = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads per model."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every run and figure to this file."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+) -> None:
+    """Compare plain decoding, fixed γ, heuristic, auto and prompt lookup on a prompt set."""
+    from specrun import bench as benchmark
+    from specrun.engine import LookupOptions
+    from specrun.runtime import Model
+    from specrun.sampling import SamplingParams
+
+    try:
+        gamma_values = [int(g) for g in gammas.split(",") if g.strip()]
+    except ValueError:
+        raise SpecrunError(f"--gammas must be numbers separated by commas, got {gammas!r}") from None
+    if any(not 1 <= g <= gamma_max for g in gamma_values):
+        raise SpecrunError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
+    prompt_set = benchmark.load_prompts(prompts)
+    choice = choose_models(target, None if draft == "lookup" else draft, catalog)
+    params = SamplingParams(temperature=temp, seed=seed)
+    chosen = benchmark.default_modes(gamma_values, choice.draft is not None, lookup)
+    if modes:
+        wanted = [m.strip() for m in modes.split(",")]
+        unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
+        if unknown:
+            raise SpecrunError(f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}")
+        chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
+    with Model(choice.target, n_ctx=ctx, gpu_layers=gpu_layers, threads=threads, verbose=verbose) as target_model:
+        draft_model = (Model(choice.draft, n_ctx=target_model.n_ctx, gpu_layers=draft_gpu_layers, threads=threads,
+                             verbose=verbose) if choice.draft is not None else None)
+        try:
+            if draft_model is not None:
+                from specrun.runtime import check_compatible
+
+                check_compatible(target_model, draft_model)
+            note(f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
+                 f"{max_tokens} tokens each")
+            result = benchmark.run_bench(
+                target_model, draft_model, prompt_set, chosen, params=params, max_tokens=max_tokens,
+                repeat=repeat, gamma_max=gamma_max, p_min=p_min,
+                lookup=LookupOptions(lookup_ngram, lookup_max), progress=lambda line: note(f"bench: {line}"),
+            )
+        finally:
+            if draft_model is not None:
+                draft_model.close()
+    print(benchmark.render_text(result))
+    for verdict in benchmark.auto_verdicts(result):
+        print(verdict)
+    if json_path:
+        json_path.write_text(result.to_json())
+        note(f"wrote {json_path}")
+    if plot_path:
+        benchmark.plot(result, plot_path)
+        note(f"wrote {plot_path}")
+
+
+from specrun.models_cli import app as models_app  # noqa: E402  (after `app`, which it does not import)
+
+app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
+
+
 # --- entry point ---------------------------------------------------------------------------
 
 
@@ -202,3 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         quiet_stdout()
         return 0
+
+
+import specrun.chat_cli  # noqa: E402,F401  (registers `chat` on app; last, as it imports the options above)

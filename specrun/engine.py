@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from specrun.chat import prompt_tokens
-from specrun.drafting import DraftSource, ModelDraft
+from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
 from specrun.errors import SpecrunError
 from specrun.gamma import GammaPolicy, parse_policy
 from specrun.runtime import Model, check_compatible
@@ -29,6 +29,15 @@ class LoadOptions:
     draft_gpu_layers: int | None = None
     threads: int | None = None
     verbose: bool = False
+
+
+LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    ngram: int = 3  # longest n-gram matched (down to 1)
+    max_tokens: int = 10  # longest continuation proposed
 
 
 class Engine:
@@ -61,14 +70,21 @@ class Engine:
         *,
         options: LoadOptions = LoadOptions(),
         p_min: float = 0.0,
+        lookup: LookupOptions | None = None,
         **engine_options: object,
     ) -> "Engine":
-        """Load the target and draft GGUF files and check that the draft can serve the target."""
+        """Load the target and the draft and check that the draft can serve the target.
+
+        `draft_path` is a GGUF file, or "lookup" for prompt lookup alone; `lookup`
+        with a draft file gives the hybrid (lookup first, the model when nothing matches).
+        """
         target = Model(
             target_path, n_ctx=options.n_ctx, gpu_layers=options.gpu_layers,
             threads=options.threads, verbose=options.verbose,
         )
-        draft = None
+        if str(draft_path) == LOOKUP:
+            draft_path, lookup = None, lookup or LookupOptions()
+        draft: DraftSource | None = None
         if draft_path is not None:
             draft_model = Model(
                 draft_path, n_ctx=target.n_ctx, gpu_layers=options.draft_gpu_layers,
@@ -81,6 +97,9 @@ class Engine:
                 target.close()
                 raise
             draft = ModelDraft(draft_model, target.n_vocab, p_min=p_min)
+        if lookup is not None:
+            prompt_lookup = LookupDraft(lookup.ngram, 1, lookup.max_tokens)
+            draft = HybridDraft(prompt_lookup, draft) if isinstance(draft, ModelDraft) else prompt_lookup
         return cls(target, draft, **engine_options)  # type: ignore[arg-type]
 
     def set_gamma(self, spec: str) -> None:
@@ -107,9 +126,14 @@ class Engine:
             max_tokens=max_tokens, stop=stop, cancelled=cancelled,
         )
 
+    @property
+    def draft_model(self) -> Model | None:
+        draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
+        return draft.model if isinstance(draft, ModelDraft) else None
+
     def close(self) -> None:
-        if isinstance(self.draft, ModelDraft):
-            self.draft.model.close()
+        if self.draft_model is not None:
+            self.draft_model.close()
         self.target.close()
 
     def __enter__(self) -> "Engine":

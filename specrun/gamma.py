@@ -6,6 +6,7 @@ accepted and the three timings), so it is tested without a model.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from specrun.errors import SpecrunError
@@ -127,6 +128,12 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def expected_rate(alpha: float, gamma: int, t_draft: float, t_verify: float, t_overhead: float) -> float:
+    """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured costs)."""
+    seconds = gamma * t_draft + t_verify + t_overhead
+    return expected_tokens(alpha, gamma) / seconds if seconds > 0 else math.inf
+
+
 class AdaptiveGamma:
     """Pick γ ∈ [0, γ_max] maximising E[N](α, γ) / (γ·t_d + t_v(γ+1) + t_o).
 
@@ -171,8 +178,8 @@ class AdaptiveGamma:
         t_verify = self.costs.t_verify(gamma + 1)
         if t_verify is None or (gamma > 0 and self.costs.t_draft is None):
             return None
-        seconds = gamma * (self.costs.t_draft or 0.0) + t_verify + (self.costs.t_overhead or 0.0)
-        return expected_tokens(self.alpha, gamma) / seconds if seconds > 0 else None
+        rate = expected_rate(self.alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
+        return rate if math.isfinite(rate) else None
 
     def best_gamma(self) -> int:
         rates = {g: self.rate(g) for g in range(self.gamma_max + 1)}

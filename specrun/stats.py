@@ -23,6 +23,7 @@ class Stats:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0  # rounds in which the target rejected a drafted token
     decode_seconds: float = 0.0
     first_round_seconds: float | None = None
     finish_reason: str | None = None
@@ -50,6 +51,7 @@ class Stats:
         self.generated += len(event.tokens)
         self.drafted += event.drafted
         self.accepted += event.accepted
+        self.rejections += event.accepted < event.drafted
         self.decode_seconds += event.seconds
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
@@ -91,6 +93,13 @@ class Stats:
         return self.accepted / self.drafted if self.drafted else None
 
     @property
+    def per_token_acceptance(self) -> float | None:
+        """α of the cost model: accepted / (accepted + rejections), the chance that the
+        next drafted token is accepted given the ones before it were."""
+        trials = self.accepted + self.rejections
+        return self.accepted / trials if trials else None
+
+    @property
     def mean_accepted_length(self) -> float | None:
         """Tokens committed per target forward pass (1.0 is plain decoding)."""
         return self.generated / self.rounds if self.rounds else None
@@ -130,11 +139,15 @@ class Stats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "acceptance_rate": self.acceptance_rate,
+            "rejections": self.rejections,
+            "per_token_acceptance": self.per_token_acceptance,
             "mean_accepted_length": self.mean_accepted_length,
             "mean_gamma": self.mean_gamma,
             "gamma_trace": self.gamma_trace,
             "per_position_acceptance": self.per_position_acceptance,
             "estimated_speedup": self.estimated_speedup,
+            "overhead_seconds_per_round": self.costs.t_overhead,
+            "verify_seconds_by_width": self.costs.measured_widths,
             "finish_reason": self.finish_reason,
         }
 

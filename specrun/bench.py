@@ -1,0 +1,333 @@
+"""`specrun bench`: every drafting mode and γ policy on the same prompts, measured in one run.
+
+Per prompt class and mode it reports the median tokens/s over repetitions, the speedup
+against plain decoding, acceptance, mean accepted length and mean γ; it measures the
+cost curve (draft time per token, target time per verify width) and the γ the cost
+model predicts; and at temperature 0 it checks that every mode produced the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from specrun.chat import prompt_tokens
+from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
+from specrun.engine import LookupOptions
+from specrun.errors import SpecrunError
+from specrun.gamma import expected_rate, parse_policy
+from specrun.runtime import Model
+from specrun.sampling import SamplingParams
+from specrun.speculative import generate
+from specrun.stats import Stats
+
+BUILTIN_PROMPTS: list[dict[str, str]] = [
+    {"class": "code", "prompt": "Write a Python function that checks whether a number is prime. Include a docstring."},
+    {"class": "code", "prompt": "Write a JavaScript function that returns the unique values of an array."},
+    {"class": "prose", "prompt": "Write a short story about a lighthouse keeper who finds a message in a bottle."},
+    {"class": "prose", "prompt": "Describe a walk through a forest in autumn."},
+    {"class": "chat", "prompt": "What are three tips for staying focused while working from home?"},
+    {"class": "chat", "prompt": "What is the difference between weather and climate?"},
+    {"class": "extraction", "prompt": (
+        "def total(items):\n    s = 0\n    for x in items:\n        s = s + x.price * x.quantity\n    return s\n\n"
+        "Rewrite this function with the variable `s` renamed to `amount`. Show the whole function.")},
+    {"class": "extraction", "prompt": (
+        "Meeting notes: Anna will send the budget on Monday. Ben owns the launch checklist. "
+        "Chen reviews the contract by Friday. Dana books the venue for the offsite.\n\n"
+        "List every person in the notes with their task, one per line, as `name: task`.")},
+]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One column of the comparison: a draft source and a γ policy."""
+
+    name: str
+    draft: str  # "none", "model", "lookup" or "hybrid"
+    gamma: str
+
+
+def default_modes(gammas: Sequence[int], has_draft: bool, lookup: bool) -> list[Mode]:
+    modes = [Mode("plain", "none", "0")]
+    if has_draft:
+        modes += [Mode(f"γ={g}", "model", str(g)) for g in gammas]
+        modes += [Mode("heuristic", "model", "heuristic"), Mode("auto", "model", "auto")]
+    if lookup:
+        modes.append(Mode("lookup", "lookup", "auto"))
+        if has_draft:
+            modes.append(Mode("hybrid", "hybrid", "auto"))
+    return modes
+
+
+def load_prompts(path: Path | None) -> list[dict[str, str]]:
+    """The built-in set, or a JSONL file of {"prompt": ..., "class": ...} lines."""
+    if path is None:
+        return BUILTIN_PROMPTS
+    prompts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise SpecrunError(f"cannot read prompts {path}: {error.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            prompts.append({"class": str(record.get("class", "prompts")), "prompt": str(record["prompt"])})
+        except (json.JSONDecodeError, KeyError, AttributeError):
+            raise SpecrunError(f"{path}:{number}: expected a JSON object with a \"prompt\"") from None
+    if not prompts:
+        raise SpecrunError(f"{path} holds no prompts")
+    return prompts
+
+
+@dataclass
+class CostCurve:
+    draft_per_token: float | None  # seconds
+    verify_by_width: dict[int, float]  # width -> seconds
+    overhead: float  # loop overhead per round, seconds, from the plain runs
+
+    def predicted_best(self, alpha: float, gamma_max: int) -> tuple[int, dict[int, float]]:
+        rates = {0: expected_rate(alpha, 0, 0.0, self.verify_by_width[1], self.overhead)}
+        if self.draft_per_token is not None:
+            for g in range(1, gamma_max + 1):
+                rates[g] = expected_rate(alpha, g, self.draft_per_token, self.verify_by_width[g + 1], self.overhead)
+        return max(rates, key=rates.__getitem__), rates
+
+
+def measure_costs(target: Model, draft: Model | None, context: list[int], max_width: int,
+                  repeats: int = 5) -> tuple[float | None, dict[int, float]]:
+    """Median time of one target call evaluating k new positions, k = 1..max_width,
+    and of one draft token; each call first rolls back to the same context."""
+
+    def timed(model: Model, width: int) -> float:
+        samples = []
+        for _ in range(repeats):
+            model.logits(context, 0)
+            extension = context + context[-width:] if width <= len(context) else context + [context[-1]] * width
+            start = time.perf_counter()
+            model.logits(extension, width)
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples)
+
+    verify = {width: timed(target, width) for width in range(1, max_width + 1)}
+    return (timed(draft, 1) if draft is not None else None), verify
+
+
+@dataclass
+class Run:
+    mode: str
+    prompt_class: str
+    prompt_index: int
+    repetition: int
+    stats: dict[str, object]
+    tokens: list[int] = field(repr=False)
+
+
+@dataclass
+class BenchResult:
+    target: str
+    draft: str | None
+    params: dict[str, object]
+    modes: list[str]
+    classes: list[str]
+    runs: list[Run]
+    table: list[dict[str, object]]
+    costs: CostCurve
+    alpha: float | None
+    predicted_gamma: int | None
+    predicted_rates: dict[int, float]
+    identical: bool | None  # None when sampling (outputs legitimately differ)
+    mismatches: list[str]
+
+    def to_json(self) -> str:
+        record = asdict(self)
+        for run in record["runs"]:
+            del run["tokens"]
+        return json.dumps(record, indent=2)
+
+
+def _draft_source(mode: Mode, draft: Model | None, target: Model, lookup: LookupOptions, p_min: float) -> DraftSource | None:
+    if mode.draft == "none":
+        return None
+    model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min) if draft is not None else None
+    if mode.draft == "model":
+        return model_draft
+    prompt_lookup = LookupDraft(lookup.ngram, 1, lookup.max_tokens)
+    return prompt_lookup if mode.draft == "lookup" else HybridDraft(prompt_lookup, model_draft)
+
+
+def run_bench(
+    target: Model,
+    draft: Model | None,
+    prompts: list[dict[str, str]],
+    modes: list[Mode],
+    *,
+    params: SamplingParams,
+    max_tokens: int = 128,
+    repeat: int = 3,
+    gamma_max: int = 8,
+    p_min: float = 0.0,
+    lookup: LookupOptions = LookupOptions(),
+    progress: Callable[[str], None] = lambda line: None,
+) -> BenchResult:
+    encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
+    classes = list(dict.fromkeys(p["class"] for p in prompts))
+
+    def one_run(mode: Mode, tokens: list[int]) -> tuple[Stats, list[int]]:
+        stats, output = Stats(), []
+        for event in generate(target, tokens, draft=_draft_source(mode, draft, target, lookup, p_min),
+                              params=params, policy=parse_policy(mode.gamma, gamma_max), max_tokens=max_tokens):
+            stats.add(event)
+            output.extend(getattr(event, "tokens", ()))
+        return stats, output
+
+    # Warm-up: first calls pay for allocations and page faults.
+    for mode in modes:
+        one_run(mode, encoded[0])
+
+    runs: list[Run] = []
+    for repetition in range(repeat):
+        for index, (prompt, tokens) in enumerate(zip(prompts, encoded)):
+            for mode in modes:  # interleaved, so drift in machine speed hits every mode alike
+                stats, output = one_run(mode, tokens)
+                runs.append(Run(mode.name, prompt["class"], index, repetition, stats.as_dict(), output))
+            progress(f"repetition {repetition + 1}/{repeat}, prompt {index + 1}/{len(prompts)}")
+
+    table = _table(runs, modes, classes)
+    mismatches = _mismatches(runs, modes) if params.greedy else []
+    draft_per_token, verify = measure_costs(target, draft, encoded[0], gamma_max + 1)
+    overheads = [r.stats["overhead_seconds_per_round"] for r in runs if r.mode == "plain"]
+    costs = CostCurve(draft_per_token, verify, statistics.median(overheads))
+    alpha = _alpha(runs)
+    predicted, rates = costs.predicted_best(alpha, gamma_max) if alpha is not None else (None, {})
+    return BenchResult(
+        target=target.name, draft=draft.name if draft else None, params=asdict(params),
+        modes=[m.name for m in modes], classes=classes, runs=runs, table=table, costs=costs,
+        alpha=alpha, predicted_gamma=predicted, predicted_rates=rates,
+        identical=(not mismatches) if params.greedy else None, mismatches=mismatches,
+    )
+
+
+def _rate(runs: list[Run]) -> float:
+    """Tokens per second of a group of runs: all their tokens over all their decode time."""
+    return sum(r.stats["generated_tokens"] for r in runs) / sum(r.stats["decode_seconds"] for r in runs)
+
+
+def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[str, object]]:
+    rows = []
+    for prompt_class in [*classes, "all"]:
+        selected = [r for r in runs if prompt_class in ("all", r.prompt_class)]
+        repetitions = sorted({r.repetition for r in selected})
+        plain = None
+        for mode in modes:
+            mine = [r for r in selected if r.mode == mode.name]
+            # Median over repetitions of each repetition's rate over the class's prompts.
+            rate = statistics.median(_rate([r for r in mine if r.repetition == k]) for k in repetitions)
+            plain = rate if mode.name == "plain" else plain
+            drafted = sum(r.stats["drafted"] for r in mine)
+            rows.append({
+                "class": prompt_class,
+                "mode": mode.name,
+                "tokens_per_second": rate,
+                "speedup": rate / plain if plain else None,
+                "acceptance_rate": sum(r.stats["accepted"] for r in mine) / drafted if drafted else None,
+                "mean_accepted_length": sum(r.stats["generated_tokens"] for r in mine) / sum(r.stats["rounds"] for r in mine),
+                "mean_gamma": statistics.fmean(r.stats["mean_gamma"] or 0.0 for r in mine),
+            })
+    return rows
+
+
+def _mismatches(runs: list[Run], modes: list[Mode]) -> list[str]:
+    """At temperature 0 every mode must produce plain decoding's tokens."""
+    reference = {(r.prompt_index, r.repetition): r.tokens for r in runs if r.mode == "plain"}
+    return sorted({f"{r.mode} on prompt {r.prompt_index + 1}" for r in runs
+                   if r.tokens != reference[(r.prompt_index, r.repetition)]})
+
+
+def _alpha(runs: list[Run]) -> float | None:
+    """Per-token acceptance of the draft model over the fixed-γ runs."""
+    fixed = [r for r in runs if r.mode.startswith("γ=")]
+    accepted = sum(r.stats["accepted"] for r in fixed)
+    trials = accepted + sum(r.stats["rejections"] for r in fixed)
+    return accepted / trials if trials else None
+
+
+def _fmt(value: object, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render_text(result: BenchResult) -> str:
+    """The tables `specrun bench` prints."""
+    lines = [f"target {result.target}, draft {result.draft or '-'}, "
+             f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}", ""]
+    header = f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean len':>9} {'mean γ':>7}"
+    lines += [header, "-" * len(header)]
+    for row in result.table:
+        lines.append(
+            f"{row['class']:<12} {row['mode']:<10} {row['tokens_per_second']:>7.1f} "
+            f"{_fmt(row['speedup'], '.2f'):>7}x {_fmt(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
+            f"{row['mean_accepted_length']:>9.2f} {row['mean_gamma']:>7.2f}"
+        )
+        if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
+            lines.append("")
+    costs = result.costs
+    lines += ["", "cost curve (medians)",
+              f"  draft per token  {_fmt(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
+              f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
+              "  target verify    " + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())
+              + "  (width:ms)"]
+    if result.predicted_gamma is not None:
+        lines.append(f"  α = {result.alpha:.2f} (fixed-γ runs): the cost model predicts γ = {result.predicted_gamma} "
+                     f"({result.predicted_rates[result.predicted_gamma]:.1f} tok/s)")
+    if result.identical is None:
+        lines.append("\noutputs: sampled (temperature > 0), identity not checked")
+    elif result.identical:
+        lines.append("\noutputs: identical across all modes")
+    else:
+        lines.append("\noutputs DIFFER from plain decoding: " + "; ".join(result.mismatches))
+    return "\n".join(lines)
+
+
+def auto_verdicts(result: BenchResult) -> list[str]:
+    """Per class: auto against the best of plain and every fixed γ, and against plain."""
+    verdicts = []
+    for prompt_class in [*result.classes, "all"]:
+        rows = {r["mode"]: r["tokens_per_second"] for r in result.table if r["class"] == prompt_class}
+        if "auto" not in rows:
+            continue
+        fixed = {m: v for m, v in rows.items() if m == "plain" or m.startswith("γ=")}
+        best = max(fixed, key=fixed.__getitem__)
+        verdicts.append(f"{prompt_class}: auto {rows['auto']:.1f} tok/s = {rows['auto'] / fixed[best]:.0%} of the best "
+                        f"fixed ({best}, {fixed[best]:.1f}), {rows['auto'] / rows['plain']:.0%} of plain")
+    return verdicts
+
+
+def plot(result: BenchResult, path: Path) -> None:
+    """tokens/s against γ per class, with the adaptive and heuristic policies marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecrunError("--plot needs matplotlib: pip install 'specrun[plot]'") from None
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for index, prompt_class in enumerate([*result.classes, "all"]):
+        rows = {r["mode"]: r["tokens_per_second"] for r in result.table if r["class"] == prompt_class}
+        points = sorted((0 if m == "plain" else int(m[2:]), v) for m, v in rows.items() if m == "plain" or m.startswith("γ="))
+        color = f"C{index}"
+        axes.plot([g for g, _ in points], [v for _, v in points], "o-", color=color, label=prompt_class)
+        for mode, style in (("auto", "--"), ("heuristic", ":")):
+            if mode in rows:
+                axes.axhline(rows[mode], color=color, linestyle=style, linewidth=1)
+    axes.set_xlabel("γ (0 = plain decoding)")
+    axes.set_ylabel("tokens/s (median)")
+    axes.set_title(f"{result.target} + {result.draft}: dashed = auto, dotted = heuristic")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
