@@ -89,8 +89,8 @@ class CostModel:
     def t_overhead(self) -> float | None:
         return self._means.get("overhead", (None,))[0]
 
-    def observe(self, event: RoundLike) -> None:
-        if event.drafted > 0:
+    def observe(self, event: RoundLike, *, draft_time: bool = True) -> None:
+        if event.drafted > 0 and draft_time:
             self._update(self._means, "draft", event.draft_seconds / event.drafted)
         self._update(self._means, "overhead", event.overhead_seconds)
         self._update(self._verify, event.drafted + 1, event.verify_seconds)
@@ -137,8 +137,9 @@ def expected_rate(alpha: float, gamma: int, t_draft: float, t_verify: float, t_o
 class AdaptiveGamma:
     """Pick γ ∈ [0, γ_max] maximising E[N](α, γ) / (γ·t_d + t_v(γ+1) + t_o).
 
-    α is the acceptance rate of recent rounds (exponentially weighted counts of
-    accepted tokens and rejections, so it follows changes of text). γ = 0 is plain
+    α is the per-token acceptance of recent rounds, accepted / (accepted + rejections),
+    from exponentially weighted counts with a cap on the evidence kept, so it follows
+    changes of text within a few rounds. γ = 0 is plain
     decoding: where speculation does not pay, the policy falls back to it and probes
     γ ≥ 1 now and then, with a growing interval, so it can come back. A new γ must
     beat the current one by `hysteresis` to be taken, which stops oscillation.
@@ -150,13 +151,15 @@ class AdaptiveGamma:
         self,
         gamma_max: int = 8,
         *,
-        decay: float = 0.85,
+        decay: float = 0.9,
+        max_evidence: float = 32.0,
         hysteresis: float = 0.05,
         first_probe_after: int = 8,
-        max_probe_interval: int = 64,
+        max_probe_interval: int = 32,
     ) -> None:
         self.gamma_max = gamma_max
         self.decay = decay
+        self.max_evidence = max_evidence
         self.hysteresis = hysteresis
         self.costs = CostModel()
         # Weak prior (alpha = 0.5) that recent rounds quickly outweigh.
@@ -173,42 +176,54 @@ class AdaptiveGamma:
     def alpha(self) -> float:
         return self._accepted / (self._accepted + self._rejected)
 
-    def rate(self, gamma: int) -> float | None:
-        """Expected tokens per second at this γ under the current estimates."""
+    def rate(self, gamma: int, alpha: float | None = None) -> float | None:
+        """Expected tokens per second at this γ under the current estimates (or this α)."""
         t_verify = self.costs.t_verify(gamma + 1)
         if t_verify is None or (gamma > 0 and self.costs.t_draft is None):
             return None
-        rate = expected_rate(self.alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
+        alpha = self.alpha if alpha is None else alpha
+        rate = expected_rate(alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
         return rate if math.isfinite(rate) else None
 
+    def _best(self, gammas: range, default: int) -> int:
+        known = {g: r for g in gammas if (r := self.rate(g)) is not None}
+        return max(known, key=known.__getitem__) if known else default
+
     def best_gamma(self) -> int:
-        rates = {g: self.rate(g) for g in range(self.gamma_max + 1)}
-        known = {g: r for g, r in rates.items() if r is not None}
-        return max(known, key=known.__getitem__) if known else self.gamma
+        return self._best(range(self.gamma_max + 1), self.gamma)
+
+    def _could_pay(self) -> bool:
+        """Whether some γ ≥ 1 would beat plain decoding at these costs if every draft were accepted."""
+        plain = self.rate(0)
+        perfect = [self.rate(g, alpha=1.0) for g in range(1, self.gamma_max + 1)]
+        return plain is not None and any(r is not None and r > plain * (1 + self.hysteresis) for r in perfect)
 
     def next_gamma(self) -> int:
         if self._warmup:
             return self._warmup[0]
         if self.gamma == 0 and self._rounds_at_zero >= self._probe_interval:
-            return max(1, self._best_speculative())
+            return self._best(range(1, self.gamma_max + 1), 1)  # probe the best speculative γ
         return self.gamma
 
-    def _best_speculative(self) -> int:
-        rates = {g: self.rate(g) for g in range(1, self.gamma_max + 1)}
-        known = {g: r for g, r in rates.items() if r is not None}
-        return max(known, key=known.__getitem__) if known else 1
-
     def observe(self, event: RoundLike) -> None:
-        self.costs.observe(event)
+        was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
+        # A probe's draft time includes the draft catching up on the tokens it skipped
+        # while γ was 0: not the cost of drafting, so it does not update t_draft.
+        self.costs.observe(event, draft_time=not was_probe)
         if event.drafted > 0:
             rejected = 1.0 if event.accepted < event.drafted else 0.0
             self._accepted = self.decay * self._accepted + event.accepted
             self._rejected = self.decay * self._rejected + rejected
+            # Long accepted drafts pile up evidence fast; cap it so a change of text
+            # shows within a few rounds whatever γ was.
+            evidence = self._accepted + self._rejected
+            if evidence > self.max_evidence:
+                self._accepted *= self.max_evidence / evidence
+                self._rejected *= self.max_evidence / evidence
         if self._warmup:
             self._warmup.pop(0)
             self.gamma = self._warmup[0] if self._warmup else self.best_gamma()
             return
-        was_probe = self.gamma == 0 and event.gamma > 0
         best = self.best_gamma()
         current, candidate = self.rate(self.gamma), self.rate(best)
         if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
@@ -216,7 +231,9 @@ class AdaptiveGamma:
         if self.gamma > 0:
             self._rounds_at_zero = 0
             self._probe_interval = self._first_probe_after
-        elif was_probe:  # the probe did not bring speculation back: wait longer next time
+        elif was_probe and event.accepted == event.drafted and self._could_pay():
+            pass  # fully accepted, and more acceptance would make speculation pay: probe again
+        elif was_probe:  # the probe was rejected: wait longer before the next one
             self._rounds_at_zero = 0
             self._probe_interval = min(self._probe_interval * 2, self._max_probe_interval)
         else:

@@ -1,0 +1,179 @@
+"""γ policies, without a model: rounds are simulated from a known acceptance rate and
+known costs, so the best γ is known and the policy's choices can be judged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from specrun.errors import SpecrunError
+from specrun.gamma import AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma, expected_rate, parse_policy
+
+
+@dataclass
+class SimRound:
+    gamma: int
+    drafted: int
+    accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    overhead_seconds: float
+
+    @property
+    def tokens(self) -> int:
+        return self.accepted + 1
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds + self.overhead_seconds
+
+
+@dataclass
+class Machine:
+    """Per-token acceptance `alpha`, draft time per token, verify time a + b·width."""
+
+    alpha: float
+    t_draft: float
+    verify_base: float
+    verify_per_token: float
+    overhead: float = 0.0002
+
+    def t_verify(self, width: int) -> float:
+        return self.verify_base + self.verify_per_token * width
+
+    def rate(self, gamma: int) -> float:
+        return expected_rate(self.alpha, gamma, self.t_draft, self.t_verify(gamma + 1), self.overhead)
+
+    def best_rate(self, gamma_max: int) -> float:
+        return max(self.rate(g) for g in range(gamma_max + 1))
+
+    def round(self, gamma: int, rng: np.random.Generator) -> SimRound:
+        accepted = 0
+        while accepted < gamma and rng.random() < self.alpha:
+            accepted += 1
+        jitter = rng.uniform(0.97, 1.03)  # measured times are never exact
+        return SimRound(gamma, gamma, accepted, gamma * self.t_draft * jitter,
+                        self.t_verify(gamma + 1) * jitter, self.overhead)
+
+
+def simulate(policy, machine: Machine, rounds: int, seed: int = 0) -> list[SimRound]:
+    rng = np.random.default_rng(seed)
+    history = []
+    for _ in range(rounds):
+        event = machine.round(policy.next_gamma(), rng)
+        policy.observe(event)
+        history.append(event)
+    return history
+
+
+def throughput(history: list[SimRound]) -> float:
+    return sum(r.tokens for r in history) / sum(r.seconds for r in history)
+
+
+GPU_LIKE = Machine(alpha=0.8, t_draft=0.002, verify_base=0.030, verify_per_token=0.0005)  # verify nearly flat
+CPU_LIKE = Machine(alpha=0.75, t_draft=0.0045, verify_base=0.0045, verify_per_token=0.0035)  # steep verify
+SAME_MODEL = Machine(alpha=0.98, t_draft=0.008, verify_base=0.0045, verify_per_token=0.0035)  # draft as slow as target
+
+
+def test_fixed_policy_is_fixed():
+    policy = FixedGamma(3)
+    simulate(policy, GPU_LIKE, 20)
+    assert policy.next_gamma() == 3 and policy.name == "fixed:3"
+
+
+def test_heuristic_grows_after_full_acceptance_and_shrinks_after_a_rejection():
+    policy = HeuristicGamma(gamma_max=8, start=4)
+    policy.observe(SimRound(4, 4, 4, 0, 0, 0))
+    assert policy.next_gamma() == 6
+    policy.observe(SimRound(6, 6, 6, 0, 0, 0))
+    assert policy.next_gamma() == 8  # capped at γ_max
+    policy.observe(SimRound(8, 8, 2, 0, 0, 0))
+    assert policy.next_gamma() == 7
+    for _ in range(10):
+        policy.observe(SimRound(policy.next_gamma(), policy.next_gamma(), 0, 0, 0, 0))
+    assert policy.next_gamma() == 1  # never below 1
+
+
+@pytest.mark.parametrize("machine", [GPU_LIKE, CPU_LIKE, SAME_MODEL], ids=["gpu-like", "cpu-like", "same-model"])
+def test_adaptive_reaches_the_best_fixed_rate(machine):
+    """Against the best fixed γ (or plain) run on the same random acceptances, several seeds."""
+    best = max(range(9), key=machine.rate)
+    ratios = []
+    for seed in range(5):
+        auto = throughput(simulate(AdaptiveGamma(8), machine, 400, seed))
+        ratios.append(auto / throughput(simulate(FixedGamma(best), machine, 400, seed)))
+        assert auto >= 0.95 * throughput(simulate(FixedGamma(0), machine, 400, seed))  # never much below plain
+    assert np.mean(ratios) >= 0.97 and min(ratios) >= 0.93, ratios
+
+
+def test_adaptive_speculates_where_it_pays_and_not_where_it_does_not():
+    fast = AdaptiveGamma(8)
+    simulate(fast, GPU_LIKE, 200)
+    best = max(range(9), key=GPU_LIKE.rate)
+    assert fast.next_gamma() >= 2 and GPU_LIKE.rate(fast.next_gamma()) >= 0.97 * GPU_LIKE.rate(best)
+    slow = AdaptiveGamma(8)
+    history = simulate(slow, SAME_MODEL, 200)
+    assert sum(r.gamma == 0 for r in history[-100:]) >= 90  # plain decoding, apart from rare probes
+
+
+def test_adaptive_follows_a_change_of_text_and_probes_back():
+    """Where acceptance falls so far that speculation costs more than it gives, back off
+    towards plain decoding; when it rises again, a probe finds out and speculation resumes."""
+    easy = Machine(alpha=0.9, t_draft=0.001, verify_base=0.010, verify_per_token=0.001)
+    hard = Machine(alpha=0.1, t_draft=0.001, verify_base=0.010, verify_per_token=0.001)
+    assert max(range(9), key=easy.rate) >= 3 and max(range(9), key=hard.rate) == 0
+    for seed in range(5):
+        policy = AdaptiveGamma(8)
+        simulate(policy, easy, 100, seed)
+        assert policy.next_gamma() >= 3
+        history = simulate(policy, hard, 100, seed + 10)
+        assert all(r.gamma <= 1 for r in history[30:])  # backed off within 30 rounds
+        plain = simulate(FixedGamma(0), hard, 100, seed + 10)
+        assert throughput(history[30:]) >= 0.92 * throughput(plain[30:])
+        history = simulate(policy, easy, 150, seed + 20)
+        came_back = next(i for i, r in enumerate(history) if all(h.gamma >= 2 for h in history[i: i + 20]))
+        assert came_back <= 100  # within a few probe intervals (at most 32 rounds each)
+
+
+def test_adaptive_does_not_oscillate_in_a_steady_state():
+    history = simulate(AdaptiveGamma(8), GPU_LIKE, 400)
+    changes = sum(a.gamma != b.gamma for a, b in zip(history[200:], history[201:]))
+    assert changes <= 10
+
+
+def test_probe_draft_time_does_not_count_as_drafting_cost():
+    policy = AdaptiveGamma(4)
+    simulate(policy, SAME_MODEL, 60)
+    t_draft = policy.costs.t_draft
+    while policy.next_gamma() == 0:
+        policy.observe(SAME_MODEL.round(0, np.random.default_rng(0)))
+    # The probe's draft time includes catching up on every skipped token.
+    policy.observe(SimRound(policy.next_gamma(), policy.next_gamma(), 1, 1.0, 0.01, 0.0002))
+    assert policy.costs.t_draft == t_draft
+
+
+def test_cost_model_interpolates_unmeasured_widths():
+    costs = CostModel(decay=None)
+    assert costs.t_verify(3) is None
+    costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))  # width 1
+    assert costs.t_verify(5) == 0.010  # one width known: assume flat
+    costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))  # width 5
+    assert costs.t_verify(3) == pytest.approx(0.020)  # between measured widths
+    assert costs.t_verify(7) == pytest.approx(0.040)  # extended along the last slope
+    assert costs.t_draft == pytest.approx(0.001)
+    costs.observe(SimRound(0, 0, 0, 0.0, 0.020, 0.0))
+    assert costs.t_verify(1) == pytest.approx(0.015)  # a plain mean without decay
+
+
+@pytest.mark.parametrize("spec, name", [("auto", "auto"), ("heuristic", "heuristic"), ("3", "fixed:3"),
+                                        ("fixed:0", "fixed:0")])
+def test_parse_policy(spec, name):
+    assert parse_policy(spec).name == name
+
+
+@pytest.mark.parametrize("spec", ["fast", "-1", "99"])
+def test_parse_policy_rejects_bad_values(spec):
+    with pytest.raises(SpecrunError):
+        parse_policy(spec)
