@@ -1,0 +1,111 @@
+"""Slash commands typed in the input box, parsed into values the chat screen carries out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from specrun.errors import SpecrunError
+
+
+@dataclass(frozen=True)
+class Clear:
+    pass
+
+
+@dataclass(frozen=True)
+class SetSystem:
+    text: str | None  # None removes the system prompt
+
+
+@dataclass(frozen=True)
+class SetSampling:
+    field: str  # a SamplingParams field
+    value: float | int | None
+
+
+@dataclass(frozen=True)
+class SetMaxTokens:
+    value: int
+
+
+@dataclass(frozen=True)
+class SetGamma:
+    spec: str  # validated by Engine.set_gamma
+
+
+@dataclass(frozen=True)
+class ShowStats:
+    pass
+
+
+@dataclass(frozen=True)
+class ShowHelp:
+    pass
+
+
+Command = Union[Clear, SetSystem, SetSampling, SetMaxTokens, SetGamma, ShowStats, ShowHelp]
+
+COMMAND_HELP: list[tuple[str, str]] = [
+    ("/clear", "forget the conversation and the figures"),
+    ("/system TEXT", "set the system prompt (no text: remove it)"),
+    ("/set temp 0.7", "also top_k, top_p, min_p, seed (N or none)"),
+    ("/set max_tokens 512", "most tokens per answer"),
+    ("/set gamma auto|heuristic|N", "the γ policy (0: no speculation)"),
+    ("/stats", "the full figures of the last answer"),
+    ("/help", "keys and commands"),
+]
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
+
+
+# name typed after /set -> (SamplingParams field, parser)
+SAMPLING_SETTINGS: dict[str, tuple[str, Callable[[str], float | int | None]]] = {
+    "temp": ("temperature", float),
+    "temperature": ("temperature", float),
+    "top_k": ("top_k", int),
+    "top_p": ("top_p", float),
+    "min_p": ("min_p", float),
+    "seed": ("seed", _optional_int),
+}
+SETTING_NAMES = "temp, top_k, top_p, min_p, seed, max_tokens, gamma"
+
+
+def parse_command(line: str) -> Command:
+    """`line` starts with '/'; a SpecrunError says what is wrong with it."""
+    name, _, rest = line[1:].strip().partition(" ")
+    rest = rest.strip()
+    if name == "clear":
+        return Clear()
+    if name == "system":
+        return SetSystem(rest or None)
+    if name == "stats":
+        return ShowStats()
+    if name == "help":
+        return ShowHelp()
+    if name == "set":
+        return _parse_set(rest)
+    raise SpecrunError(f"unknown command /{name}; /help lists the commands")
+
+
+def _parse_set(arguments: str) -> Command:
+    setting, _, value = arguments.partition(" ")
+    setting, value = setting.replace("-", "_"), value.strip()  # top-k and top_k alike
+    if not setting or not value:
+        raise SpecrunError(f"usage: /set NAME VALUE, NAME one of {SETTING_NAMES}")
+    if setting == "gamma":
+        return SetGamma(value)
+    try:
+        if setting == "max_tokens":
+            count = int(value)
+            if count < 1:
+                raise SpecrunError(f"max_tokens must be at least 1, got {count}")
+            return SetMaxTokens(count)
+        if setting in SAMPLING_SETTINGS:
+            field, parse = SAMPLING_SETTINGS[setting]
+            return SetSampling(field, parse(value))
+    except ValueError:
+        raise SpecrunError(f"/set {setting}: {value!r} is not a number") from None
+    raise SpecrunError(f"/set: unknown setting {setting!r}; one of {SETTING_NAMES}")

@@ -1,0 +1,259 @@
+"""The Textual chat against the tiny generated models: real engine, real worker thread."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input, Markdown, Sparkline, Static
+
+from specrun.chat import Message, render
+from specrun.engine import Engine, LoadOptions
+from specrun.errors import SpecrunError
+from specrun.sampling import SamplingParams
+from specrun.speculative import Prefill, Round
+from specrun.stats import Stats
+from specrun_tui import SpecrunApp
+from specrun_tui.generation import Figures
+from specrun_tui.screens import ChatScreen, HelpScreen, LoadingScreen
+from specrun_tui.widgets import AssistantMessage, FiguresPanel, Notice, Transcript, UserMessage
+
+GREEDY = SamplingParams(temperature=0.0, seed=1)
+
+
+def load(target: Path, draft: Path) -> Engine:
+    # γ fixed so which tokens came from the draft does not depend on timings.
+    return Engine.load(target, draft, params=GREEDY, gamma="3")
+
+
+@pytest.fixture
+def engine(tiny_target: Path, tiny_draft: Path):
+    with load(tiny_target, tiny_draft) as engine:
+        yield engine
+
+
+async def until(pilot: Pilot, condition, timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("timed out")
+
+
+async def say(pilot: Pilot, text: str) -> ChatScreen:
+    """Type a line into the input box, press Enter and wait until any answer is done."""
+    screen = pilot.app.screen
+    assert isinstance(screen, ChatScreen)
+    screen.query_one(Input).value = text
+    await pilot.press("enter")
+    await until(pilot, lambda: not screen.generating)
+    await pilot.pause()
+    return screen
+
+
+def notices(screen: ChatScreen) -> list[str]:
+    return [str(notice.render()) for notice in screen.query(Notice)]
+
+
+def greedy_answer(target: Path, draft: Path, user_text: str, max_tokens: int) -> str:
+    with load(target, draft) as engine:
+        tokens = render(engine.target, [Message("user", user_text)])
+        return "".join(e.text for e in engine.stream(tokens, max_tokens=max_tokens) if isinstance(e, Round))
+
+
+@pytest.mark.asyncio
+async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(engine, tiny_target, tiny_draft):
+    app = SpecrunApp(engine, max_tokens=24)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await say(pilot, "hello world")
+        [user] = screen.query(UserMessage)
+        [answer] = screen.query(AssistantMessage)
+        assert str(user.render()) == "hello world"
+        expected = greedy_answer(tiny_target, tiny_draft, "hello world", 24)
+        assert answer.text == expected and expected
+        assert answer.finished and answer.query_one(Markdown).display
+        assert screen.conversation.turns[-1] == Message("assistant", expected)
+        # The panel shows the last answer's figures, as Stats computed them.
+        stats = screen.last_stats
+        assert stats.generated == 24 and stats.finish_reason == "length"
+        panel = screen.query_one(FiguresPanel)
+        assert panel.latest.tokens_per_second == stats.tokens_per_second
+        assert panel.latest.acceptance_rate == stats.acceptance_rate
+        assert panel.latest.gamma == 3 and panel.latest.policy == "fixed:3"
+        assert all(sparkline.data for sparkline in panel.query(Sparkline))
+        labels = " ".join(str(label.render()) for label in panel.query(".figure"))
+        assert f"{stats.acceptance_rate * 100:.0f}%" in labels and "(fixed:3)" in labels
+        assert "stopped at the token limit" in notices(screen)[-1]
+
+
+@pytest.mark.asyncio
+async def test_a_stopped_answer_leaves_the_app_ready_for_the_next(engine):
+    app = SpecrunApp(engine, max_tokens=900)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        # Stop (what Escape does) before the worker's first round: the tiny model would
+        # finish 900 tokens before a simulated key press could reach it. The loop polls the flag.
+        await screen.send("the cat")
+        screen.action_stop()
+        await until(pilot, lambda: not screen.generating)
+        assert screen.last_stats.finish_reason == "cancelled"
+        assert notices(screen) == ["stopped"]
+        assert [m.role for m in screen.conversation.turns] == ["user", "assistant"]
+
+        await pilot.press(*"/set max_tokens 8", "enter")
+        await say(pilot, "the dog")
+        assert screen.last_stats.finish_reason == "length" and screen.last_stats.generated == 8
+        assert len(screen.query(AssistantMessage)) == 2
+        assert [m.role for m in screen.conversation.turns] == ["user", "assistant"] * 2
+
+
+@pytest.mark.asyncio
+async def test_slash_commands_change_the_settings(engine):
+    app = SpecrunApp(engine, max_tokens=8)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await say(pilot, "/set temp 0.5")
+        assert engine.params.temperature == 0.5
+        await say(pilot, "/set top-k 7")
+        assert engine.params.top_k == 7
+        await say(pilot, "/set seed none")
+        assert engine.params.seed is None
+        await say(pilot, "/set gamma 3")
+        assert engine.policy.name == "fixed:3"
+        await say(pilot, "/set gamma heuristic")
+        assert engine.policy.name == "heuristic"
+        assert screen.query_one(FiguresPanel).latest.policy == "heuristic"
+        await say(pilot, "/system Be brief.")
+        assert screen.conversation.system == "Be brief."
+
+        await say(pilot, "/set top_p 2")
+        await say(pilot, "/set gamma many")
+        await say(pilot, "/frobnicate")
+        assert len(notices(screen)) == 3
+        assert engine.params.top_p == 0.95  # refused values change nothing
+
+        await say(pilot, "/stats")
+        assert notices(screen)[-1] == "/stats: no answer yet"
+        await say(pilot, "hello")
+        await say(pilot, "/stats")
+        assert notices(screen)[-1] == "\n".join(screen.last_stats.summary_lines())
+
+        await say(pilot, "/clear")
+        assert not screen.query_one(Transcript).children
+        assert screen.conversation.turns == [] and screen.conversation.system == "Be brief."
+
+
+@pytest.mark.asyncio
+async def test_help_screen_opens_and_closes(engine):
+    app = SpecrunApp(engine)
+    async with app.run_test() as pilot:
+        await say(pilot, "/help")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert isinstance(app.screen, ChatScreen)
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.asyncio
+async def test_draft_colours_toggle(engine):
+    app = SpecrunApp(engine, max_tokens=24)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await say(pilot, "hello world")
+        answer = screen.query_one(AssistantMessage)
+        assert any(from_draft for _, from_draft in answer.segments)
+        await pilot.press("ctrl+o")
+        live = answer.query_one(".live", Static)
+        assert live.display and not answer.query_one(Markdown).display
+        text = answer.live_text()
+        draft_style = answer.get_component_rich_style("answer--draft")
+        assert draft_style.color is not None
+        assert [text.plain[s.start:s.end] for s in text.spans if s.style == draft_style] == [
+            piece for piece, from_draft in answer.segments if from_draft and piece
+        ]
+        await pilot.press("ctrl+o")
+        assert answer.query_one(Markdown).display
+
+
+@pytest.mark.asyncio
+async def test_the_loader_runs_behind_a_loading_screen(tiny_target, tiny_draft):
+    may_load = threading.Event()
+
+    def slow_load() -> Engine:
+        may_load.wait(timeout=20)
+        return load(tiny_target, tiny_draft)
+
+    app = SpecrunApp(loader=slow_load, loading="target and draft")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, LoadingScreen)  # the app is alive while the loader works
+        assert "Loading target and draft" in str(app.screen.query_one("#loading-status").render())
+        may_load.set()
+        await until(pilot, lambda: isinstance(app.screen, ChatScreen))
+        assert app.engine is not None
+        await say(pilot, "/set gamma 2")
+        assert app.engine.policy.name == "fixed:2"
+    app.engine.close()
+
+
+@pytest.mark.asyncio
+async def test_a_load_error_is_shown_in_the_app(tmp_path):
+    def fail() -> Engine:
+        raise SpecrunError("model file not found: nowhere.gguf")
+
+    app = SpecrunApp(loader=fail)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: "nowhere.gguf" in str(app.screen.query_one("#loading-status").render()))
+        assert isinstance(app.screen, LoadingScreen) and app.is_running
+
+
+# --- snapshots ------------------------------------------------------------------------------
+# The transcript comes from a greedy run with a fixed γ, so it is the same every time;
+# the measured timings are not, so after the answer the panel is reset and fed readings
+# from a Stats built from rounds with fixed timings (through the panel's public methods),
+# which keeps every figure a Stats figure and the picture stable.
+
+KNOWN_ROUNDS = [  # (γ, drafted, accepted, draft s, verify s, overhead s)
+    (3, 3, 3, 0.006, 0.020, 0.001), (3, 3, 1, 0.006, 0.020, 0.001), (3, 3, 2, 0.006, 0.021, 0.001),
+    (3, 3, 0, 0.006, 0.020, 0.001), (3, 3, 3, 0.006, 0.019, 0.001), (3, 3, 3, 0.006, 0.020, 0.001),
+]
+
+
+def known_readings() -> list[Figures]:
+    stats, readings = Stats(), []
+    stats.add(Prefill(prompt_tokens=20, evaluated=20, seconds=0.05))
+    for gamma, drafted, accepted, draft_s, verify_s, overhead_s in KNOWN_ROUNDS:
+        tokens = tuple(range(accepted + 1))
+        stats.add(Round(tokens, (True,) * accepted + (False,), (), gamma, drafted, accepted,
+                        draft_s, verify_s, overhead_s))
+        readings.append(Figures.read(stats, "fixed:3"))
+    return readings
+
+
+@pytest.fixture
+def cpu_engine(tiny_target: Path, tiny_draft: Path):
+    """No GPU layers, so the bar reads the same on any build of llama.cpp."""
+    options = LoadOptions(gpu_layers=0, draft_gpu_layers=0)
+    with Engine.load(tiny_target, tiny_draft, options=options, params=GREEDY, gamma="3") as engine:
+        yield engine
+
+
+def test_snapshot_of_the_chat_after_an_answer(snap_compare, cpu_engine):
+    async def answer_then_fix_the_figures(pilot: Pilot) -> None:
+        pilot.app.screen.query_one(Input).cursor_blink = False
+        screen = await say(pilot, "hello world")
+        panel = screen.query_one(FiguresPanel)
+        panel.reset()
+        panel.show(known_readings())
+
+    app = SpecrunApp(cpu_engine, max_tokens=24)
+    assert snap_compare(app, run_before=answer_then_fix_the_figures, terminal_size=(110, 32))
+
+
+def test_snapshot_of_the_help_screen(snap_compare, cpu_engine):
+    async def stop_the_cursor_blinking(pilot: Pilot) -> None:
+        pilot.app.screen.query_one(Input).cursor_blink = False
+
+    app = SpecrunApp(cpu_engine)
+    assert snap_compare(app, run_before=stop_the_cursor_blinking, press=["f1"], terminal_size=(110, 32))
