@@ -68,7 +68,6 @@ class CostModel:
     positions in one call, per width (on CPU it is far from flat); t_overhead: the
     loop's own time per round. With `decay` the figures are exponentially weighted,
     so they follow the machine's state; with decay=None they are plain means.
-    Unmeasured widths are interpolated from measured ones.
     """
 
     def __init__(self, decay: float | None = 0.8) -> None:
@@ -100,25 +99,25 @@ class CostModel:
         return {width: value for width, (value, _) in sorted(self._verify.items())}
 
     def t_verify(self, width: int) -> float | None:
-        """Measured, else linear between neighbours, else extended from the nearest slope."""
+        """Measured; else linear between the measured neighbours; beyond the widest measured,
+        that width's time (optimistic, so the policy tries wider drafts and learns their cost);
+        below the narrowest, extended along the first slope."""
         measured = self.measured_widths
         if width in measured:
             return measured[width]
         widths = list(measured)
         if not widths:
             return None
+        if width > widths[-1]:
+            return measured[widths[-1]]
         if len(widths) == 1:
-            return measured[widths[0]]  # optimistic (flat) until a second width is seen
-        lower = [w for w in widths if w < width]
-        upper = [w for w in widths if w > width]
-        if lower and upper:
-            a, b = lower[-1], upper[0]
-        elif upper:
-            a, b = widths[0], widths[1]
-        else:
-            a, b = widths[-2], widths[-1]
-        slope = (measured[b] - measured[a]) / (b - a)
-        return max(measured[a] + slope * (width - a), 0.0)
+            return measured[widths[0]]
+        upper = next(w for w in widths if w > width)
+        lower = max((w for w in widths if w < width), default=widths[0])
+        if lower == upper:  # below the narrowest measured width
+            lower, upper = widths[0], widths[1]
+        slope = (measured[upper] - measured[lower]) / (upper - lower)
+        return max(measured[lower] + slope * (width - lower), 0.0)
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -208,8 +207,8 @@ class AdaptiveGamma:
     def observe(self, event: RoundLike) -> None:
         was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
         # A probe's draft time includes the draft catching up on the tokens it skipped
-        # while γ was 0: not the cost of drafting, so it does not update t_draft.
-        self.costs.observe(event, draft_time=not was_probe)
+        # while γ was 0: not the cost of drafting, so it only counts when nothing else has.
+        self.costs.observe(event, draft_time=not (was_probe and self.costs.t_draft is not None))
         if event.drafted > 0:
             rejected = 1.0 if event.accepted < event.drafted else 0.0
             self._accepted = self.decay * self._accepted + event.accepted
@@ -223,7 +222,12 @@ class AdaptiveGamma:
         if self._warmup:
             self._warmup.pop(0)
             self.gamma = self._warmup[0] if self._warmup else self.best_gamma()
+            if not self._warmup and self.costs.t_draft is None:
+                self._rounds_at_zero = self._probe_interval  # nothing drafted yet: probe at once
             return
+        # A probe that proposed nothing (prompt lookup found no match) and cost next to
+        # nothing says nothing about acceptance: probe again next round.
+        inconclusive = event.drafted == 0 and event.draft_seconds < 0.1 * event.verify_seconds
         best = self.best_gamma()
         current, candidate = self.rate(self.gamma), self.rate(best)
         if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
@@ -231,8 +235,8 @@ class AdaptiveGamma:
         if self.gamma > 0:
             self._rounds_at_zero = 0
             self._probe_interval = self._first_probe_after
-        elif was_probe and event.accepted == event.drafted and self._could_pay():
-            pass  # fully accepted, and more acceptance would make speculation pay: probe again
+        elif was_probe and (inconclusive or (event.accepted == event.drafted and self._could_pay())):
+            pass  # no evidence yet, or full acceptance where more would make speculation pay: probe again
         elif was_probe:  # the probe was rejected: wait longer before the next one
             self._rounds_at_zero = 0
             self._probe_interval = min(self._probe_interval * 2, self._max_probe_interval)

@@ -105,7 +105,7 @@ def test_adaptive_reaches_the_best_fixed_rate(machine):
         auto = throughput(simulate(AdaptiveGamma(8), machine, 400, seed))
         ratios.append(auto / throughput(simulate(FixedGamma(best), machine, 400, seed)))
         assert auto >= 0.95 * throughput(simulate(FixedGamma(0), machine, 400, seed))  # never much below plain
-    assert np.mean(ratios) >= 0.97 and min(ratios) >= 0.93, ratios
+    assert np.mean(ratios) >= 0.96 and min(ratios) >= 0.93, ratios  # the issue asks for 95%
 
 
 def test_adaptive_speculates_where_it_pays_and_not_where_it_does_not():
@@ -161,7 +161,9 @@ def test_cost_model_interpolates_unmeasured_widths():
     assert costs.t_verify(5) == 0.010  # one width known: assume flat
     costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))  # width 5
     assert costs.t_verify(3) == pytest.approx(0.020)  # between measured widths
-    assert costs.t_verify(7) == pytest.approx(0.040)  # extended along the last slope
+    assert costs.t_verify(7) == 0.030  # beyond the widest measured: optimistic, to be explored
+    costs.observe(SimRound(2, 2, 2, 0.002, 0.015, 0.0))  # width 3
+    assert costs.t_verify(2) == pytest.approx(0.0125)
     assert costs.t_draft == pytest.approx(0.001)
     costs.observe(SimRound(0, 0, 0, 0.0, 0.020, 0.0))
     assert costs.t_verify(1) == pytest.approx(0.015)  # a plain mean without decay
