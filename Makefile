@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/specrun bench --repeat 3
+	bench/run.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache

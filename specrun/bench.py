@@ -19,11 +19,14 @@ from specrun.chat import prompt_tokens
 from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
 from specrun.engine import LookupOptions
 from specrun.errors import SpecrunError
+from specrun.exactness import first_divergence
 from specrun.gamma import expected_rate, parse_policy
 from specrun.runtime import Model
 from specrun.sampling import SamplingParams
 from specrun.speculative import generate
 from specrun.stats import Stats
+
+NEAR_TIE = 0.05  # logits closer than this may flip between batch widths (specrun.exactness)
 
 BUILTIN_PROMPTS: list[dict[str, str]] = [
     {"class": "code", "prompt": "Write a Python function that checks whether a number is prime. Include a docstring."},
@@ -33,12 +36,10 @@ BUILTIN_PROMPTS: list[dict[str, str]] = [
     {"class": "chat", "prompt": "What are three tips for staying focused while working from home?"},
     {"class": "chat", "prompt": "What is the difference between weather and climate?"},
     {"class": "extraction", "prompt": (
-        "def total(items):\n    s = 0\n    for x in items:\n        s = s + x.price * x.quantity\n    return s\n\n"
-        "Rewrite this function with the variable `s` renamed to `amount`. Show the whole function.")},
+        'Copy this JSON and change the city to Berlin:\n{"id": 1042, "name": "Bob Smith", "city": "London", '
+        '"email": "bob.smith@example.org", "active": true, "roles": ["admin", "editor"]}')},
     {"class": "extraction", "prompt": (
-        "Meeting notes: Anna will send the budget on Monday. Ben owns the launch checklist. "
-        "Chen reviews the contract by Friday. Dana books the venue for the offsite.\n\n"
-        "List every person in the notes with their task, one per line, as `name: task`.")},
+        "Copy this CSV and add a row for Dave, 41, Rome:\nname,age,city\nAlice,30,Paris\nBob,25,London\nCarol,35,Berlin")},
 ]
 
 
@@ -199,7 +200,7 @@ def run_bench(
             progress(f"repetition {repetition + 1}/{repeat}, prompt {index + 1}/{len(prompts)}")
 
     table = _table(runs, modes, classes)
-    mismatches = _mismatches(runs, modes) if params.greedy else []
+    mismatches = _mismatches(target, encoded, runs) if params.greedy else []
     draft_per_token, verify = measure_costs(target, draft, encoded[0], gamma_max + 1)
     overheads = [r.stats["overhead_seconds_per_round"] for r in runs if r.mode == "plain"]
     costs = CostCurve(draft_per_token, verify, statistics.median(overheads))
@@ -242,11 +243,19 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[
     return rows
 
 
-def _mismatches(runs: list[Run], modes: list[Mode]) -> list[str]:
-    """At temperature 0 every mode must produce plain decoding's tokens."""
+def _mismatches(target: Model, prompts: list[list[int]], runs: list[Run]) -> list[str]:
+    """At temperature 0 every mode must produce plain decoding's tokens; say where one does
+    not, and whether the target's top two logits there are a near tie."""
     reference = {(r.prompt_index, r.repetition): r.tokens for r in runs if r.mode == "plain"}
-    return sorted({f"{r.mode} on prompt {r.prompt_index + 1}" for r in runs
-                   if r.tokens != reference[(r.prompt_index, r.repetition)]})
+    found = []
+    for run in runs:
+        plain = reference[(run.prompt_index, run.repetition)]
+        divergence = first_divergence(target, prompts[run.prompt_index], plain, run.tokens)
+        if divergence is not None:
+            tie = "near tie" if divergence.is_near_tie(NEAR_TIE) else "NOT a near tie"
+            found.append(f"{run.mode} on prompt {run.prompt_index + 1} (repetition {run.repetition + 1}) "
+                         f"at {divergence.describe()}: {tie}")
+    return found
 
 
 def _alpha(runs: list[Run]) -> float | None:
@@ -289,7 +298,8 @@ def render_text(result: BenchResult) -> str:
     elif result.identical:
         lines.append("\noutputs: identical across all modes")
     else:
-        lines.append("\noutputs DIFFER from plain decoding: " + "; ".join(result.mismatches))
+        lines.append("\noutputs differ from plain decoding:")
+        lines += [f"  {m}" for m in result.mismatches]
     return "\n".join(lines)
 
 

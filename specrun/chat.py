@@ -7,11 +7,16 @@ Jinja2 chat formatter, the same rendering Hugging Face uses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specrun.errors import SpecrunError
 from specrun.runtime import Model
+from specrun.speculative import Event, Round
+
+if TYPE_CHECKING:
+    from specrun.engine import Engine
 
 
 @dataclass
@@ -84,6 +89,42 @@ class Conversation:
     def add_reply(self, text: str) -> None:
         self.turns.append(Message("assistant", text))
 
+    def ask(self, engine: "Engine", user_text: str, *, max_tokens: int,
+            cancelled: Callable[[], bool] = lambda: False) -> "Turn":
+        """Add the user's turn and stream the answer; the reply (a stopped one too) joins
+        the conversation when the events run out. Every turn renders the whole
+        conversation: both caches keep the prefix it shares with the last turn."""
+        dropped_before = self.dropped_turns
+        tokens = self.prompt_for(user_text, reserve=max_tokens)
+        events = self._stream_reply(engine, tokens, max_tokens, cancelled)
+        return Turn(self.dropped_turns - dropped_before, events)
+
+    def _stream_reply(self, engine: "Engine", tokens: list[int], max_tokens: int,
+                      cancelled: Callable[[], bool]) -> Iterator[Event]:
+        reply: list[str] = []
+        try:
+            for event in engine.stream(tokens, max_tokens=max_tokens, cancelled=cancelled):
+                if isinstance(event, Round):
+                    reply.append(event.text)
+                yield event
+        except BaseException:
+            self.turns.pop()  # no answer: drop the question too, so roles still alternate
+            raise
+        self.add_reply("".join(reply))
+
     def clear(self) -> None:
         self.turns.clear()
         self.dropped_turns = 0
+
+
+@dataclass
+class Turn:
+    """One exchange: the answer's events, and how many old exchanges were dropped to fit it."""
+
+    dropped: int
+    events: Iterator[Event]
+
+    @property
+    def dropped_notice(self) -> str:
+        exchanges = "exchange" if self.dropped == 1 else "exchanges"
+        return f"dropped the {self.dropped} oldest {exchanges} to fit the context"

@@ -9,20 +9,34 @@ so only the new turn is evaluated.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from specrun.cli import (
     EXIT_INTERRUPTED,
     CatalogOption,
+    CtxOption,
+    DraftGpuLayersOption,
     DraftOption,
+    GammaMaxOption,
+    GammaOption,
+    GpuLayersOption,
     LookupMaxOption,
     LookupNgramOption,
     LookupOption,
+    MaxTokensOption,
+    MinPOption,
+    PMinOption,
+    SeedOption,
+    SystemOption,
     TargetOption,
+    TempOption,
+    ThreadsOption,
+    TopKOption,
+    TopPOption,
+    VerboseOption,
     app,
     choose_models,
     load_engine,
@@ -31,57 +45,7 @@ from specrun.cli import (
 )
 
 if TYPE_CHECKING:
-    from specrun.chat import Conversation
     from specrun.engine import Engine
-    from specrun.speculative import Event
-
-
-@dataclass
-class Turn:
-    """One exchange: the answer's events, and how many old exchanges were dropped to fit it."""
-
-    dropped: int
-    events: Iterator["Event"]
-
-
-def start_turn(
-    engine: "Engine",
-    conversation: "Conversation",
-    user_text: str,
-    *,
-    max_tokens: int,
-    cancelled: Callable[[], bool] = lambda: False,
-) -> Turn:
-    """Add the user's turn and stream the answer; the reply (also a stopped one) joins the
-    conversation when the events run out. Shared by the piped mode and the TUI."""
-    dropped_before = conversation.dropped_turns
-    tokens = conversation.prompt_for(user_text, reserve=max_tokens)
-    events = _stream_reply(engine, conversation, tokens, max_tokens, cancelled)
-    return Turn(conversation.dropped_turns - dropped_before, events)
-
-
-def _stream_reply(
-    engine: "Engine", conversation: "Conversation", tokens: list[int], max_tokens: int,
-    cancelled: Callable[[], bool],
-) -> Iterator["Event"]:
-    from specrun.speculative import Round
-
-    reply: list[str] = []
-    try:
-        for event in engine.stream(tokens, max_tokens=max_tokens, cancelled=cancelled):
-            if isinstance(event, Round):
-                reply.append(event.text)
-            yield event
-    except BaseException:
-        # No answer to record: drop the question too, so the next turn's roles still alternate.
-        conversation.turns.pop()
-        raise
-    conversation.add_reply("".join(reply))
-
-
-def dropped_notice(dropped: int) -> str:
-    exchanges = "exchange" if dropped == 1 else "exchanges"
-    return f"dropped the {dropped} oldest {exchanges} to fit the context"
 
 
 def chat(
@@ -91,22 +55,22 @@ def chat(
     lookup_ngram: int = LookupNgramOption,
     lookup_max: int = LookupMaxOption,
     catalog: Optional[Path] = CatalogOption,
-    system: Optional[str] = typer.Option(None, "--system", "-s", help="System prompt."),
-    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens per answer."),
-    temp: float = typer.Option(0.8, "--temp", min=0.0, help="Temperature; 0 is greedy."),
-    top_k: int = typer.Option(40, "--top-k", min=0, help="Top-k (0 = off)."),
-    top_p: float = typer.Option(0.95, "--top-p", min=0.0, max=1.0, help="Top-p (1 = off)."),
-    min_p: float = typer.Option(0.05, "--min-p", min=0.0, max=1.0, help="Min-p (0 = off)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for a reproducible sampled run."),
-    gamma: str = typer.Option("auto", "--gamma", "-g", help="Draft length: auto, heuristic or a number (0 = no speculation)."),
-    gamma_max: int = typer.Option(8, "--gamma-max", min=0, max=32, help="Upper bound of γ for auto/heuristic."),
-    p_min: float = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Stop drafting when the draft's confidence falls below this."),
-    ctx: int = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens."),
-    gpu_layers: Optional[int] = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU (default: all where supported)."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads per model."),
+    system: Optional[str] = SystemOption,
+    max_tokens: int = MaxTokensOption,
+    temp: float = TempOption,
+    top_k: int = TopKOption,
+    top_p: float = TopPOption,
+    min_p: float = MinPOption,
+    seed: Optional[int] = SeedOption,
+    gamma: str = GammaOption,
+    gamma_max: int = GammaMaxOption,
+    p_min: float = PMinOption,
+    ctx: int = CtxOption,
+    gpu_layers: Optional[int] = GpuLayersOption,
+    draft_gpu_layers: Optional[int] = DraftGpuLayersOption,
+    threads: Optional[int] = ThreadsOption,
     stats: bool = typer.Option(False, "--stats", help="Piped: print each answer's statistics to stderr."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+    verbose: bool = VerboseOption,
 ) -> None:
     """Chat with a model: the TUI on a terminal; piped, one user turn per stdin line."""
     from specrun.sampling import SamplingParams
@@ -122,6 +86,10 @@ def chat(
 
     if sys.stdin.isatty() and sys.stdout.isatty():
         from specrun_tui import SpecrunApp
+
+        if verbose:  # llama.cpp writes to the terminal directly and would garble the screen
+            note("--verbose is ignored in the TUI; pipe the chat to see llama.cpp's log")
+            verbose = False
 
         loading = " and ".join(p.name for p in (choice.target, choice.draft) if p is not None)
         app = SpecrunApp(loader=load, loading=loading, system=system, max_tokens=max_tokens)
@@ -159,9 +127,9 @@ def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int,
         if not user_text.strip():
             continue
         figures = Stats()
-        turn = start_turn(engine, conversation, user_text, max_tokens=max_tokens)
+        turn = conversation.ask(engine, user_text, max_tokens=max_tokens)
         if turn.dropped:
-            note(dropped_notice(turn.dropped))
+            note(turn.dropped_notice)
         ends_with_newline = True  # an empty answer still gets its blank line
         for event in turn.events:
             figures.add(event)

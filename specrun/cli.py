@@ -48,6 +48,21 @@ def note(message: str) -> None:
 TargetOption = typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.")
 DraftOption = typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for the catalog's pick, `lookup` for prompt lookup, or `none`.")
 CatalogOption = typer.Option(None, "--catalog", help="An extra models.toml that adds or overrides aliases.")
+SystemOption = typer.Option(None, "--system", "-s", help="System prompt.")
+MaxTokensOption = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer.")
+TempOption = typer.Option(0.8, "--temp", min=0.0, help="Temperature; 0 is greedy.")
+TopKOption = typer.Option(40, "--top-k", min=0, help="Top-k (0 = off).")
+TopPOption = typer.Option(0.95, "--top-p", min=0.0, max=1.0, help="Top-p (1 = off).")
+MinPOption = typer.Option(0.05, "--min-p", min=0.0, max=1.0, help="Min-p (0 = off).")
+SeedOption = typer.Option(None, "--seed", help="Seed for a reproducible sampled run.")
+GammaOption = typer.Option("auto", "--gamma", "-g", help="Draft length: auto, heuristic or a number (0 = no speculation).")
+GammaMaxOption = typer.Option(8, "--gamma-max", min=0, max=32, help="Upper bound of γ for auto/heuristic.")
+PMinOption = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Stop drafting when the draft's confidence falls below this.")
+CtxOption = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens.")
+GpuLayersOption = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU (default: all where supported).")
+DraftGpuLayersOption = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all where supported).")
+ThreadsOption = typer.Option(None, "--threads", min=1, help="CPU threads per model (default: all cores).")
+VerboseOption = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")
 LookupOption = typer.Option(False, "--lookup", help="Prompt lookup first, the draft model when the text offers no match.")
 LookupNgramOption = typer.Option(3, "--lookup-ngram", min=1, max=8, help="Longest n-gram prompt lookup matches.")
 LookupMaxOption = typer.Option(10, "--lookup-max", min=1, max=64, help="Most tokens prompt lookup proposes.")
@@ -126,25 +141,25 @@ def run(
     lookup_ngram: int = LookupNgramOption,
     lookup_max: int = LookupMaxOption,
     catalog: Optional[Path] = CatalogOption,
-    system: Optional[str] = typer.Option(None, "--system", "-s", help="System prompt."),
+    system: Optional[str] = SystemOption,
     raw: bool = typer.Option(False, "--raw", help="Send the text as is, without the chat template."),
-    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate."),
-    temp: float = typer.Option(0.8, "--temp", min=0.0, help="Temperature; 0 is greedy."),
-    top_k: int = typer.Option(40, "--top-k", min=0, help="Top-k (0 = off)."),
-    top_p: float = typer.Option(0.95, "--top-p", min=0.0, max=1.0, help="Top-p (1 = off)."),
-    min_p: float = typer.Option(0.05, "--min-p", min=0.0, max=1.0, help="Min-p (0 = off)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for a reproducible sampled run."),
+    max_tokens: int = MaxTokensOption,
+    temp: float = TempOption,
+    top_k: int = TopKOption,
+    top_p: float = TopPOption,
+    min_p: float = MinPOption,
+    seed: Optional[int] = SeedOption,
     stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),
-    gamma: str = typer.Option("auto", "--gamma", "-g", help="Draft length: auto, heuristic or a number (0 = no speculation)."),
-    gamma_max: int = typer.Option(8, "--gamma-max", min=0, max=32, help="Upper bound of γ for auto/heuristic."),
-    p_min: float = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Stop drafting when the draft's confidence falls below this."),
-    ctx: int = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens."),
-    gpu_layers: Optional[int] = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU (default: all where supported)."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads per model."),
+    gamma: str = GammaOption,
+    gamma_max: int = GammaMaxOption,
+    p_min: float = PMinOption,
+    ctx: int = CtxOption,
+    gpu_layers: Optional[int] = GpuLayersOption,
+    draft_gpu_layers: Optional[int] = DraftGpuLayersOption,
+    threads: Optional[int] = ThreadsOption,
     stats: bool = typer.Option(False, "--stats", help="Print statistics to stderr."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and statistics) instead of the text."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+    verbose: bool = VerboseOption,
 ) -> None:
     """Generate one answer, streamed to stdout."""
     from specrun.sampling import SamplingParams
@@ -216,14 +231,14 @@ def bench(
     temp: float = typer.Option(0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."),
     seed: Optional[int] = typer.Option(0, "--seed", help="Seed for sampled runs."),
     gamma_max: int = typer.Option(8, "--gamma-max", min=1, max=32, help="Upper bound of γ for auto/heuristic."),
-    p_min: float = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Draft confidence cutoff."),
-    ctx: int = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens."),
-    gpu_layers: Optional[int] = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU."),
-    draft_gpu_layers: Optional[int] = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads per model."),
+    p_min: float = PMinOption,
+    ctx: int = CtxOption,
+    gpu_layers: Optional[int] = GpuLayersOption,
+    draft_gpu_layers: Optional[int] = DraftGpuLayersOption,
+    threads: Optional[int] = ThreadsOption,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every run and figure to this file."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log."),
+    verbose: bool = VerboseOption,
 ) -> None:
     """Compare plain decoding, fixed γ, heuristic, auto and prompt lookup on a prompt set."""
     from specrun import bench as benchmark

@@ -138,10 +138,11 @@ class AdaptiveGamma:
 
     α is the per-token acceptance of recent rounds, accepted / (accepted + rejections),
     from exponentially weighted counts with a cap on the evidence kept, so it follows
-    changes of text within a few rounds. γ = 0 is plain
-    decoding: where speculation does not pay, the policy falls back to it and probes
-    γ ≥ 1 now and then, with a growing interval, so it can come back. A new γ must
-    beat the current one by `hysteresis` to be taken, which stops oscillation.
+    changes of text within a few rounds. γ = 0 is plain decoding: where speculation
+    does not pay, the policy falls back to it and probes γ ≥ 1 now and then so it can
+    come back, spacing the probes so that their extra cost stays within
+    `probe_budget` of the time. A new γ must beat the current one by `hysteresis` to
+    be taken, which stops oscillation.
     """
 
     name = "auto"
@@ -153,35 +154,36 @@ class AdaptiveGamma:
         decay: float = 0.9,
         max_evidence: float = 32.0,
         hysteresis: float = 0.05,
+        probe_budget: float = 0.02,
         first_probe_after: int = 8,
-        max_probe_interval: int = 32,
+        max_probe_interval: int = 512,
     ) -> None:
         self.gamma_max = gamma_max
         self.decay = decay
         self.max_evidence = max_evidence
         self.hysteresis = hysteresis
+        self.probe_budget = probe_budget
         self.costs = CostModel()
         # Weak prior (alpha = 0.5) that recent rounds quickly outweigh.
         self._accepted = 1.0
         self._rejected = 1.0
-        self._warmup = [0, min(4, gamma_max)] if gamma_max > 0 else [0]
+        # One plain round, then one short draft: a first measure of every cost and of α.
+        self._warmup = [0, min(2, gamma_max)] if gamma_max > 0 else [0]
         self.gamma = 0
-        self._first_probe_after = first_probe_after
-        self._max_probe_interval = max_probe_interval
         self._probe_interval = first_probe_after
+        self._max_probe_interval = max_probe_interval
         self._rounds_at_zero = 0
 
     @property
     def alpha(self) -> float:
         return self._accepted / (self._accepted + self._rejected)
 
-    def rate(self, gamma: int, alpha: float | None = None) -> float | None:
-        """Expected tokens per second at this γ under the current estimates (or this α)."""
+    def rate(self, gamma: int) -> float | None:
+        """Expected tokens per second at this γ under the current estimates."""
         t_verify = self.costs.t_verify(gamma + 1)
         if t_verify is None or (gamma > 0 and self.costs.t_draft is None):
             return None
-        alpha = self.alpha if alpha is None else alpha
-        rate = expected_rate(alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
+        rate = expected_rate(self.alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
         return rate if math.isfinite(rate) else None
 
     def _best(self, gammas: range, default: int) -> int:
@@ -190,12 +192,6 @@ class AdaptiveGamma:
 
     def best_gamma(self) -> int:
         return self._best(range(self.gamma_max + 1), self.gamma)
-
-    def _could_pay(self) -> bool:
-        """Whether some γ ≥ 1 would beat plain decoding at these costs if every draft were accepted."""
-        plain = self.rate(0)
-        perfect = [self.rate(g, alpha=1.0) for g in range(1, self.gamma_max + 1)]
-        return plain is not None and any(r is not None and r > plain * (1 + self.hysteresis) for r in perfect)
 
     def next_gamma(self) -> int:
         if self._warmup:
@@ -210,38 +206,60 @@ class AdaptiveGamma:
         # while γ was 0: not the cost of drafting, so it only counts when nothing else has.
         self.costs.observe(event, draft_time=not (was_probe and self.costs.t_draft is not None))
         if event.drafted > 0:
-            rejected = 1.0 if event.accepted < event.drafted else 0.0
-            self._accepted = self.decay * self._accepted + event.accepted
-            self._rejected = self.decay * self._rejected + rejected
-            # Long accepted drafts pile up evidence fast; cap it so a change of text
-            # shows within a few rounds whatever γ was.
-            evidence = self._accepted + self._rejected
-            if evidence > self.max_evidence:
-                self._accepted *= self.max_evidence / evidence
-                self._rejected *= self.max_evidence / evidence
+            self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
         if self._warmup:
             self._warmup.pop(0)
             self.gamma = self._warmup[0] if self._warmup else self.best_gamma()
             if not self._warmup and self.costs.t_draft is None:
                 self._rounds_at_zero = self._probe_interval  # nothing drafted yet: probe at once
             return
-        # A probe that proposed nothing (prompt lookup found no match) and cost next to
-        # nothing says nothing about acceptance: probe again next round.
-        inconclusive = event.drafted == 0 and event.draft_seconds < 0.1 * event.verify_seconds
         best = self.best_gamma()
         current, candidate = self.rate(self.gamma), self.rate(best)
         if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
             self.gamma = best
         if self.gamma > 0:
             self._rounds_at_zero = 0
-            self._probe_interval = self._first_probe_after
-        elif was_probe and (inconclusive or (event.accepted == event.drafted and self._could_pay())):
-            pass  # no evidence yet, or full acceptance where more would make speculation pay: probe again
-        elif was_probe:  # the probe was rejected: wait longer before the next one
-            self._rounds_at_zero = 0
-            self._probe_interval = min(self._probe_interval * 2, self._max_probe_interval)
-        else:
+        elif not was_probe:
             self._rounds_at_zero += 1
+        elif event.drafted == 0 and event.draft_seconds < 0.25 * self._plain_round(event):
+            pass  # prompt lookup found no match, at next to no cost: no evidence yet, probe again
+        else:
+            self._space_probes(event)
+
+    def _add_evidence(self, accepted: float, rejected: float) -> None:
+        self._accepted = self.decay * self._accepted + accepted
+        self._rejected = self.decay * self._rejected + rejected
+        # Long accepted drafts pile up evidence fast; cap it so a change of text
+        # shows within a few rounds whatever γ was.
+        evidence = self._accepted + self._rejected
+        if evidence > self.max_evidence:
+            self._accepted *= self.max_evidence / evidence
+            self._rejected *= self.max_evidence / evidence
+
+    def _plain_round(self, event: RoundLike) -> float:
+        """Seconds of one plain-decoding round, as measured (or this round's verify)."""
+        plain_rate = self.rate(0)
+        return 1.0 / plain_rate if plain_rate else event.verify_seconds
+
+    def _space_probes(self, probe: RoundLike) -> None:
+        """Wait so long that probing costs about `probe_budget` of the time.
+
+        A probe costs a fixed extra over a plain round, plus the draft catching up on
+        every token it skipped, so waiting longer also makes the next probe dearer.
+        Where catching up alone costs more than the budget, probes stop (until the
+        longest interval has passed)."""
+        plain_round = self._plain_round(probe)
+        skipped = max(self._rounds_at_zero, 1)
+        drafting = probe.drafted * (self.costs.t_draft or 0.0)
+        catch_up = max(probe.draft_seconds - drafting, 0.0) / skipped  # per skipped token
+        total = probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds
+        fixed_extra = max(total - plain_round - catch_up * skipped, 0.0)
+        affordable = self.probe_budget * plain_round - catch_up  # per round waited
+        if affordable <= 0:
+            self._probe_interval = self._max_probe_interval
+        else:
+            self._probe_interval = max(1, min(math.ceil(fixed_extra / affordable), self._max_probe_interval))
+        self._rounds_at_zero = 0
 
 
 def parse_policy(spec: str, gamma_max: int = 8) -> GammaPolicy:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from specrun.chat import Conversation, Message, render
-from specrun.chat_cli import start_turn
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.sampling import SamplingParams
@@ -45,7 +44,7 @@ def test_piped_chat_answers_each_line_in_order_with_the_conversation_so_far(tiny
     result = run_chat(tiny_target, tiny_draft, ["hello world", "the cat is blue"], "-n", "16", "--stats")
     assert result.returncode == 0, result.stderr
 
-    # The same conversation rendered message by message, without Conversation or start_turn.
+    # The same conversation rendered message by message, without Conversation.
     with load(tiny_target, tiny_draft) as engine:
         first = greedy(engine, [Message("user", "hello world")], 16)
         second = greedy(engine, [Message("user", "hello world"), Message("assistant", first),
@@ -62,13 +61,13 @@ def test_piped_chat_answers_each_line_in_order_with_the_conversation_so_far(tiny
 def test_each_turn_reuses_both_caches(tiny_target, tiny_draft):
     with load(tiny_target, tiny_draft) as engine:
         conversation = Conversation(engine.target, system="Be brief.")
-        first = start_turn(engine, conversation, "hello world", max_tokens=12)
+        first = conversation.ask(engine, "hello world", max_tokens=12)
         events = list(first.events)
         first_prompt = events[0].prompt_tokens
 
         target_before = engine.target.n_evaluated
         draft_before = engine.draft_model.n_evaluated
-        second = start_turn(engine, conversation, "the dog is red", max_tokens=12)
+        second = conversation.ask(engine, "the dog is red", max_tokens=12)
         prefill = next(second.events)
         assert isinstance(prefill, Prefill)
         new_tokens = prefill.prompt_tokens - first_prompt
@@ -82,7 +81,7 @@ def test_a_stopped_answer_is_kept_as_the_reply(tiny_target, tiny_draft):
     with load(tiny_target, tiny_draft) as engine:
         conversation = Conversation(engine.target)
         stop = False
-        turn = start_turn(engine, conversation, "hello world", max_tokens=200, cancelled=lambda: stop)
+        turn = conversation.ask(engine, "hello world", max_tokens=200, cancelled=lambda: stop)
         rounds = []
         for event in turn.events:
             if isinstance(event, Round):
@@ -95,7 +94,7 @@ def test_a_stopped_answer_is_kept_as_the_reply(tiny_target, tiny_draft):
 def test_a_failed_turn_leaves_no_unanswered_question(tiny_target, tiny_draft):
     with load(tiny_target, tiny_draft) as engine:
         conversation = Conversation(engine.target)
-        turn = start_turn(engine, conversation, "hello world", max_tokens=0)
+        turn = conversation.ask(engine, "hello world", max_tokens=0)
         with pytest.raises(SpecrunError, match="max-tokens"):
             list(turn.events)
         assert conversation.turns == []

@@ -39,6 +39,7 @@ class Machine:
     verify_base: float
     verify_per_token: float
     overhead: float = 0.0002
+    catch_up: float = 0.0  # draft time per token it skipped while γ was 0
 
     def t_verify(self, width: int) -> float:
         return self.verify_base + self.verify_per_token * width
@@ -49,20 +50,22 @@ class Machine:
     def best_rate(self, gamma_max: int) -> float:
         return max(self.rate(g) for g in range(gamma_max + 1))
 
-    def round(self, gamma: int, rng: np.random.Generator) -> SimRound:
+    def round(self, gamma: int, rng: np.random.Generator, skipped: int = 0) -> SimRound:
         accepted = 0
         while accepted < gamma and rng.random() < self.alpha:
             accepted += 1
         jitter = rng.uniform(0.97, 1.03)  # measured times are never exact
-        return SimRound(gamma, gamma, accepted, gamma * self.t_draft * jitter,
-                        self.t_verify(gamma + 1) * jitter, self.overhead)
+        draft_seconds = (gamma * self.t_draft + (skipped * self.catch_up if gamma else 0.0)) * jitter
+        return SimRound(gamma, gamma, accepted, draft_seconds, self.t_verify(gamma + 1) * jitter, self.overhead)
 
 
 def simulate(policy, machine: Machine, rounds: int, seed: int = 0) -> list[SimRound]:
     rng = np.random.default_rng(seed)
-    history = []
+    history: list[SimRound] = []
+    skipped = 0  # tokens committed since the draft last ran
     for _ in range(rounds):
-        event = machine.round(policy.next_gamma(), rng)
+        event = machine.round(policy.next_gamma(), rng, skipped)
+        skipped = skipped + event.tokens if event.gamma == 0 else 0
         policy.observe(event)
         history.append(event)
     return history
@@ -108,11 +111,21 @@ def test_adaptive_reaches_the_best_fixed_rate(machine):
     assert np.mean(ratios) >= 0.96 and min(ratios) >= 0.93, ratios  # the issue asks for 95%
 
 
+def test_probes_stay_cheap_when_the_draft_must_catch_up():
+    """On a CPU, a draft that skipped N tokens spends ~N/10 plain rounds catching up before
+    a probe: probes must then be rare enough not to cost more than a few percent."""
+    machine = Machine(alpha=0.75, t_draft=0.0048, verify_base=0.0045, verify_per_token=0.0035, catch_up=0.0008)
+    for seed in range(5):
+        auto = throughput(simulate(AdaptiveGamma(8), machine, 500, seed))
+        assert auto >= 0.97 * throughput(simulate(FixedGamma(0), machine, 500, seed))
+
+
 def test_adaptive_speculates_where_it_pays_and_not_where_it_does_not():
     fast = AdaptiveGamma(8)
     simulate(fast, GPU_LIKE, 200)
     best = max(range(9), key=GPU_LIKE.rate)
-    assert fast.next_gamma() >= 2 and GPU_LIKE.rate(fast.next_gamma()) >= 0.97 * GPU_LIKE.rate(best)
+    # Within the 5% hysteresis of the best γ.
+    assert fast.next_gamma() >= 2 and GPU_LIKE.rate(fast.next_gamma()) >= 0.95 * GPU_LIKE.rate(best)
     slow = AdaptiveGamma(8)
     history = simulate(slow, SAME_MODEL, 200)
     assert sum(r.gamma == 0 for r in history[-100:]) >= 90  # plain decoding, apart from rare probes
