@@ -13,7 +13,6 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 
 from specrun.chat import Conversation
-from specrun.chat_cli import dropped_notice, start_turn
 from specrun.errors import SpecrunError
 from specrun.stats import Stats
 from specrun_tui.commands import (
@@ -154,13 +153,13 @@ class ChatScreen(Screen[None]):
         self.transcript.add_user(text)
         generation = Generation()
         try:
-            turn = start_turn(self.engine, self.conversation, text, max_tokens=self.max_tokens,
-                              cancelled=generation.stop_requested)
+            turn = self.conversation.ask(self.engine, text, max_tokens=self.max_tokens,
+                                         cancelled=generation.stop_requested)
         except SpecrunError as error:
             self.transcript.add_notice(str(error), error=True)
             return
         if turn.dropped:
-            self.transcript.add_notice(dropped_notice(turn.dropped))
+            self.transcript.add_notice(turn.dropped_notice)
         self.generation = generation
         self.answer = await self.transcript.start_answer(show_origin=self.show_origin)
         self._generate(generation, turn.events)
