@@ -158,7 +158,7 @@ def _draft_source(mode: Mode, draft: Model | None, target: Model, lookup: Lookup
     model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min) if draft is not None else None
     if mode.draft == "model":
         return model_draft
-    prompt_lookup = LookupDraft(lookup.ngram, 1, lookup.max_tokens)
+    prompt_lookup = LookupDraft(lookup.ngram, lookup.min_ngram, lookup.max_tokens)
     return prompt_lookup if mode.draft == "lookup" else HybridDraft(prompt_lookup, model_draft)
 
 

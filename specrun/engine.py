@@ -36,7 +36,8 @@ LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 
 @dataclass(frozen=True)
 class LookupOptions:
-    ngram: int = 3  # longest n-gram matched (down to 1)
+    ngram: int = 3  # longest n-gram matched
+    min_ngram: int = 2  # shortest n-gram matched
     max_tokens: int = 10  # longest continuation proposed
 
 
@@ -98,7 +99,7 @@ class Engine:
                 raise
             draft = ModelDraft(draft_model, target.n_vocab, p_min=p_min)
         if lookup is not None:
-            prompt_lookup = LookupDraft(lookup.ngram, 1, lookup.max_tokens)
+            prompt_lookup = LookupDraft(lookup.ngram, lookup.min_ngram, lookup.max_tokens)
             draft = HybridDraft(prompt_lookup, draft) if isinstance(draft, ModelDraft) else prompt_lookup
         return cls(target, draft, **engine_options)  # type: ignore[arg-type]
 

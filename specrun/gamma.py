@@ -74,11 +74,13 @@ class CostModel:
         self.decay = decay
         self._means: dict[str, tuple[float, int]] = {}  # key -> (value, samples)
         self._verify: dict[int, tuple[float, int]] = {}  # width -> (value, samples)
+        self._widths: dict[int, float] | None = None  # measured_widths, until the next update
 
     def _update(self, table: dict, key: object, value: float) -> None:
         old, count = table.get(key, (value, 0))
         weight = 1 / (count + 1) if self.decay is None or count == 0 else 1 - self.decay
         table[key] = (old + weight * (value - old), count + 1)
+        self._widths = None
 
     @property
     def t_draft(self) -> float | None:
@@ -96,7 +98,9 @@ class CostModel:
 
     @property
     def measured_widths(self) -> dict[int, float]:
-        return {width: value for width, (value, _) in sorted(self._verify.items())}
+        if self._widths is None:
+            self._widths = {width: value for width, (value, _) in sorted(self._verify.items())}
+        return self._widths
 
     def t_verify(self, width: int) -> float | None:
         """Measured; else linear between the measured neighbours; beyond the widest measured,
@@ -167,8 +171,8 @@ class AdaptiveGamma:
         # Weak prior (alpha = 0.5) that recent rounds quickly outweigh.
         self._accepted = 1.0
         self._rejected = 1.0
-        # One plain round, then one short draft: a first measure of every cost and of α.
-        self._warmup = [0, min(2, gamma_max)] if gamma_max > 0 else [0]
+        # One plain round, then a one-token draft: a first measure of every cost and of α.
+        self._warmup = [0, 1] if gamma_max > 0 else [0]
         self.gamma = 0
         self._probe_interval = first_probe_after
         self._max_probe_interval = max_probe_interval

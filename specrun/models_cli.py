@@ -6,7 +6,6 @@ Tables and answers go to stdout, downloads' progress and errors to stderr.
 from __future__ import annotations
 
 import json
-import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from specrun.catalog import (
     plan_fetch,
     remove_cached,
 )
-from specrun.errors import SpecrunError
+from specrun.errors import SpecrunError, report
 from specrun.ggufinfo import read_gguf_info
 
 app = typer.Typer(help="List, download, inspect and remove the catalog's models.", no_args_is_help=True)
@@ -46,12 +45,11 @@ def models(ctx: typer.Context, catalog: Optional[Path] = typer.Option(
 
 @contextmanager
 def _reported_errors() -> Iterator[None]:
-    """A SpecrunError becomes `specrun: error: ...` on stderr and exit status 1."""
+    """A SpecrunError becomes its one line on stderr, also where cli.main is not the caller."""
     try:
         yield
     except SpecrunError as error:
-        print(f"specrun: error: {error}", file=sys.stderr)
-        raise typer.Exit(1) from None
+        raise typer.Exit(report(error)) from None
 
 
 def _catalog(ctx: typer.Context) -> Catalog:

@@ -8,7 +8,6 @@ from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 from hfcache import add_cached_file, use_temporary_cache, add_incomplete_download, write_tiny_gguf
 from specrun.catalog import (
     CatalogError,
-    DownloadError,
     IncompatibleModels,
     ModelNotFound,
     NotCached,
@@ -22,6 +21,7 @@ from specrun.catalog import (
     split_parts,
     _hub_errors,
 )
+from specrun.errors import Interrupted
 
 LLAMA_1B = "bartowski/Llama-3.2-1B-Instruct-GGUF"
 QWEN_14B = "Qwen/Qwen2.5-14B-Instruct-GGUF"
@@ -247,9 +247,10 @@ def test_a_snapshot_link_to_a_missing_blob_is_not_used(hf_cache):
 
 
 def test_ctrl_c_during_a_download_is_one_clear_line():
-    with pytest.raises(DownloadError, match="download of o/n: f.gguf interrupted; nothing partial was kept"):
+    with pytest.raises(Interrupted, match="download of o/n: f.gguf interrupted; nothing partial was kept") as raised:
         with _hub_errors("o/n", "f.gguf"):
             raise KeyboardInterrupt
+    assert raised.value.exit_code == 130  # as for Ctrl-C anywhere else
 
 
 # --- pairs -----------------------------------------------------------------------------------

@@ -16,9 +16,9 @@ from specrun.sampling import SamplingParams
 from specrun.speculative import Round, generate
 
 
-def naive_lookup(ctx: list[int], n: int, ngram_max: int) -> list[int]:
+def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list[int]:
     """The definition: the most recent earlier match of the longest suffix n-gram."""
-    for size in range(min(ngram_max, len(ctx)), 0, -1):
+    for size in range(min(ngram_max, len(ctx)), ngram_min - 1, -1):
         suffix = ctx[-size:]
         for start in range(len(ctx) - size - 1, -1, -1):
             if ctx[start : start + size] == suffix:
@@ -29,19 +29,22 @@ def naive_lookup(ctx: list[int], n: int, ngram_max: int) -> list[int]:
 @given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=25), min_size=1, max_size=5))
 def test_incremental_index_matches_the_definition(chunks):
     """Growing the sequence chunk by chunk (as rounds do), and restarting on an edited prefix."""
-    lookup = LookupDraft(ngram_max=3, max_tokens=5)
+    lookup = LookupDraft(ngram_max=3, ngram_min=1, max_tokens=5)
+    two = LookupDraft(ngram_max=3, ngram_min=2, max_tokens=5)
     ctx: list[int] = []
     for i, chunk in enumerate(chunks):
         ctx = ctx + chunk if i % 3 else chunk + ctx[len(chunk):]  # every third chunk edits the prefix
         proposal = lookup.propose(ctx, 4, GREEDY, np.random.default_rng(0))
-        assert proposal.tokens == naive_lookup(ctx, 4, 3)
+        assert proposal.tokens == naive_lookup(ctx, 4, 3, 1)
         assert proposal.probs == [None] * len(proposal.tokens)
+        assert two.propose(ctx, 4, GREEDY, np.random.default_rng(0)).tokens == naive_lookup(ctx, 4, 3, 2)
 
 
 def test_lookup_proposes_the_continuation_of_a_repeat():
     lookup = LookupDraft(ngram_max=2, max_tokens=3)
     assert lookup.propose([5, 6, 7, 8, 9, 5, 6], 8, GREEDY, np.random.default_rng(0)).tokens == [7, 8, 9]
     assert lookup.propose([1, 2, 3], 4, GREEDY, np.random.default_rng(0)).tokens == []
+    assert lookup.propose([5, 6, 7, 1, 6], 4, GREEDY, np.random.default_rng(0)).tokens == []  # one token is no match
 
 
 @pytest.fixture(scope="module")
