@@ -200,9 +200,21 @@ class AdaptiveGamma:
     def next_gamma(self) -> int:
         if self._warmup:
             return self._warmup[0]
-        if self.gamma == 0 and self._rounds_at_zero >= self._probe_interval:
+        if self.gamma == 0 and self._rounds_at_zero >= self._probe_interval and self._could_pay():
             return self._best(range(1, self.gamma_max + 1), 1)  # probe the best speculative γ
         return self.gamma
+
+    def _could_pay(self) -> bool:
+        """Whether some γ ≥ 1 would beat plain decoding if every drafted token were accepted.
+        If not (a draft as slow as its target), probing cannot bring speculation back."""
+        plain = self.rate(0)
+        t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
+        if plain is None or t_draft is None:
+            return True  # nothing known yet: find out
+        return any(
+            expected_rate(1.0, g, t_draft, self.costs.t_verify(g + 1), t_overhead) > plain * (1 + self.hysteresis)
+            for g in range(1, self.gamma_max + 1)
+        )
 
     def observe(self, event: RoundLike) -> None:
         was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
