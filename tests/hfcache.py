@@ -75,6 +75,11 @@ def write_tiny_gguf(path: Path, *, architecture: str = "llama", layers: int = 2,
     return path.read_bytes()
 
 
+LLAMA_1B = "bartowski/Llama-3.2-1B-Instruct-GGUF"
+QWEN_14B = "Qwen/Qwen2.5-14B-Instruct-GGUF"
+QWEN_14B_PARTS = [f"qwen2.5-14b-instruct-q4_k_m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+
+
 def use_temporary_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty, offline Hugging Face cache; no user catalog; specrun's cache in tmp too."""
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
-from hfcache import add_cached_file, use_temporary_cache, add_incomplete_download, write_tiny_gguf
+from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, add_incomplete_download, write_tiny_gguf
 from specrun.catalog import (
     CatalogError,
     IncompatibleModels,
@@ -22,15 +22,6 @@ from specrun.catalog import (
     _hub_errors,
 )
 from specrun.errors import Interrupted
-
-LLAMA_1B = "bartowski/Llama-3.2-1B-Instruct-GGUF"
-QWEN_14B = "Qwen/Qwen2.5-14B-Instruct-GGUF"
-QWEN_14B_PARTS = [f"qwen2.5-14b-instruct-q4_k_m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
-
-
-@pytest.fixture
-def hf_cache(tmp_path, monkeypatch):
-    return use_temporary_cache(tmp_path, monkeypatch)
 
 
 # --- the catalog file ------------------------------------------------------------------------

@@ -9,19 +9,11 @@ from gguf import GGUFReader
 from huggingface_hub import try_to_load_from_cache
 from typer.testing import CliRunner
 
-from hfcache import add_cached_file, use_temporary_cache, write_tiny_gguf
+from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from specrun.ggufinfo import GGUFFileError, check_gguf_file
 from specrun.models_cli import app
 
-LLAMA_1B = "bartowski/Llama-3.2-1B-Instruct-GGUF"
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
-QWEN_14B = "Qwen/Qwen2.5-14B-Instruct-GGUF"
-QWEN_14B_PARTS = [f"qwen2.5-14b-instruct-q4_k_m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
-
-
-@pytest.fixture
-def hf_cache(tmp_path, monkeypatch):
-    return use_temporary_cache(tmp_path, monkeypatch)
 
 
 def invoke(*args: str):
