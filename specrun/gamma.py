@@ -78,7 +78,9 @@ class CostModel:
 
     def _update(self, table: dict, key: object, value: float) -> None:
         old, count = table.get(key, (value, 0))
-        weight = 1 / (count + 1) if self.decay is None or count == 0 else 1 - self.decay
+        # A plain mean over the first samples (so one odd sample does not stand for
+        # long), exponential weighting after that.
+        weight = 1 / (count + 1) if self.decay is None else max(1 / (count + 1), 1 - self.decay)
         table[key] = (old + weight * (value - old), count + 1)
         self._widths = None
 
@@ -171,8 +173,11 @@ class AdaptiveGamma:
         # Weak prior (alpha = 0.5) that recent rounds quickly outweigh.
         self._accepted = 1.0
         self._rejected = 1.0
-        # One plain round, then a one-token draft: a first measure of every cost and of α.
-        self._warmup = [0, 1] if gamma_max > 0 else [0]
+        # Plain rounds, then a one-token draft: a first measure of every cost and of α.
+        # The first round after the prompt pays one-time costs and is not measured; two
+        # more give plain decoding's cost, which later rounds at γ > 0 no longer update.
+        self._warmup = [0, 0, 0, 1] if gamma_max > 0 else [0]
+        self._first_round = True
         self.gamma = 0
         self._probe_interval = first_probe_after
         self._max_probe_interval = max_probe_interval
@@ -218,9 +223,12 @@ class AdaptiveGamma:
 
     def observe(self, event: RoundLike) -> None:
         was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
-        # A probe's draft time includes the draft catching up on the tokens it skipped
-        # while γ was 0: not the cost of drafting, so it only counts when nothing else has.
-        self.costs.observe(event, draft_time=not (was_probe and self.costs.t_draft is not None))
+        if self._first_round:
+            self._first_round = False
+        else:
+            # A probe's draft time includes the draft catching up on the tokens it skipped
+            # while γ was 0: not the cost of drafting, so it only counts when nothing else has.
+            self.costs.observe(event, draft_time=not (was_probe and self.costs.t_draft is not None))
         if event.drafted > 0:
             self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
         if self._warmup:
