@@ -337,7 +337,7 @@ def plot(result: BenchResult, path: Path) -> None:
                 axes.axhline(rows[mode], color=color, linestyle=style, linewidth=1)
     axes.set_xlabel("γ (0 = plain decoding)")
     axes.set_ylabel("tokens/s (median)")
-    axes.set_title(f"{result.target} + {result.draft}: dashed = auto, dotted = heuristic")
+    axes.set_title(f"{result.target} + {result.draft}\ndashed: auto, dotted: heuristic", fontsize=10)
     axes.legend()
     figure.tight_layout()
     figure.savefig(path)

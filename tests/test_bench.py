@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specrun.bench import default_modes, load_prompts, render_text, run_bench
+from specrun.bench import default_modes, load_prompts, plot, render_text, run_bench
 from specrun.errors import SpecrunError
 from specrun.runtime import Model
 from specrun.sampling import SamplingParams
@@ -54,6 +54,12 @@ def test_json_holds_every_run_without_token_lists(result):
     record = json.loads(result.to_json())
     assert len(record["runs"]) == len(result.runs)
     assert "tokens" not in record["runs"][0] and "tokens_per_second" in record["runs"][0]["stats"]
+
+
+def test_plot_draws_a_png(result, tmp_path):
+    path = tmp_path / "bench.png"
+    plot(result, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
 def test_prompt_files(tmp_path):
