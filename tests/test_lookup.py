@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
@@ -26,6 +26,7 @@ def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list
     return []
 
 
+@settings(derandomize=True)  # the same examples on every run, so CI is reproducible
 @given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=25), min_size=1, max_size=5))
 def test_incremental_index_matches_the_definition(chunks):
     """Growing the sequence chunk by chunk (as rounds do), and restarting on an edited prefix."""

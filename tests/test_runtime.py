@@ -42,7 +42,8 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True,  # the same examples on every run
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=st.lists(token_ids, min_size=2, max_size=30), steps=steps)
 def test_cache_after_any_rollbacks_equals_fresh_evaluation(cached, fresh, start, steps):
     """Arbitrary extend/rollback sequences: the cached logits equal a fresh evaluation."""
