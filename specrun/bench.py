@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from specrun.chat import prompt_tokens
-from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
+from specrun.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.engine import LookupOptions
 from specrun.errors import SpecrunError
 from specrun.exactness import first_divergence
@@ -158,8 +158,7 @@ def _draft_source(mode: Mode, draft: Model | None, target: Model, lookup: Lookup
     model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min) if draft is not None else None
     if mode.draft == "model":
         return model_draft
-    prompt_lookup = LookupDraft(lookup.ngram, lookup.min_ngram, lookup.max_tokens)
-    return prompt_lookup if mode.draft == "lookup" else HybridDraft(prompt_lookup, model_draft)
+    return lookup.draft() if mode.draft == "lookup" else HybridDraft(lookup.draft(), model_draft)
 
 
 def run_bench(

@@ -75,7 +75,7 @@ DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the 
 @dataclass
 class ModelChoice:
     target: Path
-    draft: Path | None  # Path("lookup") for prompt lookup
+    draft: Path | None  # Path(LOOKUP) for prompt lookup
 
 
 def quiet_hub_log() -> None:
@@ -110,14 +110,12 @@ def load_engine(choice: ModelChoice, *, ctx: int, gpu_layers: Optional[int], dra
                 threads: Optional[int], verbose: bool, gamma: str, gamma_max: int, p_min: float,
                 params: "SamplingParams", lookup: bool = False, lookup_ngram: int = 3,
                 lookup_min: int = 2, lookup_max: int = 10) -> "Engine":
-    from specrun.engine import Engine, LoadOptions, LookupOptions
+    from specrun.engine import LOOKUP, Engine, LoadOptions, LookupOptions
 
     options = LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                           threads=threads, verbose=verbose)
-    if lookup_min > lookup_ngram:
-        raise SpecrunError(f"--lookup-min ({lookup_min}) cannot exceed --lookup-ngram ({lookup_ngram})")
     lookup_options = (LookupOptions(lookup_ngram, lookup_min, lookup_max)
-                      if lookup or choice.draft == Path("lookup") else None)
+                      if lookup or choice.draft == Path(LOOKUP) else None)
     return Engine.load(choice.target, choice.draft, options=options, p_min=p_min, lookup=lookup_options,
                        params=params, gamma=gamma, gamma_max=gamma_max)
 
@@ -258,6 +256,7 @@ def bench(
         raise SpecrunError(f"--gammas must be numbers separated by commas, got {gammas!r}") from None
     if any(not 1 <= g <= gamma_max for g in gamma_values):
         raise SpecrunError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
+    lookup_options = LookupOptions(lookup_ngram, lookup_min, lookup_max)
     prompt_set = benchmark.load_prompts(prompts)
     choice = choose_models(target, None if draft == "lookup" else draft, catalog)
     params = SamplingParams(temperature=temp, seed=seed)
@@ -281,7 +280,7 @@ def bench(
             result = benchmark.run_bench(
                 target_model, draft_model, prompt_set, chosen, params=params, max_tokens=max_tokens,
                 repeat=repeat, gamma_max=gamma_max, p_min=p_min,
-                lookup=LookupOptions(lookup_ngram, lookup_min, lookup_max), progress=lambda line: note(f"bench: {line}"),
+                lookup=lookup_options, progress=lambda line: note(f"bench: {line}"),
             )
         finally:
             if draft_model is not None:

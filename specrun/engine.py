@@ -40,6 +40,13 @@ class LookupOptions:
     min_ngram: int = 2  # shortest n-gram matched
     max_tokens: int = 10  # longest continuation proposed
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_ngram <= self.ngram:
+            raise SpecrunError(f"--lookup-min ({self.min_ngram}) must lie in 1..--lookup-ngram ({self.ngram})")
+
+    def draft(self) -> LookupDraft:
+        return LookupDraft(self.ngram, self.min_ngram, self.max_tokens)
+
 
 class Engine:
     """A target model, an optional draft source, sampling settings and a γ policy.
@@ -99,8 +106,7 @@ class Engine:
                 raise
             draft = ModelDraft(draft_model, target.n_vocab, p_min=p_min)
         if lookup is not None:
-            prompt_lookup = LookupDraft(lookup.ngram, lookup.min_ngram, lookup.max_tokens)
-            draft = HybridDraft(prompt_lookup, draft) if isinstance(draft, ModelDraft) else prompt_lookup
+            draft = HybridDraft(lookup.draft(), draft) if isinstance(draft, ModelDraft) else lookup.draft()
         return cls(target, draft, **engine_options)  # type: ignore[arg-type]
 
     def set_gamma(self, spec: str) -> None:

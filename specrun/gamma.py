@@ -187,12 +187,13 @@ class AdaptiveGamma:
     def alpha(self) -> float:
         return self._accepted / (self._accepted + self._rejected)
 
-    def rate(self, gamma: int) -> float | None:
-        """Expected tokens per second at this γ under the current estimates."""
+    def rate(self, gamma: int, alpha: float | None = None) -> float | None:
+        """Expected tokens per second at this γ under the current estimates (or this α)."""
         t_verify = self.costs.t_verify(gamma + 1)
         if t_verify is None or (gamma > 0 and self.costs.t_draft is None):
             return None
-        rate = expected_rate(self.alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
+        alpha = self.alpha if alpha is None else alpha
+        rate = expected_rate(alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
         return rate if math.isfinite(rate) else None
 
     def _best(self, gammas: range, default: int) -> int:
@@ -213,13 +214,10 @@ class AdaptiveGamma:
         """Whether some γ ≥ 1 would beat plain decoding if every drafted token were accepted.
         If not (a draft as slow as its target), probing cannot bring speculation back."""
         plain = self.rate(0)
-        t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
-        if plain is None or t_draft is None:
+        if plain is None or self.costs.t_draft is None:
             return True  # nothing known yet: find out
-        return any(
-            expected_rate(1.0, g, t_draft, self.costs.t_verify(g + 1), t_overhead) > plain * (1 + self.hysteresis)
-            for g in range(1, self.gamma_max + 1)
-        )
+        perfect = (self.rate(g, alpha=1.0) for g in range(1, self.gamma_max + 1))
+        return any(r is not None and r > plain * (1 + self.hysteresis) for r in perfect)
 
     def observe(self, event: RoundLike) -> None:
         was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
