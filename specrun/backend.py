@@ -1,0 +1,178 @@
+"""What the loaded llama.cpp build can do, read from ggml's backend registry.
+
+The backends compiled in (CPU, CUDA, Metal, Vulkan, RPC, ...), the CPU features it was
+built for, its extra weight buffer types (AMX, REPACK), and the devices it sees with
+their memory. `runtime` uses it to keep weights off AMX; `doctor` and the front ends
+use it to say where the models run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+import llama_cpp as llama
+from llama_cpp._ggml import libggml
+
+# enum ggml_backend_dev_type
+DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
+# Registry names as ggml spells them -> as users know them ("MTL" is Metal).
+BACKEND_NAMES = {"MTL": "Metal", "METAL": "Metal", "CUDA": "CUDA", "VULKAN": "Vulkan", "HIP": "ROCm",
+                 "ROCM": "ROCm", "SYCL": "SYCL", "RPC": "RPC", "BLAS": "BLAS", "CPU": "CPU",
+                 "OPENCL": "OpenCL", "CANN": "CANN", "MUSA": "MUSA"}
+AMX_ENV = "SPECRUN_AMX"  # "1": let llama.cpp put weights on its AMX buffer type
+
+
+class _Feature(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_char_p)]
+
+
+_GetFeatures = ctypes.CFUNCTYPE(ctypes.POINTER(_Feature), ctypes.c_void_p)
+_GetExtraBufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+
+
+def _bind(name: str, restype: object, *argtypes: object) -> object:
+    function = getattr(libggml, name)
+    function.restype, function.argtypes = restype, list(argtypes)
+    return function
+
+
+_reg_count = _bind("ggml_backend_reg_count", ctypes.c_size_t)
+_reg_get = _bind("ggml_backend_reg_get", ctypes.c_void_p, ctypes.c_size_t)
+_reg_name = _bind("ggml_backend_reg_name", ctypes.c_char_p, ctypes.c_void_p)
+_reg_proc = _bind("ggml_backend_reg_get_proc_address", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
+_dev_count = _bind("ggml_backend_dev_count", ctypes.c_size_t)
+_dev_get = _bind("ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
+_dev_name = _bind("ggml_backend_dev_name", ctypes.c_char_p, ctypes.c_void_p)
+_dev_description = _bind("ggml_backend_dev_description", ctypes.c_char_p, ctypes.c_void_p)
+_dev_type = _bind("ggml_backend_dev_type", ctypes.c_int, ctypes.c_void_p)
+_dev_memory = _bind("ggml_backend_dev_memory", None, ctypes.c_void_p,
+                    ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
+_dev_reg = _bind("ggml_backend_dev_backend_reg", ctypes.c_void_p, ctypes.c_void_p)
+_dev_by_type = _bind("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)
+_buft_name = _bind("ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p)
+
+
+def _text(value: bytes | None) -> str:
+    return (value or b"").decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # llama.cpp's name, e.g. "CUDA0", "MTL0", "CPU"
+    description: str  # e.g. "NVIDIA GeForce RTX 4090"
+    kind: str  # "CPU", "GPU", "iGPU", "accelerator"
+    backend: str  # "CUDA", "Metal", ... as users call it
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    version: str  # llama-cpp-python's
+    backends: tuple[str, ...]  # as users call them: "CPU", "CUDA", "Metal", "RPC", ...
+    cpu_features: tuple[str, ...]  # what the CPU backend was compiled for: "AVX2", "AMX_INT8", ...
+    extra_buffer_types: tuple[str, ...]  # the CPU's weight layouts: "AMX", "CPU_REPACK", ...
+
+    @property
+    def gpu_backends(self) -> tuple[str, ...]:
+        return tuple(b for b in self.backends if b not in ("CPU", "BLAS", "RPC"))
+
+    @property
+    def has_amx(self) -> bool:
+        return "AMX" in self.extra_buffer_types
+
+    def as_dict(self) -> dict[str, object]:
+        return {"version": self.version, "backends": list(self.backends),
+                "cpu_features": list(self.cpu_features), "extra_buffer_types": list(self.extra_buffer_types),
+                "amx": self.has_amx}
+
+
+def backend_name(registry_name: str) -> str:
+    return BACKEND_NAMES.get(registry_name.upper(), registry_name)
+
+
+def _registries() -> list[int]:
+    return [_reg_get(i) for i in range(_reg_count())]
+
+
+@lru_cache(maxsize=1)
+def build_info() -> BuildInfo:
+    llama.llama_backend_init()
+    backends, features = [], []
+    for reg in _registries():
+        name = _text(_reg_name(reg))
+        backends.append(backend_name(name))
+        address = _reg_proc(reg, b"ggml_backend_get_features")
+        if name.upper() == "CPU" and address:
+            array = _GetFeatures(address)(reg)
+            i = 0
+            while array and array[i].name:
+                if _text(array[i].value) not in ("0", ""):
+                    features.append(_text(array[i].name))
+                i += 1
+    return BuildInfo(llama.__version__, tuple(backends), tuple(features), _extra_buffer_types())
+
+
+def _cpu_extra_bufts() -> list[int]:
+    """The CPU backend's extra buffer types, in the order llama.cpp tries them for a weight."""
+    cpu = _dev_by_type(0)
+    if not cpu:
+        return []
+    address = _reg_proc(_dev_reg(cpu), b"ggml_backend_dev_get_extra_bufts")
+    if not address:
+        return []
+    array = _GetExtraBufts(address)(cpu)
+    bufts, i = [], 0
+    while array and array[i]:
+        bufts.append(array[i])
+        i += 1
+    return bufts
+
+
+def _extra_buffer_types() -> tuple[str, ...]:
+    return tuple(_text(_buft_name(buft)) for buft in _cpu_extra_bufts())
+
+
+def devices() -> list[Device]:
+    """Every device llama.cpp sees, with its free and total memory now."""
+    llama.llama_backend_init()
+    found = []
+    for i in range(_dev_count()):
+        dev = _dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        _dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        found.append(Device(
+            name=_text(_dev_name(dev)), description=_text(_dev_description(dev)).strip(),
+            kind=DEVICE_TYPES.get(_dev_type(dev), "other"),
+            backend=backend_name(_text(_reg_name(_dev_reg(dev)))),
+            free_bytes=free.value, total_bytes=total.value,
+        ))
+    return found
+
+
+def accelerator_name(build: BuildInfo | None = None) -> str:
+    """The GPU backend models run on ('CUDA', 'Metal', 'Vulkan', ...), else 'CPU'."""
+    gpu = (build or build_info()).gpu_backends
+    return gpu[0] if gpu else "CPU"
+
+
+# --- AMX ---------------------------------------------------------------------------------
+
+
+def amx_allowed(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    return environ.get(AMX_ENV, "").strip().lower() in ("1", "on", "yes", "true")
+
+
+def use_extra_buffer_types(build_has_amx: bool, allow_amx: bool) -> bool:
+    """Whether llama.cpp may place weights on its extra buffer types (AMX, REPACK, ...).
+
+    llama.cpp tries AMX first for every weight it supports, and its AMX matmul
+    segfaults on common weights (llama.cpp #20824). Where the build has AMX, the
+    extra types are off unless the user asks for AMX: REPACK goes with them (see the
+    README for what that costs), as no tensor override can keep REPACK without
+    replaying llama.cpp's per-tensor eligibility rules.
+    """
+    return allow_amx or not build_has_amx

@@ -1,0 +1,167 @@
+"""How specrun's own install builds llama-cpp-python, and the cache of the wheels it built.
+
+llama.cpp built with GGML_NATIVE on an Intel CPU with AMX compiles its AMX matrix
+multiply, which segfaults on common weights (llama.cpp issue #20824). So on x86 the
+install turns GGML_NATIVE off and names each vector extension the host has (AVX2,
+AVX-512, VNNI, ...) explicitly, leaving AMX out; REPACK stays on (llama.cpp's default).
+A user's own CMAKE_ARGS (CUDA, Metal, Vulkan) come after ours, so they win.
+
+pip caches a wheel built from an sdist by its name and version, not by the flags it
+was built with, so it would silently reuse a wheel built for another backend. The
+wheels built here are kept under a key made of everything that decides the build.
+
+Stdlib only: the Makefile runs this file before anything else is installed.
+
+    python specrun/llama_install.py PIP      # build or reuse the wheel, install it with PIP
+    python specrun/llama_install.py --print  # the CMake arguments and the cache key
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PACKAGE = "llama-cpp-python"
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+# /proc/cpuinfo flag -> the llama.cpp CMake option that compiles for it.
+X86_FEATURES = {
+    "sse4_2": "GGML_SSE42",
+    "avx": "GGML_AVX",
+    "avx2": "GGML_AVX2",
+    "fma": "GGML_FMA",
+    "f16c": "GGML_F16C",
+    "bmi2": "GGML_BMI2",
+    "avx_vnni": "GGML_AVX_VNNI",
+    "avx512vbmi": "GGML_AVX512_VBMI",
+    "avx512_vnni": "GGML_AVX512_VNNI",
+    "avx512_bf16": "GGML_AVX512_BF16",
+}
+# GGML_AVX512 compiles for all five at once.
+AVX512_BASE = ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")
+AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+
+
+def pinned_version(pyproject: Path = PYPROJECT) -> str:
+    """The llama-cpp-python version pinned in pyproject.toml: one place for it."""
+    match = re.search(r'"llama-cpp-python==([^"]+)"', pyproject.read_text(encoding="utf-8"))
+    if not match:
+        raise SystemExit(f"no llama-cpp-python==VERSION pin in {pyproject}")
+    return match.group(1)
+
+
+def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags as Linux names them; empty where there is no /proc/cpuinfo."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def is_x86(machine: str | None = None) -> bool:
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+def cpu_cmake_args(flags: set[str], machine: str | None = None) -> list[str]:
+    """CMake options for the host CPU without AMX; none (llama.cpp's native default) off x86."""
+    if not is_x86(machine) or not flags:
+        return []
+    args = ["-DGGML_NATIVE=OFF"]
+    options = {option: feature in flags for feature, option in X86_FEATURES.items()}
+    options["GGML_AVX512"] = all(feature in flags for feature in AVX512_BASE)
+    options.update(dict.fromkeys(AMX_OPTIONS, False))
+    args += [f"-D{option}={'ON' if on else 'OFF'}" for option, on in sorted(options.items())]
+    return args
+
+
+def cmake_args(flags: set[str], user_args: str = "", machine: str | None = None) -> str:
+    """Ours first, the user's after: CMake keeps the last value of an option."""
+    return " ".join(cpu_cmake_args(flags, machine) + user_args.split())
+
+
+def build_key(version: str, args: str) -> str:
+    """Everything that decides the wheel: package version, CMake arguments, interpreter, OS."""
+    identity = "\n".join([
+        version, args, platform.system(), platform.machine(),
+        sys.implementation.name, f"{sys.version_info.major}.{sys.version_info.minor}",
+    ])
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def wheel_cache() -> Path:
+    """Beside the demo pair: $SPECRUN_CACHE, else $XDG_CACHE_HOME/specrun, else ~/.cache/specrun."""
+    if os.environ.get("SPECRUN_CACHE"):
+        return Path(os.environ["SPECRUN_CACHE"]) / "wheels"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specrun" / "wheels"
+
+
+def cached_wheel(folder: Path) -> Path | None:
+    wheels = sorted(folder.glob("llama_cpp_python-*.whl"))
+    return wheels[0] if wheels else None
+
+
+def build_wheel(pip: str, version: str, args: str, folder: Path) -> Path:
+    """Compile llama-cpp-python once for these arguments; the result lands in `folder` whole."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    print(f"building {PACKAGE} {version} with CMAKE_ARGS={args!r} (about 9 minutes on 2 cores)",
+          flush=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".building-") as scratch:
+        env = dict(os.environ, CMAKE_ARGS=args)
+        subprocess.run(
+            [pip, "wheel", "-q", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE,
+             "-w", scratch, f"{PACKAGE}=={version}"],
+            env=env, check=True,
+        )
+        os.replace(scratch, folder)  # atomic: a concurrent build of the same key just loses
+        os.mkdir(scratch)  # TemporaryDirectory removes it on exit
+    wheel = cached_wheel(folder)
+    assert wheel is not None, f"pip wheel left no wheel in {folder}"
+    return wheel
+
+
+def install(pip: str) -> None:
+    version = pinned_version()
+    args = cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
+    folder = wheel_cache() / f"{PACKAGE}-{version}-{build_key(version, args)}"
+    wheel = cached_wheel(folder)
+    if wheel is None:
+        try:
+            wheel = build_wheel(pip, version, args, folder)
+        except OSError:  # another install finished the same build first
+            wheel = cached_wheel(folder)
+            if wheel is None:
+                raise
+    else:
+        print(f"reusing {wheel} (built with CMAKE_ARGS={args!r})", flush=True)
+    marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
+    if marker.exists() and marker.read_text() == str(wheel):
+        return
+    # --force-reinstall: a llama-cpp-python of the same version but other flags may be there.
+    subprocess.run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
+    marker.write_text(str(wheel))
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--print"]:
+        version = pinned_version()
+        args = cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
+        print(f"CMAKE_ARGS={args}\nkey={build_key(version, args)}")
+        return
+    if len(argv) != 1:
+        raise SystemExit(__doc__)
+    install(argv[0])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,131 @@
+"""Run the command line in a forked child, so that a crash inside llama.cpp explains itself.
+
+A SIGSEGV, SIGILL or abort in native code kills the process before Python can say a
+word. So the `specrun` command forks at start: the child does the work on the same
+terminal, stdin and stdout (nothing it wrote is lost), and the parent only waits. When
+the child dies of a signal, the parent prints one line naming the likely cause and
+what to try, and exits 128 + the signal. A llama.cpp assertion reaches the parent
+through a pipe (ggml's abort callback), so its message is in that line and no native
+backtrace is printed anywhere.
+
+Signals: the terminal sends Ctrl-C, a hangup or Ctrl-\\ to both processes; one that a
+program sends to the parent's pid alone (`kill`, `timeout`) is passed on to the child.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from typing import Callable
+
+SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+NATIVE_FAULTS = {
+    signal.SIGSEGV: "a segmentation fault",
+    signal.SIGBUS: "a bus error",
+    signal.SIGILL: "an illegal instruction",
+    signal.SIGFPE: "a floating-point exception",
+    signal.SIGABRT: "an abort",
+}
+
+_abort_channel: int | None = None  # the child's end of the pipe to the parent
+_abort_callback = None  # kept alive: ggml holds only the function pointer
+
+
+def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
+    """The one line that replaces a bare 'Segmentation fault'."""
+    if signum == signal.SIGKILL:
+        return ("specrun: error: the process was killed (SIGKILL): most often the system ran out of memory; "
+                "try a smaller model or --ctx, or see `specrun doctor`")
+    what = NATIVE_FAULTS.get(signum, f"signal {signum}")
+    if message:
+        return (f"specrun: error: llama.cpp stopped on an internal check ({message}): the model file may be "
+                f"malformed or need a newer llama.cpp; see `specrun doctor`")
+    if signum == signal.SIGILL:
+        tries = ("llama.cpp was built for CPU features this machine lacks (a wheel built elsewhere?): "
+                 "reinstall it here (`make`, see `specrun doctor`)")
+    elif amx_on:
+        tries = "AMX is on (SPECRUN_AMX): unset it; or try --gpu-layers 0, or see `specrun doctor`"
+    else:
+        tries = "try --gpu-layers 0 (or --draft-gpu-layers 0), or see `specrun doctor` for the build and devices"
+    return f"specrun: error: llama.cpp crashed with {what}: {tries}"
+
+
+def install_abort_reporter() -> None:
+    """In the child: send ggml's abort message to the parent instead of a backtrace on the terminal."""
+    global _abort_callback
+    if _abort_channel is None or _abort_callback is not None:
+        return
+    from llama_cpp._ggml import libggml
+
+    callback_type = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
+
+    def report(message: bytes | None) -> None:
+        os.write(_abort_channel, (message or b"").splitlines()[0][:500] if message else b"")
+
+    _abort_callback = callback_type(report)
+    setter = libggml.ggml_set_abort_callback
+    setter.restype, setter.argtypes = ctypes.c_void_p, [callback_type]
+    setter(_abort_callback)
+
+
+def supervise(work: Callable[[], int]) -> int:
+    """Run `work` in a child process; return its exit status, explaining a native crash."""
+    global _abort_channel
+    if not hasattr(os, "fork") or os.environ.get(SUPERVISE_ENV):
+        return work()
+    os.environ["GGML_NO_BACKTRACE"] = "1"  # a C++ terminate prints no backtrace either
+    sys.stdout.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _abort_channel = write_end
+        return work()
+    os.close(write_end)
+    status = _wait(pid)
+    message = _read_all(read_end)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    signum = os.WTERMSIG(status)
+    if signum in NATIVE_FAULTS or signum == signal.SIGKILL:
+        from specrun.backend import amx_allowed
+
+        print(crash_hint(signum, message, amx_allowed()), file=sys.stderr, flush=True)
+    return 128 + signum
+
+
+def _wait(pid: int) -> int:
+    """Wait for the child, passing on the signals a program sent to this process alone."""
+    if not hasattr(signal, "sigwaitinfo"):  # macOS: forward what a terminal does not send to both
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, lambda s, _f: os.kill(pid, s))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return _waitpid(pid)
+    watched = {*FORWARDED, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        info = signal.sigwaitinfo(watched)
+        if info.si_signo in FORWARDED and info.si_pid not in (0, pid):
+            os.kill(pid, info.si_signo)  # sent by a program to us alone; a terminal's went to both
+
+
+def _waitpid(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace").strip()
