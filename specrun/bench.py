@@ -21,7 +21,7 @@ from specrun.engine import LookupOptions
 from specrun.errors import SpecrunError
 from specrun.exactness import first_divergence
 from specrun.gamma import expected_rate, parse_policy
-from specrun.runtime import Model
+from specrun.runtime import Model, placement
 from specrun.sampling import SamplingParams
 from specrun.speculative import generate
 from specrun.stats import Stats
@@ -144,6 +144,7 @@ class BenchResult:
     predicted_rates: dict[int, float]
     identical: bool | None  # None when sampling (outputs legitimately differ)
     mismatches: list[str]
+    placement: dict[str, object]  # device and GPU layers, as `runtime.placement` says
 
     def to_json(self) -> str:
         record = asdict(self)
@@ -210,6 +211,7 @@ def run_bench(
         modes=[m.name for m in modes], classes=classes, runs=runs, table=table, costs=costs,
         alpha=alpha, predicted_gamma=predicted, predicted_rates=rates,
         identical=(not mismatches) if params.greedy else None, mismatches=mismatches,
+        placement=placement(target, *([draft] if draft else [])),
     )
 
 
@@ -272,7 +274,8 @@ def _fmt(value: object, spec: str) -> str:
 def render_text(result: BenchResult) -> str:
     """The tables `specrun bench` prints."""
     lines = [f"target {result.target}, draft {result.draft or '-'}, "
-             f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}", ""]
+             f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}",
+             f"device {result.placement['device']}, GPU layers {' + '.join(result.placement['gpu_layers'])}", ""]
     header = f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean len':>9} {'mean γ':>7}"
     lines += [header, "-" * len(header)]
     for row in result.table:

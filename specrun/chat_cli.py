@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from specrun.cli import (
-    EXIT_INTERRUPTED,
     CatalogOption,
     CtxOption,
     DraftGpuLayersOption,
@@ -42,8 +41,11 @@ from specrun.cli import (
     choose_models,
     load_engine,
     note,
+    placement_line,
     quiet_stdout,
 )
+
+from specrun.interrupts import exit_status
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
@@ -105,10 +107,10 @@ def chat(
     engine = load()
     try:
         _chat_through_pipe(engine, system=system, max_tokens=max_tokens, stats=stats)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(exit_status(stop))
     except BrokenPipeError:
         quiet_stdout()  # the reader went away: end quietly
     finally:
@@ -142,6 +144,6 @@ def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int,
         sys.stdout.write("\n" if ends_with_newline else "\n\n")
         sys.stdout.flush()
         if stats:
-            for summary_line in figures.summary_lines():
+            for summary_line in figures.summary_lines() + [placement_line(engine.placement())]:
                 print(summary_line, file=sys.stderr)
             sys.stderr.flush()

@@ -13,6 +13,7 @@ from typing import Iterator, Optional
 import typer
 
 from specrun.errors import SpecrunError, report
+from specrun.interrupts import exit_status
 
 app = typer.Typer(
     name="specrun",
@@ -22,9 +23,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-EXIT_INTERRUPTED = 130
-
 
 @app.callback()
 def cli(
@@ -112,12 +110,21 @@ def load_engine(choice: ModelChoice, *, ctx: int, gpu_layers: Optional[int], dra
                 lookup_min: int = 2, lookup_max: int = 10) -> "Engine":
     from specrun.engine import LOOKUP, Engine, LoadOptions, LookupOptions
 
+    warn_ignored_gpu_layers(gpu_layers, draft_gpu_layers)
     options = LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                           threads=threads, verbose=verbose)
     lookup_options = (LookupOptions(lookup_ngram, lookup_min, lookup_max)
                       if lookup or choice.draft == Path(LOOKUP) else None)
     return Engine.load(choice.target, choice.draft, options=options, p_min=p_min, lookup=lookup_options,
                        params=params, gamma=gamma, gamma_max=gamma_max)
+
+
+def warn_ignored_gpu_layers(*requested: Optional[int]) -> None:
+    """--gpu-layers on a build that cannot offload would otherwise be ignored without a word."""
+    from specrun.runtime import gpu_offload_supported
+
+    if any(layers for layers in requested) and not gpu_offload_supported():
+        note("--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)")
 
 
 def read_prompt(argument: str | None) -> str:
@@ -177,6 +184,7 @@ def run(
                          lookup_min=lookup_min, lookup_max=lookup_max)
     figures = Stats()
     answer: list[str] = []
+    where = engine.placement()
     try:
         tokens = engine.prompt(text, system=system, raw=raw)
         for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
@@ -187,17 +195,17 @@ def run(
                 if not as_json:
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP: keep the text, end the JSON object
         figures.finish_reason = "interrupted"
-        _finish_output(answer, figures, as_json, stats, choice)
+        _finish_output(answer, figures, as_json, stats, choice, where)
         note("interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(exit_status(stop))
     except BrokenPipeError:
         quiet_stdout()  # the reader went away (`| head`): stop generating, end quietly
         return
     finally:
         engine.close()
-    _finish_output(answer, figures, as_json, stats, choice)
+    _finish_output(answer, figures, as_json, stats, choice, where)
 
 
 def quiet_stdout() -> None:
@@ -205,17 +213,22 @@ def quiet_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _finish_output(answer: list[str], figures: "Stats", as_json: bool, stats: bool, choice: ModelChoice) -> None:
+def _finish_output(answer: list[str], figures: "Stats", as_json: bool, stats: bool, choice: ModelChoice,
+                   where: dict[str, object]) -> None:
     if as_json:
         record = {"text": "".join(answer), "target": str(choice.target),
-                  "draft": str(choice.draft) if choice.draft else None, **figures.as_dict()}
+                  "draft": str(choice.draft) if choice.draft else None, **where, **figures.as_dict()}
         sys.stdout.write(json.dumps(record) + "\n")
     elif answer and not "".join(answer).endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
     if stats:
-        for line in figures.summary_lines():
+        for line in figures.summary_lines() + [placement_line(where)]:
             print(line, file=sys.stderr)
+
+
+def placement_line(where: dict[str, object]) -> str:
+    return f"{'device':<22}{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
 
 
 @app.command()
@@ -257,6 +270,7 @@ def bench(
     if any(not 1 <= g <= gamma_max for g in gamma_values):
         raise SpecrunError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
     lookup_options = LookupOptions(lookup_ngram, lookup_min, lookup_max)
+    warn_ignored_gpu_layers(gpu_layers, draft_gpu_layers)
     prompt_set = benchmark.load_prompts(prompts)
     choice = choose_models(target, None if draft == "lookup" else draft, catalog)
     params = SamplingParams(temperature=temp, seed=seed)
@@ -296,12 +310,38 @@ def bench(
         note(f"wrote {plot_path}")
 
 
+@app.command()
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
+) -> None:
+    """The llama.cpp build, its devices, the model caches, and a fix for each problem found."""
+    from specrun import doctor as checkup
+
+    report = checkup.gather()
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print("\n".join(checkup.render_text(report)))
+
+
 from specrun.models_cli import app as models_app  # noqa: E402  (after `app`, which it does not import)
 
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
 
 
 # --- entry point ---------------------------------------------------------------------------
+
+
+def entry() -> None:
+    """The `specrun` command: `main` in a supervised child, so a native crash explains itself."""
+    from specrun import interrupts
+    from specrun.supervise import supervise
+
+    def work() -> int:
+        interrupts.install()
+        return main()
+
+    sys.exit(supervise(work))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,9 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.exit_code
     except SpecrunError as error:
         return report(error)
-    except (KeyboardInterrupt, typer.Abort):
+    except (KeyboardInterrupt, typer.Abort) as stop:
         print("\nspecrun: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_status(stop)
     except BrokenPipeError:
         quiet_stdout()
         return 0

@@ -17,7 +17,7 @@ from specrun.chat import prompt_tokens
 from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
 from specrun.errors import SpecrunError
 from specrun.gamma import GammaPolicy, parse_policy
-from specrun.runtime import Model, check_compatible
+from specrun.runtime import Model, check_compatible, placement
 from specrun.sampling import SamplingParams
 from specrun.speculative import Event, generate
 
@@ -137,6 +137,10 @@ class Engine:
     def draft_model(self) -> Model | None:
         draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
         return draft.model if isinstance(draft, ModelDraft) else None
+
+    def placement(self) -> dict[str, object]:
+        """The device the models run on and the GPU layers of the target (and draft)."""
+        return placement(self.target, *([self.draft_model] if self.draft_model else []))
 
     def close(self) -> None:
         if self.draft_model is not None:

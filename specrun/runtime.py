@@ -20,7 +20,9 @@ from typing import Sequence
 import llama_cpp as llama
 import numpy as np
 
+from specrun.backend import BuildInfo, accelerator_name, amx_allowed, build_info, use_extra_buffer_types
 from specrun.errors import SpecrunError
+from specrun.interrupts import native_callback, raise_pending, stop_requested
 
 GGUF_MAGIC = b"GGUF"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -33,6 +35,7 @@ _verbose_log = False
 
 
 @llama.llama_log_callback
+@native_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     line = text.decode("utf-8", errors="replace")
     if _verbose_log:
@@ -42,6 +45,12 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 
 _backend_ready = False
+
+
+@llama.llama_progress_callback
+@native_callback
+def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
+    return not stop_requested()  # false: llama.cpp stops loading, so Ctrl-C is not a long wait
 
 
 def set_verbose(verbose: bool) -> None:
@@ -58,15 +67,6 @@ def gpu_offload_supported() -> bool:
     return bool(llama.llama_supports_gpu_offload())
 
 
-def accelerator_name() -> str:
-    """'CUDA', 'Metal', 'Vulkan', ... when llama.cpp was built with one, else 'CPU'."""
-    info = llama.llama_print_system_info().decode(errors="replace").upper()
-    for name in ("CUDA", "METAL", "VULKAN", "HIP", "SYCL"):
-        if f"{name} = 1" in info or f"{name} :" in info or f"{name}:" in info:
-            return name.title() if name == "METAL" else name
-    return "CPU" if not gpu_offload_supported() else "GPU"
-
-
 def check_gguf_header(path: Path) -> None:
     """Fail with a clear message before llama.cpp sees a missing or non-GGUF file."""
     if not path.exists():
@@ -76,6 +76,15 @@ def check_gguf_header(path: Path) -> None:
     with path.open("rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise SpecrunError(f"{path} is not a GGUF file")
+
+
+def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool) -> llama.llama_model_params:
+    """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed."""
+    params = llama.llama_model_default_params()
+    params.n_gpu_layers = gpu_layers
+    params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx)
+    params.progress_callback = _load_progress
+    return params
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -108,10 +117,10 @@ class Model:
         self.gpu_layers = gpu_layers
 
         _log_lines.clear()
-        model_params = llama.llama_model_default_params()
-        model_params.n_gpu_layers = gpu_layers
+        model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed())
         self._model = llama.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
+            raise_pending()
             raise SpecrunError(f"cannot load {self.path}: {_load_failure_reason()}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
@@ -128,7 +137,7 @@ class Model:
         ctx_params.no_perf = True
         self._ctx = llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
-            llama.llama_model_free(self._model)
+            self.close()
             raise SpecrunError(f"cannot create a context for {self.path}: {_load_failure_reason()}")
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
@@ -138,6 +147,11 @@ class Model:
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
         self.piece = lru_cache(maxsize=None)(self._piece)
+
+    @property
+    def offloaded_layers(self) -> int:
+        """Repeating layers on the GPU: what llama.cpp does with n_gpu_layers."""
+        return min(self.gpu_layers, self.n_layer) if gpu_offload_supported() else 0
 
     # --- the one operation the loop needs -------------------------------------------
 
@@ -170,11 +184,14 @@ class Model:
                 batch.logits[j] = start + j >= first_out
             status = llama.llama_decode(self._ctx, batch)
             if status != 0:
+                self._truncate(start)
+                raise_pending()
                 # A failed batch may leave part of it in the cache; forget it all.
                 self._truncate(start)
                 raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
             self.tokens.extend(chunk)
             self.n_evaluated += len(chunk)
+            raise_pending()
             for j in range(max(0, first_out - start), len(chunk)):
                 row = llama.llama_get_logits_ith(self._ctx, j)
                 out[start + j - first_out] = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
@@ -264,11 +281,17 @@ class Model:
         return buf.value.decode("utf-8", errors="replace")
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None):
-            llama.llama_batch_free(self._batch)
-            llama.llama_free(self._ctx)
-            llama.llama_model_free(self._model)
-            self._ctx = self._model = None
+        """Free the native objects once: the handles are taken from `self` before they are
+        freed, so a signal during close, or `__del__` after it, cannot free them again."""
+        handles = (getattr(self, "_batch", None), getattr(self, "_ctx", None), getattr(self, "_model", None))
+        self._batch = self._ctx = self._model = None
+        batch, ctx, model = handles
+        if batch is not None:
+            llama.llama_batch_free(batch)
+        if ctx:
+            llama.llama_free(ctx)
+        if model:
+            llama.llama_model_free(model)
 
     def __enter__(self) -> "Model":
         return self
@@ -278,6 +301,14 @@ class Model:
 
     def __del__(self) -> None:
         self.close()
+
+
+def placement(*models: Model) -> dict[str, object]:
+    """Where the models run: the device and each model's offloaded layers, for every front end."""
+    # With no layer offloaded the work runs on the CPU whatever llama.cpp was built with.
+    on_gpu = any(m.offloaded_layers for m in models)
+    return {"device": accelerator_name() if on_gpu else "CPU",
+            "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models]}
 
 
 def _load_failure_reason() -> str:

@@ -63,7 +63,10 @@ def install_abort_reporter() -> None:
     callback_type = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 
     def report(message: bytes | None) -> None:
-        os.write(_abort_channel, (message or b"").splitlines()[0][:500] if message else b"")
+        first_line = (message or b"").split(b"\n", 1)[0]
+        # "/tmp/pip-wheel-.../src/llama-vocab.cpp:2544: GGML_ASSERT(...)": the build path says nothing
+        os.write(_abort_channel, os.path.basename(first_line.split(b": ", 1)[0]) + b": "
+                 + first_line.split(b": ", 1)[-1][:400] if b": " in first_line else first_line[:400])
 
     _abort_callback = callback_type(report)
     setter = libggml.ggml_set_abort_callback
@@ -83,6 +86,7 @@ def supervise(work: Callable[[], int]) -> int:
     if pid == 0:
         os.close(read_end)
         _abort_channel = write_end
+        install_abort_reporter()
         return work()
     os.close(write_end)
     status = _wait(pid)

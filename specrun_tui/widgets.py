@@ -21,12 +21,8 @@ if TYPE_CHECKING:
 
 def engine_summary(engine: "Engine") -> str:
     """Target, draft, device and GPU layers, for the bar at the top."""
-    from specrun.runtime import accelerator_name
-
-    models = [engine.target] + ([engine.draft_model] if engine.draft_model else [])
-    # With no layer offloaded the work runs on the CPU whatever llama.cpp was built with.
-    device = accelerator_name() if any(m.gpu_layers for m in models) else "CPU"
-    layers = " + ".join(f"{min(m.gpu_layers, m.n_layer)}/{m.n_layer}" for m in models)
+    where = engine.placement()
+    device, layers = where["device"], " + ".join(where["gpu_layers"])
     draft_name = engine.draft.name if engine.draft else "none"
     return f"target {engine.target.name}  ·  draft {draft_name}  ·  {device}  ·  GPU layers {layers}"
 

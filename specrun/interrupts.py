@@ -1,0 +1,88 @@
+"""The command line's signal policy: Ctrl-C, SIGTERM and SIGHUP all stop the work the same way.
+
+Each raises `Stop` (a KeyboardInterrupt, so every `except KeyboardInterrupt` path that
+keeps the text and ends the JSON object serves all three), and the exit status is
+128 + the signal. Two cases need care:
+
+- A signal that arrives while llama.cpp is inside a native call runs its Python
+  handler at the next Python code, which may be one of our ctypes callbacks (the log,
+  the load progress). An exception raised there is printed as "Exception ignored" and
+  lost, so there the signal is only recorded: the load progress callback then asks
+  llama.cpp to stop, and `raise_pending()` raises it once the native call returned.
+- A second signal while the first one's answer is being written out is ignored for a
+  moment, so the text and the JSON object are not cut off; after that it ends the
+  process at once, for a wrap-up that hangs.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from types import CodeType, FrameType
+from typing import Callable, TypeVar
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+REPEAT_GRACE_SECONDS = 2.0
+
+_callback_codes: set[CodeType] = set()
+_pending: int | None = None
+_stopping_since: float | None = None
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+class Stop(KeyboardInterrupt):
+    """The work was stopped by a signal; the process exits 128 + `signum`."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_status(interrupt: BaseException) -> int:
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+def native_callback(function: F) -> F:
+    """Mark a function that llama.cpp calls: a signal arriving in it is deferred, not lost."""
+    _callback_codes.add(function.__code__)
+    return function
+
+
+def stop_requested() -> bool:
+    return _pending is not None
+
+
+def raise_pending() -> None:
+    """After a native call: raise the signal that arrived during it, if any."""
+    global _pending
+    if _pending is not None:
+        signum, _pending = _pending, None
+        _begin_stop()
+        raise Stop(signum)
+
+
+def _begin_stop() -> None:
+    global _stopping_since
+    _stopping_since = time.monotonic()
+
+
+def _handle(signum: int, frame: FrameType | None) -> None:
+    global _pending
+    if _stopping_since is not None:
+        if time.monotonic() - _stopping_since < REPEAT_GRACE_SECONDS:
+            return  # the answer is being written out
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+        return
+    if frame is not None and frame.f_code in _callback_codes:
+        _pending = signum
+        return
+    _begin_stop()
+    raise Stop(signum)
+
+
+def install() -> None:
+    """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only)."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _handle)
