@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -167,12 +168,50 @@ def amx_allowed(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool
 
 
 def use_extra_buffer_types(build_has_amx: bool, allow_amx: bool) -> bool:
-    """Whether llama.cpp may place weights on its extra buffer types (AMX, REPACK, ...).
+    """Whether llama.cpp may choose among its extra weight buffer types (AMX, REPACK, ...).
 
     llama.cpp tries AMX first for every weight it supports, and its AMX matmul
     segfaults on common weights (llama.cpp #20824). Where the build has AMX, the
-    extra types are off unless the user asks for AMX: REPACK goes with them (see the
-    README for what that costs), as no tensor override can keep REPACK without
-    replaying llama.cpp's per-tensor eligibility rules.
+    extra types are off unless the user asks for AMX, and `repack_patterns` hands
+    REPACK back the weights it can take.
     """
     return allow_amx or not build_has_amx
+
+
+# The dense matmul weights of llama.cpp's common architectures: 2-D, used by MUL_MAT only.
+MATMUL_WEIGHT = re.compile(r"^(?:blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_qkv|attn_output|ffn_up|ffn_gate|ffn_down)"
+                           r"|(output))\.weight$")
+# Types llama.cpp's x86 REPACK takes, with the CPU feature it needs (repack.cpp,
+# ggml_repack_get_optimal_repack_type: all of them want rows in multiples of 8).
+X86_REPACK_TYPES = {"Q4_0": "AVX2", "Q4_K": "AVX2", "IQ4_NL": "AVX2", "MXFP4": "AVX2", "Q2_K": "AVX512"}
+REPACK_ROWS = 8
+
+
+def repack_patterns(tensors: list[tuple[str, str, tuple[int, ...]]], build: BuildInfo) -> list[str]:
+    """Regexes naming the weights REPACK can take, for llama.cpp's tensor buffer overrides.
+
+    `tensors` is the GGUF tensor table: (name, type name, shape in ggml order). A weight
+    forced onto REPACK that its rules refuse would crash on load, so only what those rules
+    accept on this build is named: the dense matmul weights of a listed type whose row
+    count is a multiple of 8. One pattern per kind of weight, listing its layers.
+    """
+    if "REPACK" not in build.cpu_features:
+        return []
+    layers: dict[str, list[str]] = {}
+    for name, type_name, shape in tensors:
+        match = MATMUL_WEIGHT.match(name)
+        feature = X86_REPACK_TYPES.get(type_name)
+        if not match or feature not in build.cpu_features or len(shape) != 2 or shape[1] % REPACK_ROWS:
+            continue
+        layer, kind, output = match.groups()
+        layers.setdefault(output or kind, []).append(layer)
+    return [rf"^output\.weight$" if kind == "output" else rf"^blk\.({'|'.join(numbers)})\.{kind}\.weight$"
+            for kind, numbers in layers.items()]
+
+
+def repack_buffer_type() -> int | None:
+    """llama.cpp's CPU_REPACK buffer type, for a tensor override; None where it is not built."""
+    for buft in _cpu_extra_bufts():
+        if _text(_buft_name(buft)) == "CPU_REPACK":
+            return buft
+    return None

@@ -45,6 +45,7 @@ from specrun.cli import (
     quiet_stdout,
 )
 
+from specrun import interrupts
 from specrun.interrupts import exit_status
 
 if TYPE_CHECKING:
@@ -98,10 +99,13 @@ def chat(
         loading = " and ".join(p.name for p in (choice.target, choice.draft) if p is not None)
         app = SpecrunApp(loader=load, loading=loading, system=system, max_tokens=max_tokens)
         try:
-            app.run()
+            with interrupts.routed_to(app.exit) as received:
+                app.run()
         finally:
             if app.engine is not None:
                 app.engine.close()
+        if received:
+            raise typer.Exit(128 + received[0])
         return
 
     engine = load()

@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         return report(error)
     except (KeyboardInterrupt, typer.Abort) as stop:
         print("\nspecrun: interrupted", file=sys.stderr)
-        return exit_status(stop)
+        return exit_status(stop.__cause__ or stop)  # click turns a KeyboardInterrupt into Abort
     except BrokenPipeError:
         quiet_stdout()
         return 0

@@ -100,6 +100,12 @@ def read_gguf_info(path: Path | str) -> GGUFInfo:
     )
 
 
+def tensor_table(path: Path | str) -> list[tuple[str, str, tuple[int, ...]]]:
+    """Each tensor's name, type name and shape (ggml order: row length first)."""
+    reader = GGUFReader(path)
+    return [(t.name, t.tensor_type.name, tuple(int(n) for n in t.shape)) for t in reader.tensors]
+
+
 _SCALAR_FORMATS = {
     GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
     GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",

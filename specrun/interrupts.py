@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import signal
 import time
+from contextlib import contextmanager
 from types import CodeType, FrameType
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REPEAT_GRACE_SECONDS = 2.0
@@ -86,3 +87,22 @@ def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only)."""
     for signum in STOP_SIGNALS:
         signal.signal(signum, _handle)
+
+
+@contextmanager
+def routed_to(stop: Callable[[], None]) -> Iterator[list[int]]:
+    """While an event loop runs (the TUI), a signal asks it to stop rather than raising
+    through it (asyncio would turn that into a bare KeyboardInterrupt). Yields the
+    signals received, so the caller can exit with the right status."""
+    received: list[int] = []
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        stop()
+
+    previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -15,13 +15,22 @@ import os
 from collections import deque
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp as llama
 import numpy as np
 
-from specrun.backend import BuildInfo, accelerator_name, amx_allowed, build_info, use_extra_buffer_types
+from specrun.backend import (
+    BuildInfo,
+    accelerator_name,
+    amx_allowed,
+    build_info,
+    repack_buffer_type,
+    repack_patterns,
+    use_extra_buffer_types,
+)
 from specrun.errors import SpecrunError
+from specrun.ggufinfo import tensor_table
 from specrun.interrupts import native_callback, raise_pending, stop_requested
 
 GGUF_MAGIC = b"GGUF"
@@ -78,12 +87,30 @@ def check_gguf_header(path: Path) -> None:
             raise SpecrunError(f"{path} is not a GGUF file")
 
 
-def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool) -> llama.llama_model_params:
-    """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed."""
+class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_override
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
+                tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: []
+                ) -> llama.llama_model_params:
+    """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
+
+    Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
+    GGUF tensor table, is read only then), so the guard costs no speed where REPACK applies.
+    """
     params = llama.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
     params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx)
     params.progress_callback = _load_progress
+    repack = repack_buffer_type() if not params.use_extra_bufts else None
+    patterns = repack_patterns(tensors(), build) if repack else []
+    if patterns:
+        overrides = (_TensorOverride * (len(patterns) + 1))()  # NULL-terminated
+        for override, pattern in zip(overrides, patterns):
+            override.pattern, override.buft = pattern.encode(), repack
+        params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+        params.overrides_alive = overrides  # llama.cpp reads them during the load only
     return params
 
 
@@ -117,7 +144,8 @@ class Model:
         self.gpu_layers = gpu_layers
 
         _log_lines.clear()
-        model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed())
+        model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed(),
+                                   tensors=lambda: tensor_table(self.path))
         self._model = llama.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise_pending()

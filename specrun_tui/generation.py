@@ -50,6 +50,7 @@ class Generation:
         self.stats = Stats()  # read it only once the generation has finished
         self.error: str | None = None
         self._stop = threading.Event()
+        self._finished = threading.Event()
         self._lock = threading.Lock()
         self._segments: list[Segment] = []
         self._figures: list[Figures] = []
@@ -60,6 +61,11 @@ class Generation:
 
     def stop_requested(self) -> bool:
         return self._stop.is_set()
+
+    def stop_and_wait(self, timeout: float = 10.0) -> None:
+        """Stop, and wait for the worker to leave llama.cpp, so the models can be closed."""
+        self.stop()
+        self._finished.wait(timeout)
 
     def consume(self, events: Iterable[Event], policy_name: Callable[[], str]) -> None:
         """The worker thread's body: collect every event; an engine error ends the answer."""
@@ -72,6 +78,8 @@ class Generation:
                         self._figures.append(Figures.read(self.stats, policy_name()))
         except SpecrunError as error:
             self.error = str(error)
+        finally:
+            self._finished.set()
 
     def take(self) -> tuple[list[Segment], list[Figures]]:
         """What arrived since the last call: text segments and one reading per round."""

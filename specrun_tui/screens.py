@@ -121,7 +121,7 @@ class ChatScreen(Screen[None]):
 
     def on_unmount(self) -> None:
         if self.generation is not None:
-            self.generation.stop()  # let the worker thread end before the models close
+            self.generation.stop_and_wait()  # the worker must leave llama.cpp before the models close
 
     @property
     def transcript(self) -> Transcript:

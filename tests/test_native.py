@@ -103,20 +103,41 @@ def test_the_amx_switch(value, allowed):
     assert backend.amx_allowed({backend.AMX_ENV: value}) is allowed
 
 
-def test_the_guarded_load_gives_the_same_logits(demo_pair, monkeypatch):
-    """The Q4_0 draft loaded as on an AMX build (extra buffer types off) computes what the
-    default load computes: the guard changes the weight layout, not the answer."""
+def test_the_guarded_load_keeps_repack_and_the_logits(demo_pair, monkeypatch, capfd):
+    """The Q4_0 draft loaded as on an AMX build: extra buffer types off, every matmul
+    weight handed to REPACK by an override, and the same answer as the default load."""
     draft = demo_pair[1]
     with runtime.Model(draft, n_ctx=256) as default:
         tokens = default.tokenize("The quick brown fox jumps over the lazy dog, and then")
         expected = default.logits(tokens, 4)
     monkeypatch.setattr(runtime, "build_info", lambda: AMX_BUILD)
-    with runtime.Model(draft, n_ctx=256) as guarded:
+    capfd.readouterr()
+    with runtime.Model(draft, n_ctx=256, verbose=True) as guarded:
         got = guarded.logits(tokens, 4)
-    # Other kernels, so not bit-equal; the same ranking at the top.
-    top5 = lambda logits: [set(row) for row in np.argsort(-logits, axis=-1)[:, :5]]  # noqa: E731
+    log = capfd.readouterr().err
+    assert log.count("buffer type overridden to CPU_REPACK") == 7 * guarded.n_layer
+    assert "token_embd.weight" not in "".join(line for line in log.splitlines() if "overridden" in line)
     assert (got.argmax(-1) == expected.argmax(-1)).all()
-    assert top5(got) == top5(expected)
+
+
+def test_repack_takes_only_what_its_rules_accept():
+    tensors = [
+        ("token_embd.weight", "Q4_0", (576, 49152)),  # GET_ROWS, not a matmul
+        ("blk.0.attn_q.weight", "Q4_0", (576, 576)),
+        ("blk.1.attn_q.weight", "Q4_0", (576, 576)),
+        ("blk.0.attn_v.weight", "Q6_K", (576, 192)),  # Q4_K_M mixes in Q6_K: no x86 REPACK
+        ("blk.0.ffn_down.weight", "Q4_K", (1536, 576)),
+        ("blk.1.ffn_down.weight", "Q4_K", (1536, 100)),  # rows not a multiple of 8
+        ("blk.0.ffn_up.weight", "Q2_K", (576, 1536)),  # needs AVX512
+        ("blk.0.attn_norm.weight", "F32", (576,)),
+        ("output.weight", "Q4_0", (576, 49152)),
+    ]
+    assert backend.repack_patterns(tensors, AMX_BUILD) == [
+        r"^blk\.(0|1)\.attn_q\.weight$", r"^blk\.(0)\.ffn_down\.weight$", r"^blk\.(0)\.ffn_up\.weight$",
+        r"^output\.weight$"]
+    assert r"^blk\.(0)\.ffn_up\.weight$" not in backend.repack_patterns(tensors, CPU_BUILD)  # no AVX512
+    no_repack = replace(AMX_BUILD, cpu_features=("AVX2", "AVX512"))
+    assert backend.repack_patterns(tensors, no_repack) == []
 
 
 def test_the_loaded_build_describes_itself():
