@@ -1,6 +1,6 @@
 """What the AMX guard costs: one GGUF loaded as llama.cpp likes (extra buffer types: REPACK,
 and AMX where built) and as the guard loads it on an AMX build (extra buffer types off, REPACK by tensor overrides),
-measured interleaved in one process.
+and with the extra types off alone, measured interleaved in one process.
 
     .venv/bin/python bench/cpu_layouts.py [MODEL.gguf] [--repeat 5] [--threads N]
 
@@ -16,20 +16,23 @@ import time
 from dataclasses import replace
 
 from specrun import runtime
-from specrun.backend import build_info
+from specrun.backend import build_info, repack_buffer_type
 from specrun.demo import prepare_demo_pair
 
 PROMPT = "Write a short story about a robot who learns to paint, and what the paint teaches it. " * 12
 
 
-def load(path: str, threads: int | None, guarded: bool) -> runtime.Model:
+def load(path: str, threads: int | None, how: str) -> runtime.Model:
+    """"default": as llama.cpp likes; "guard": as on an AMX build; "off": extra types off alone."""
     build = build_info()
-    if guarded:  # what runtime.load_params does on a build whose CPU has the AMX buffer type
+    if how != "default":  # what runtime.load_params does on a build whose CPU has the AMX buffer type
         runtime.build_info = lambda: replace(build, extra_buffer_types=("AMX",) + build.extra_buffer_types)
+    if how == "off":
+        runtime.repack_buffer_type = lambda: None
     try:
         return runtime.Model(path, n_ctx=1024, threads=threads)
     finally:
-        runtime.build_info = build_info
+        runtime.build_info, runtime.repack_buffer_type = build_info, repack_buffer_type
 
 
 def measure(model: runtime.Model, prompt: list[int]) -> dict[str, float]:
@@ -58,8 +61,9 @@ def main() -> None:
     args = parser.parse_args()
     path = args.model or str(prepare_demo_pair()[1])
     build = build_info()
-    models = {"default (" + " ".join(build.extra_buffer_types or ("none",)) + ")": load(path, args.threads, False),
-              "guard (REPACK by override)": load(path, args.threads, True)}
+    models = {"default (" + " ".join(build.extra_buffer_types or ("none",)) + ")": load(path, args.threads, "default"),
+              "guard (REPACK by override)": load(path, args.threads, "guard"),
+              "extra types off alone": load(path, args.threads, "off")}
     prompt = next(iter(models.values())).tokenize(PROMPT)[:256]
     results: dict[str, list[dict[str, float]]] = {name: [] for name in models}
     for _ in range(args.repeat):
