@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from specrun.drafting import DraftSource, Proposal
-from specrun.errors import SpecrunError
+from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import FixedGamma, GammaPolicy
 from specrun.runtime import Detokenizer, Model
 from specrun.sampling import SamplingParams, verify
@@ -126,7 +126,7 @@ def generate(
     if len(prompt) >= target.n_ctx:
         raise SpecrunError(f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}); use --ctx")
     if max_tokens < 1:
-        raise SpecrunError(f"--max-tokens must be at least 1, got {max_tokens}")
+        raise OptionError(f"--max-tokens must be at least 1, got {max_tokens}")
     policy = policy or FixedGamma(4)
     rng = rng if rng is not None else params.rng()
     ctx = list(prompt)
