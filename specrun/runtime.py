@@ -24,6 +24,8 @@ from specrun.errors import SpecrunError
 
 GGUF_MAGIC = b"GGUF"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
+# What llama.cpp's parse_special splits out of text as tokens of their own (llama-vocab.cpp).
+SPECIAL_ATTRIBUTES = llama.LLAMA_TOKEN_ATTR_CONTROL | llama.LLAMA_TOKEN_ATTR_USER_DEFINED | llama.LLAMA_TOKEN_ATTR_UNKNOWN
 # llama.cpp's own rule for a usable draft (common/speculative.cpp).
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_COMPARED_TOKEN = 5
@@ -216,6 +218,15 @@ class Model:
     def token_text(self, token: int) -> str:
         """The vocabulary's text for a token, special tokens included (e.g. '<|im_end|>')."""
         return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
+
+    def is_special(self, token: int) -> bool:
+        """A token that tokenize(parse_special=True) makes of its text (<|im_end|>, say)."""
+        return bool(llama.llama_vocab_get_attr(self._vocab, token) & SPECIAL_ATTRIBUTES)
+
+    def strips_spaces(self, token: int) -> tuple[bool, bool]:
+        """Whether the special token swallows the whitespace before it, and after it (Phi-3's do)."""
+        attributes = llama.llama_vocab_get_attr(self._vocab, token)
+        return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP)
 
     def is_eog(self, token: int) -> bool:
         return bool(llama.llama_vocab_is_eog(self._vocab, token))
