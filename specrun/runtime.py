@@ -20,7 +20,9 @@ from typing import Sequence
 import llama_cpp as llama
 import numpy as np
 
+from specrun.cpus import physical_cores
 from specrun.errors import SpecrunError
+from specrun.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
 
 GGUF_MAGIC = b"GGUF"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -70,11 +72,13 @@ def accelerator_name() -> str:
 
 
 def check_gguf_header(path: Path) -> None:
-    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file."""
-    if not path.exists():
+    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file
+    (and before opening a FIFO, which would wait for a writer forever)."""
+    kind = what_is(path)
+    if kind == MISSING:
         raise SpecrunError(f"model file not found: {path}")
-    if path.is_dir():
-        raise SpecrunError(f"{path} is a directory, not a GGUF file")
+    if kind != REGULAR_FILE:
+        raise SpecrunError(f"{path} is {kind}, not a GGUF file")
     with path.open("rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise SpecrunError(f"{path} is not a GGUF file")
@@ -112,7 +116,7 @@ class Model:
         _log_lines.clear()
         model_params = llama.llama_model_default_params()
         model_params.n_gpu_layers = gpu_layers
-        self._model = llama.llama_model_load_from_file(str(self.path).encode(), model_params)
+        self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise SpecrunError(f"cannot load {self.path}: {_load_failure_reason()}")
         self._vocab = llama.llama_model_get_vocab(self._model)
@@ -120,7 +124,7 @@ class Model:
         self.n_ctx_train = llama.llama_model_n_ctx_train(self._model)
         self.n_layer = llama.llama_model_n_layer(self._model)
 
-        threads = threads or os.cpu_count() or 1
+        threads = threads or physical_cores()
         ctx_params = llama.llama_context_default_params()
         ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
         ctx_params.n_batch = ctx_params.n_ubatch = n_batch
@@ -340,17 +344,15 @@ FILE_TYPES = {"F16": llama.LLAMA_FTYPE_MOSTLY_F16, "Q4_0": llama.LLAMA_FTYPE_MOS
 
 
 def quantize(source: Path, destination: Path, file_type: str, threads: int | None = None) -> None:
-    """Re-quantize a GGUF with llama.cpp's quantizer; written to a temporary name, then moved."""
+    """Re-quantize a GGUF with llama.cpp's quantizer into `destination`, atomically: two
+    processes making the same file at once both succeed."""
     check_gguf_header(source)
     set_verbose(_verbose_log)
     params = llama.llama_model_quantize_default_params()
     params.ftype = FILE_TYPES[file_type]
     params.allow_requantize = True
     params.nthread = threads or os.cpu_count() or 1
-    partial = destination.with_name(destination.name + ".partial")
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    status = llama.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
-    if status != 0:
-        partial.unlink(missing_ok=True)
-        raise SpecrunError(f"quantizing {source.name} to {file_type} failed: {_load_failure_reason()}")
-    partial.replace(destination)
+    with replaced_atomically(destination) as partial:
+        status = llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), ctypes.byref(params))
+        if status != 0:
+            raise SpecrunError(f"quantizing {source.name} to {file_type} failed: {_load_failure_reason()}")
