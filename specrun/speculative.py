@@ -124,7 +124,8 @@ def generate(
     if not prompt:
         raise SpecrunError("the prompt is empty")
     if len(prompt) >= target.n_ctx:
-        raise SpecrunError(f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}); use --ctx")
+        raise SpecrunError(f"the prompt is {len(prompt)} tokens; it must be shorter than the context "
+                           f"({target.n_ctx}) to leave room for the answer{more_room_hint(target)}")
     if max_tokens < 1:
         raise OptionError(f"--max-tokens must be at least 1, got {max_tokens}")
     policy = policy or FixedGamma(4)
@@ -194,6 +195,13 @@ def generate(
         yield event
         if finish:
             return
+
+
+def more_room_hint(target: Model) -> str:
+    """'; use --ctx ...' where the model allows a larger context than the one loaded."""
+    if target.n_ctx < target.n_ctx_train:
+        return f"; use --ctx (up to {target.n_ctx_train})"
+    return ""
 
 
 def _finish_round(stream: TextStream, reason: str, overhead: float) -> Round:
