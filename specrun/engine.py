@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 
 from specrun.chat import prompt_tokens
 from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
-from specrun.errors import SpecrunError
+from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import GammaPolicy, parse_policy
 from specrun.runtime import Model, check_compatible, placement
 from specrun.sampling import SamplingParams
@@ -42,7 +42,7 @@ class LookupOptions:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.ngram:
-            raise SpecrunError(f"--lookup-min ({self.min_ngram}) must lie in 1..--lookup-ngram ({self.ngram})")
+            raise OptionError(f"--lookup-min ({self.min_ngram}) must lie in 1..--lookup-ngram ({self.ngram})")
 
     def draft(self) -> LookupDraft:
         return LookupDraft(self.ngram, self.min_ngram, self.max_tokens)

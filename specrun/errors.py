@@ -9,6 +9,12 @@ class SpecrunError(Exception):
     exit_code = 1
 
 
+class OptionError(SpecrunError):
+    """A bad value on the command line: a usage error, exit 2 like click's own."""
+
+    exit_code = 2
+
+
 class Interrupted(SpecrunError):
     """Ctrl-C during work that leaves nothing half-done behind (a download, say)."""
 

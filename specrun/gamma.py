@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from specrun.errors import SpecrunError
+from specrun.errors import OptionError
 
 
 class RoundLike(Protocol):
@@ -287,7 +287,7 @@ class AdaptiveGamma:
 def parse_policy(spec: str, gamma_max: int = 8) -> GammaPolicy:
     """`auto`, `heuristic` or a fixed number N (0 = plain decoding)."""
     if not 0 <= gamma_max <= 32:
-        raise SpecrunError(f"--gamma-max must be between 0 and 32, got {gamma_max}")
+        raise OptionError(f"--gamma-max must be between 0 and 32, got {gamma_max}")
     spec = spec.strip().lower()
     if spec == "auto":
         return AdaptiveGamma(gamma_max)
@@ -296,6 +296,6 @@ def parse_policy(spec: str, gamma_max: int = 8) -> GammaPolicy:
     if spec.removeprefix("fixed:").isdigit():
         gamma = int(spec.removeprefix("fixed:"))
         if gamma > 32:
-            raise SpecrunError(f"--gamma {gamma} is too large (at most 32)")
+            raise OptionError(f"--gamma {gamma} is too large (at most 32)")
         return FixedGamma(gamma)
-    raise SpecrunError(f"--gamma must be auto, heuristic or a number, got {spec!r}")
+    raise OptionError(f"--gamma must be auto, heuristic or a number, got {spec!r}")

@@ -29,12 +29,16 @@ from specrun.backend import (
     repack_patterns,
     use_extra_buffer_types,
 )
+from specrun.cpus import physical_cores
 from specrun.errors import SpecrunError
+from specrun.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
 from specrun.ggufinfo import tensor_table
 from specrun.interrupts import native_callback, raise_pending, stop_requested
 
 GGUF_MAGIC = b"GGUF"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
+# What llama.cpp's parse_special splits out of text as tokens of their own (llama-vocab.cpp).
+SPECIAL_ATTRIBUTES = llama.LLAMA_TOKEN_ATTR_CONTROL | llama.LLAMA_TOKEN_ATTR_USER_DEFINED | llama.LLAMA_TOKEN_ATTR_UNKNOWN
 # llama.cpp's own rule for a usable draft (common/speculative.cpp).
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_COMPARED_TOKEN = 5
@@ -77,11 +81,13 @@ def gpu_offload_supported() -> bool:
 
 
 def check_gguf_header(path: Path) -> None:
-    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file."""
-    if not path.exists():
+    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file
+    (and before opening a FIFO, which would wait for a writer forever)."""
+    kind = what_is(path)
+    if kind == MISSING:
         raise SpecrunError(f"model file not found: {path}")
-    if path.is_dir():
-        raise SpecrunError(f"{path} is a directory, not a GGUF file")
+    if kind != REGULAR_FILE:
+        raise SpecrunError(f"{path} is {kind}, not a GGUF file")
     with path.open("rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise SpecrunError(f"{path} is not a GGUF file")
@@ -146,7 +152,7 @@ class Model:
         _log_lines.clear()
         model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed(),
                                    tensors=lambda: tensor_table(self.path))
-        self._model = llama.llama_model_load_from_file(str(self.path).encode(), model_params)
+        self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
             raise SpecrunError(f"cannot load {self.path}: {_load_failure_reason()}")
@@ -155,7 +161,7 @@ class Model:
         self.n_ctx_train = llama.llama_model_n_ctx_train(self._model)
         self.n_layer = llama.llama_model_n_layer(self._model)
 
-        threads = threads or os.cpu_count() or 1
+        threads = threads or physical_cores()
         ctx_params = llama.llama_context_default_params()
         ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
         ctx_params.n_batch = ctx_params.n_ubatch = n_batch
@@ -261,6 +267,15 @@ class Model:
     def token_text(self, token: int) -> str:
         """The vocabulary's text for a token, special tokens included (e.g. '<|im_end|>')."""
         return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
+
+    def is_special(self, token: int) -> bool:
+        """A token that tokenize(parse_special=True) makes of its text (<|im_end|>, say)."""
+        return bool(llama.llama_vocab_get_attr(self._vocab, token) & SPECIAL_ATTRIBUTES)
+
+    def strips_spaces(self, token: int) -> tuple[bool, bool]:
+        """Whether the special token swallows the whitespace before it, and after it (Phi-3's do)."""
+        attributes = llama.llama_vocab_get_attr(self._vocab, token)
+        return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP)
 
     def is_eog(self, token: int) -> bool:
         return bool(llama.llama_vocab_is_eog(self._vocab, token))
@@ -388,17 +403,15 @@ FILE_TYPES = {"F16": llama.LLAMA_FTYPE_MOSTLY_F16, "Q4_0": llama.LLAMA_FTYPE_MOS
 
 
 def quantize(source: Path, destination: Path, file_type: str, threads: int | None = None) -> None:
-    """Re-quantize a GGUF with llama.cpp's quantizer; written to a temporary name, then moved."""
+    """Re-quantize a GGUF with llama.cpp's quantizer into `destination`, atomically: two
+    processes making the same file at once both succeed."""
     check_gguf_header(source)
     set_verbose(_verbose_log)
     params = llama.llama_model_quantize_default_params()
     params.ftype = FILE_TYPES[file_type]
     params.allow_requantize = True
     params.nthread = threads or os.cpu_count() or 1
-    partial = destination.with_name(destination.name + ".partial")
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    status = llama.llama_model_quantize(str(source).encode(), str(partial).encode(), ctypes.byref(params))
-    if status != 0:
-        partial.unlink(missing_ok=True)
-        raise SpecrunError(f"quantizing {source.name} to {file_type} failed: {_load_failure_reason()}")
-    partial.replace(destination)
+    with replaced_atomically(destination) as partial:
+        status = llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), ctypes.byref(params))
+        if status != 0:
+            raise SpecrunError(f"quantizing {source.name} to {file_type} failed: {_load_failure_reason()}")

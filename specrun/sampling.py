@@ -12,12 +12,13 @@ from typing import Sequence
 
 import numpy as np
 
-from specrun.errors import SpecrunError
+from specrun.errors import OptionError
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """llama.cpp's defaults; temperature 0 means greedy (argmax)."""
+    """llama.cpp's defaults; temperature 0 means greedy (argmax). The checks name the
+    command-line options because that is where bad values come from."""
 
     temperature: float = 0.8
     top_k: int = 40
@@ -27,13 +28,15 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
-            raise SpecrunError(f"--temp must be >= 0, got {self.temperature}")
+            raise OptionError(f"--temp must be >= 0, got {self.temperature}")
         if self.top_k < 0:
-            raise SpecrunError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
+            raise OptionError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise SpecrunError(f"--top-p must be in (0, 1], got {self.top_p}")
+            raise OptionError(f"--top-p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.min_p < 1:
-            raise SpecrunError(f"--min-p must be in [0, 1), got {self.min_p}")
+            raise OptionError(f"--min-p must be in [0, 1), got {self.min_p}")
+        if self.seed is not None and self.seed < 0:  # numpy's generators take no negative seed
+            raise OptionError(f"--seed must be >= 0, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from specrun.drafting import DraftSource, Proposal
-from specrun.errors import SpecrunError
+from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import FixedGamma, GammaPolicy
 from specrun.runtime import Detokenizer, Model
 from specrun.sampling import SamplingParams, verify
@@ -124,9 +124,10 @@ def generate(
     if not prompt:
         raise SpecrunError("the prompt is empty")
     if len(prompt) >= target.n_ctx:
-        raise SpecrunError(f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}); use --ctx")
+        raise SpecrunError(f"the prompt is {len(prompt)} tokens; it must be shorter than the context "
+                           f"({target.n_ctx}) to leave room for the answer{more_room_hint(target)}")
     if max_tokens < 1:
-        raise SpecrunError(f"--max-tokens must be at least 1, got {max_tokens}")
+        raise OptionError(f"--max-tokens must be at least 1, got {max_tokens}")
     policy = policy or FixedGamma(4)
     rng = rng if rng is not None else params.rng()
     ctx = list(prompt)
@@ -194,6 +195,13 @@ def generate(
         yield event
         if finish:
             return
+
+
+def more_room_hint(target: Model) -> str:
+    """'; use --ctx ...' where the model allows a larger context than the one loaded."""
+    if target.n_ctx < target.n_ctx_train:
+        return f"; use --ctx (up to {target.n_ctx_train})"
+    return ""
 
 
 def _finish_round(stream: TextStream, reason: str, overhead: float) -> Round:

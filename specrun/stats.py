@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from specrun.gamma import CostModel
 from specrun.speculative import Event, Prefill, Round
@@ -151,8 +152,8 @@ class Stats:
             "finish_reason": self.finish_reason,
         }
 
-    def summary_lines(self) -> list[str]:
-        """Aligned human-readable figures for `--stats` (stderr)."""
+    def summary_lines(self, extra: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Aligned human-readable figures for `--stats` (stderr), `extra` (name, value) rows last."""
 
         def fmt(value: float | None, spec: str, unit: str = "") -> str:
             return "-" if value is None else f"{value:{spec}}{unit}"
@@ -169,6 +170,7 @@ class Stats:
             ("mean accepted length", fmt(self.mean_accepted_length, ".2f", " tokens/pass")),
             ("mean gamma", fmt(self.mean_gamma, ".2f")),
             ("est. speedup", fmt(self.estimated_speedup, ".2f", "x")),
+            *extra,
         ]
         width = max(len(name) for name, _ in rows)
         return [f"{name:<{width}}  {value}" for name, value in rows]

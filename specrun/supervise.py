@@ -80,7 +80,8 @@ def supervise(work: Callable[[], int]) -> int:
     if not hasattr(os, "fork") or os.environ.get(SUPERVISE_ENV):
         return work()
     os.environ["GGML_NO_BACKTRACE"] = "1"  # a C++ terminate prints no backtrace either
-    sys.stdout.flush()
+    if sys.stdout is not None:  # None when stdout is closed (`>&-`)
+        sys.stdout.flush()  # nothing buffered may be written twice after the fork
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:

@@ -128,5 +128,5 @@ def test_seeded_sampling_is_reproducible_and_speculation_keeps_it_valid(target, 
 
 
 def test_prompt_longer_than_context_is_a_clear_error(target):
-    with pytest.raises(SpecrunError, match="longer than the context"):
+    with pytest.raises(SpecrunError, match="must be shorter than the context"):
         next(generate(target, [1] + [5] * target.n_ctx))

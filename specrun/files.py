@@ -1,0 +1,86 @@
+"""Files specrun writes, and words for paths that are not the file they should be.
+
+Outputs are checked before the work that fills them (a benchmark that ran for an hour
+must not die on a typo in --json), and written whole under a temporary name unique to
+the writer, then moved into place in one step: readers never see half a file, and two
+processes making the same file (two first runs preparing the demo pair) do not collide.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from specrun.errors import OptionError, SpecrunError
+
+REGULAR_FILE = "a regular file"
+MISSING = "missing"
+_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, REGULAR_FILE)]
+
+
+def what_is(path: Path) -> str:
+    """A few words for what `path` is: REGULAR_FILE, MISSING, 'a directory', 'a FIFO
+    (named pipe)', 'a link to a missing file', 'a loop of symbolic links', ..."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a link to a missing file" if path.is_symlink() else MISSING
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        return f"unreadable ({error.strerror})"
+    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
+
+
+def check_output_file(path: Path, option: str) -> Path:
+    """Make sure, before any work, that `option`'s file can be written; returns the file
+    to replace (through symbolic links, so a link keeps pointing at the new file)."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop, before Python 3.13
+        raise OptionError(f"{option} {path} is a loop of symbolic links") from None
+    kind = what_is(target)
+    if kind not in (REGULAR_FILE, MISSING):
+        raise OptionError(f"{option} {path} is {kind}; name a file to write")
+    if what_is(target.parent) != "a directory":
+        raise OptionError(f"{option} {path}: the folder {target.parent} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"):
+            pass
+    except OSError as error:
+        raise OptionError(f"{option} {path}: cannot write in {target.parent} ({error.strerror})") from None
+    return target
+
+
+@contextmanager
+def replaced_atomically(destination: Path) -> Iterator[Path]:
+    """A temporary path beside `destination`, unique to this call, to write the whole
+    file to; when the block succeeds it replaces `destination`, else it is removed.
+    It keeps `destination`'s extension, for writers that infer the format from it."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.",
+                                    suffix=f".partial{destination.suffix}")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary only
+        os.replace(temporary, destination)
+    except BaseException as error:
+        temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise SpecrunError(f"cannot write {destination}: {error.strerror or error}") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
