@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specrun import backend, demo, llama_install
+from specrun.hub import hub_cache_dir
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
 CUDA_WHEEL_INDEXES = ["cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132"]
@@ -161,9 +162,7 @@ def folder_size(path: Path) -> int:
 
 
 def cache_folders() -> dict[str, dict[str, object]]:
-    from huggingface_hub import constants
-
-    folders = {"specrun": demo.cache_dir(), "huggingface": Path(constants.HF_HUB_CACHE),
+    folders = {"specrun": demo.cache_dir(), "huggingface": hub_cache_dir(),
                "llama wheels": llama_install.wheel_cache()}
     return {name: {"path": str(path), "exists": path.exists(),
                    "bytes": folder_size(path) if path.exists() else 0}

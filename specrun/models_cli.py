@@ -13,20 +13,11 @@ from typing import Iterator, Optional
 
 import typer
 
-from specrun.catalog import (
-    Catalog,
-    ModelSpec,
-    cached_model,
-    fetch_model,
-    format_size,
-    hub_offline,
-    load_catalog,
-    parse_spec,
-    plan_fetch,
-    remove_cached,
-)
+from specrun.catalog import Catalog, ModelSpec, cached_model, fetch_model, load_catalog, parse_spec, remove_cached
 from specrun.errors import SpecrunError, report
+from specrun.formatting import format_size
 from specrun.ggufinfo import read_gguf_info
+from specrun.hub import hub_offline, plan_fetch
 
 app = typer.Typer(help="List, download, inspect and remove the catalog's models.", no_args_is_help=True)
 
@@ -97,7 +88,7 @@ def _print_plan(spec: ModelSpec) -> None:
         model = cached_model(spec)
         print(f"{spec.text}: {'present at ' + str(model.path) if model else 'local, to be prepared'}; nothing to download")
         return
-    plan = plan_fetch(spec, network=not hub_offline())
+    plan = plan_fetch(spec.hub, spec.text, network=not hub_offline())
     print(f"{spec.text}: {plan.repo}")
     for planned in plan.files:
         state = "cached" if planned.cached else "to download"

@@ -9,19 +9,15 @@ from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, add_inc
 from specrun.catalog import (
     CatalogError,
     IncompatibleModels,
-    ModelNotFound,
-    NotCached,
-    hub_cache_dir,
     load_catalog,
     parse_spec,
     remove_cached,
     resolve_draft,
     resolve_model,
     resolve_pair,
-    split_parts,
-    _hub_errors,
 )
 from specrun.errors import Interrupted
+from specrun.hub import ModelNotFound, NotCached, _hub_errors, hub_cache_dir, split_parts
 
 
 # --- the catalog file ------------------------------------------------------------------------
