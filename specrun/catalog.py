@@ -227,9 +227,9 @@ def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
         return draft
     entry = catalog.get(target)
     if entry is None:
-        raise ModelNotFound(f"--draft auto needs a catalog alias as the target, not '{target}'; name a draft with --draft")
+        raise ModelNotFound(f"the draft 'auto' needs a catalog alias as the target, not '{target}'; name a draft model instead")
     if not entry.drafts:
-        raise ModelNotFound(f"the catalog recommends no draft for {target}; name one with --draft")
+        raise ModelNotFound(f"the catalog recommends no draft for {target}; name a draft model instead")
     return entry.drafts[0]
 
 

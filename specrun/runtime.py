@@ -67,7 +67,7 @@ def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
 
 
 def set_verbose(verbose: bool) -> None:
-    """Show llama.cpp's log on stderr (--verbose); otherwise keep it quiet."""
+    """Show llama.cpp's log on stderr if `verbose`; otherwise keep it quiet."""
     global _verbose_log, _backend_ready
     _verbose_log = verbose
     llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
