@@ -20,6 +20,7 @@ from specrun.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.engine import LookupOptions
 from specrun.errors import SpecrunError
 from specrun.exactness import first_divergence
+from specrun.formatting import format_or_dash
 from specrun.gamma import expected_rate, parse_policy
 from specrun.runtime import Model, placement
 from specrun.sampling import SamplingParams
@@ -265,10 +266,6 @@ def _alpha(runs: list[Run]) -> float | None:
     return accepted / trials if trials else None
 
 
-def _fmt(value: object, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 def render_text(result: BenchResult) -> str:
     """The tables `specrun bench` prints."""
     lines = [f"target {result.target}, draft {result.draft or '-'}, "
@@ -279,14 +276,14 @@ def render_text(result: BenchResult) -> str:
     for row in result.table:
         lines.append(
             f"{row['class']:<12} {row['mode']:<10} {row['tokens_per_second']:>7.1f} "
-            f"{_fmt(row['speedup'], '.2f'):>7}x {_fmt(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
+            f"{format_or_dash(row['speedup'], '.2f'):>7}x {format_or_dash(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
             f"{row['mean_accepted_length']:>9.2f} {row['mean_gamma']:>7.2f}"
         )
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
     costs = result.costs
     lines += ["", "cost curve (medians)",
-              f"  draft per token  {_fmt(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
+              f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
               f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
               "  target verify    " + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())
               + "  (width:ms)"]

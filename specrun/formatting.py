@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def format_or_dash(value: object, spec: str = "", unit: str = "") -> str:
+    """`value` formatted with `spec` and followed by `unit`; "-" for a figure that does not exist (None)."""
+    return "-" if value is None else f"{format(value, spec)}{unit}"
+
+
 def format_size(size: int | None) -> str:
     if size is None:
         return "size unknown"

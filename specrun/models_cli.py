@@ -15,7 +15,7 @@ import typer
 
 from specrun.catalog import Catalog, ModelSpec, cached_model, fetch_model, load_catalog, parse_spec, remove_cached
 from specrun.errors import SpecrunError, report
-from specrun.formatting import format_size
+from specrun.formatting import format_or_dash, format_size
 from specrun.ggufinfo import read_gguf_info
 from specrun.hub import hub_offline, plan_fetch
 
@@ -61,7 +61,7 @@ def list_models(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
         return
     header = ("ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED")
     table = [header] + [(row["alias"], row["family"], row["params"] or "-", row["quant"] or "-",
-                         f"{row['size_gb']:.2f} GB" if row["size_gb"] is not None else "-",
+                         format_or_dash(row["size_gb"], ".2f", " GB"),
                          "yes" if row["cached"] else "-") for row in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
@@ -134,7 +134,7 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
             ]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
-        print(f"{name + ':':<{width + 1}} {value if value is not None else '-'}")
+        print(f"{name + ':':<{width + 1}} {format_or_dash(value)}")
 
 
 @app.command("rm")

@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from specrun.formatting import format_or_dash
 from specrun.gamma import CostModel
 from specrun.speculative import Event, Prefill, Round
 
@@ -154,22 +155,18 @@ class Stats:
 
     def summary_lines(self, extra: Sequence[tuple[str, str]] = ()) -> list[str]:
         """Aligned human-readable figures for `--stats` (stderr), `extra` (name, value) rows last."""
-
-        def fmt(value: float | None, spec: str, unit: str = "") -> str:
-            return "-" if value is None else f"{value:{spec}}{unit}"
-
         rows = [
             ("prompt", f"{self.prompt_tokens} tokens ({self.prompt_evaluated} evaluated), "
-                       f"{fmt(self.prompt_tokens_per_second, '.1f', ' tok/s')}"),
-            ("first token", fmt(self.time_to_first_token and self.time_to_first_token * 1000, ".0f", " ms")),
-            ("generated", f"{self.generated} tokens, {fmt(self.tokens_per_second, '.1f', ' tok/s')}"),
+                       f"{format_or_dash(self.prompt_tokens_per_second, '.1f', ' tok/s')}"),
+            ("first token", format_or_dash(self.time_to_first_token and self.time_to_first_token * 1000, ".0f", " ms")),
+            ("generated", f"{self.generated} tokens, {format_or_dash(self.tokens_per_second, '.1f', ' tok/s')}"),
             ("rounds", str(self.rounds)),
             ("drafted", str(self.drafted)),
             ("accepted", str(self.accepted)),
-            ("acceptance", fmt(self.acceptance_rate and self.acceptance_rate * 100, ".1f", "%")),
-            ("mean accepted length", fmt(self.mean_accepted_length, ".2f", " tokens/pass")),
-            ("mean gamma", fmt(self.mean_gamma, ".2f")),
-            ("est. speedup", fmt(self.estimated_speedup, ".2f", "x")),
+            ("acceptance", format_or_dash(self.acceptance_rate and self.acceptance_rate * 100, ".1f", "%")),
+            ("mean accepted length", format_or_dash(self.mean_accepted_length, ".2f", " tokens/pass")),
+            ("mean gamma", format_or_dash(self.mean_gamma, ".2f")),
+            ("est. speedup", format_or_dash(self.estimated_speedup, ".2f", "x")),
             *extra,
         ]
         width = max(len(name) for name, _ in rows)

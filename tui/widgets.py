@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Label, Markdown, Sparkline, Static
 
+from specrun.formatting import format_or_dash
 from specrun.speculative import Segment
 from specrun_tui.generation import Figures
 
@@ -126,10 +127,6 @@ class Transcript(VerticalScroll):
 # --- the figures panel -----------------------------------------------------------------
 
 
-def _number(value: float | None, spec: str, unit: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
-
 @dataclass(frozen=True)
 class FigureRow:
     name: str
@@ -139,16 +136,16 @@ class FigureRow:
 
 FIGURE_ROWS = [
     FigureRow("tok/s now", lambda f: f.recent_tokens_per_second,
-              lambda f: _number(f.recent_tokens_per_second, ".1f")),
+              lambda f: format_or_dash(f.recent_tokens_per_second, ".1f")),
     FigureRow("tok/s answer", lambda f: f.tokens_per_second,
-              lambda f: _number(f.tokens_per_second, ".1f")),
+              lambda f: format_or_dash(f.tokens_per_second, ".1f")),
     FigureRow("acceptance", lambda f: f.acceptance_rate,
-              lambda f: _number(f.acceptance_rate and f.acceptance_rate * 100, ".0f", "%")),
-    FigureRow("γ", lambda f: f.gamma, lambda f: f"{_number(f.gamma, 'd')} ({f.policy})"),
+              lambda f: format_or_dash(f.acceptance_rate and f.acceptance_rate * 100, ".0f", "%")),
+    FigureRow("γ", lambda f: f.gamma, lambda f: f"{format_or_dash(f.gamma, 'd')} ({f.policy})"),
     FigureRow("accepted/pass", lambda f: f.mean_accepted_length,
-              lambda f: _number(f.mean_accepted_length, ".2f")),
+              lambda f: format_or_dash(f.mean_accepted_length, ".2f")),
     FigureRow("est. speedup", lambda f: f.estimated_speedup,
-              lambda f: _number(f.estimated_speedup, ".2f", "x")),
+              lambda f: format_or_dash(f.estimated_speedup, ".2f", "x")),
 ]
 
 
