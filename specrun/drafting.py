@@ -21,10 +21,6 @@ class Proposal:
     tokens: list[int] = field(default_factory=list)
     probs: list[np.ndarray | None] = field(default_factory=list)  # q_i, or None for a point mass
 
-    @classmethod
-    def empty(cls) -> "Proposal":
-        return cls()
-
 
 class DraftSource(Protocol):
     name: str
@@ -124,7 +120,7 @@ class LookupDraft:
             if start is not None:
                 tokens = list(ctx[start : start + n])
                 return Proposal(tokens, [None] * len(tokens))  # point masses
-        return Proposal.empty()
+        return Proposal()
 
 
 class HybridDraft:

@@ -32,10 +32,9 @@ from specrun.backend import (
 from specrun.cpus import physical_cores
 from specrun.errors import SpecrunError
 from specrun.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
-from specrun.ggufinfo import tensor_table
+from specrun.ggufinfo import GGUF_MAGIC, tensor_table
 from specrun.interrupts import native_callback, raise_pending, stop_requested
 
-GGUF_MAGIC = b"GGUF"
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 # What llama.cpp's parse_special splits out of text as tokens of their own (llama-vocab.cpp).
 SPECIAL_ATTRIBUTES = llama.LLAMA_TOKEN_ATTR_CONTROL | llama.LLAMA_TOKEN_ATTR_USER_DEFINED | llama.LLAMA_TOKEN_ATTR_UNKNOWN
@@ -89,7 +88,7 @@ def check_gguf_header(path: Path) -> None:
     if kind != REGULAR_FILE:
         raise SpecrunError(f"{path} is {kind}, not a GGUF file")
     with path.open("rb") as f:
-        if f.read(4) != GGUF_MAGIC:
+        if f.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
             raise SpecrunError(f"{path} is not a GGUF file")
 
 
@@ -306,22 +305,6 @@ class Model:
     def chat_template(self) -> str | None:
         template = llama.llama_model_chat_template(self._model, None)
         return template.decode("utf-8") if template else None
-
-    def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = llama.llama_model_meta_val_str(self._model, key.encode(), buf, 256)
-        if n < 0:
-            return None
-        if n >= 256:
-            buf = ctypes.create_string_buffer(n + 1)
-            llama.llama_model_meta_val_str(self._model, key.encode(), buf, n + 1)
-        return buf.value.decode("utf-8", errors="replace")
-
-    @property
-    def description(self) -> str:
-        buf = ctypes.create_string_buffer(128)
-        llama.llama_model_desc(self._model, buf, 128)
-        return buf.value.decode("utf-8", errors="replace")
 
     def close(self) -> None:
         """Free the native objects once: the handles are taken from `self` before they are

@@ -150,7 +150,7 @@ def generate(
         # Room for γ drafts and the one token the target adds, inside both limits.
         room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
         gamma = min(policy.next_gamma(), room) if draft is not None else 0
-        proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal.empty()
+        proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal()
         drafted_at = time.perf_counter()
 
         logits = target.logits(ctx + proposal.tokens, len(proposal.tokens) + 1)
