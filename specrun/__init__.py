@@ -13,17 +13,18 @@ Lower level: `Model` (one GGUF over llama.cpp), `generate` (the round loop),
 """
 
 from specrun.drafting import DraftSource, ModelDraft, Proposal
-from specrun.engine import Engine, LoadOptions
+from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma, parse_policy
+from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
 from specrun.runtime import Model, check_compatible
 from specrun.sampling import SamplingParams
 from specrun.speculative import Event, Prefill, Round, generate
 from specrun.stats import Stats
 
 __all__ = [
-    "AdaptiveGamma", "DraftSource", "Engine", "Event", "FixedGamma", "HeuristicGamma",
-    "LoadOptions", "Model", "ModelDraft", "Prefill", "Proposal", "Round", "SamplingParams",
-    "SpecrunError", "Stats", "check_compatible", "generate", "parse_policy",
+    "PROMPT_LOOKUP", "AdaptiveGamma", "DraftOptions", "DraftSource", "Engine", "Event", "FixedGamma",
+    "HeuristicGamma", "LoadOptions", "LookupOptions", "Model", "ModelDraft", "Prefill", "Proposal", "Round",
+    "SamplingParams", "SpecrunError", "Stats", "check_compatible", "generate", "parse_policy",
 ]
 __version__ = "0.1.0"

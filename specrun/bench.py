@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from specrun.chat import prompt_tokens
 from specrun.drafting import DraftSource, HybridDraft, ModelDraft
-from specrun.engine import LookupOptions
 from specrun.errors import SpecrunError
 from specrun.exactness import first_divergence
 from specrun.formatting import format_or_dash
-from specrun.gamma import expected_rate, parse_policy
+from specrun.gamma import GAMMA_MAX, expected_rate, parse_policy
+from specrun.options import LookupOptions
+from specrun.prompt import prompt_tokens
 from specrun.runtime import Model, placement
 from specrun.sampling import SamplingParams
 from specrun.speculative import generate
@@ -170,7 +170,7 @@ def run_bench(
     params: SamplingParams,
     max_tokens: int = 128,
     repeat: int = 3,
-    gamma_max: int = 8,
+    gamma_max: int = GAMMA_MAX,
     p_min: float = 0.0,
     lookup: LookupOptions = LookupOptions(),
     progress: Callable[[str], None] = lambda line: None,

@@ -9,100 +9,60 @@ so only the new turn is evaluated.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from specrun.cli import (
-    CatalogOption,
-    CtxOption,
-    DraftGpuLayersOption,
-    DraftOption,
-    GammaMaxOption,
-    GammaOption,
-    GpuLayersOption,
-    LookupMaxOption,
-    LookupMinOption,
-    LookupNgramOption,
-    LookupOption,
-    MaxTokensOption,
-    MinPOption,
-    PMinOption,
-    SeedOption,
-    SystemOption,
-    TargetOption,
-    TempOption,
-    ThreadsOption,
-    TopKOption,
-    TopPOption,
-    VerboseOption,
-    app,
-    check_drafting_options,
-    choose_models,
-    choose_threads,
+from specrun import interrupts
+from specrun.cli_options import (
+    DRAFTING,
+    LOAD,
+    MAX_TOKENS,
+    MODELS,
+    SAMPLING,
+    SYSTEM,
+    ModelRequest,
     load_engine,
     load_notes,
     note,
     placement_row,
+    takes,
 )
-
-from specrun import interrupts
 from specrun.interrupts import exit_status
+from specrun.options import DraftOptions, LoadOptions
+from specrun.sampling import SamplingParams
 from specrun.textio import argument_text
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
 
 
+@takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def chat(
-    target: Optional[str] = TargetOption,
-    draft: Optional[str] = DraftOption,
-    lookup: bool = LookupOption,
-    lookup_ngram: int = LookupNgramOption,
-    lookup_min: int = LookupMinOption,
-    lookup_max: int = LookupMaxOption,
-    catalog: Optional[Path] = CatalogOption,
-    system: Optional[str] = SystemOption,
-    max_tokens: int = MaxTokensOption,
-    temp: float = TempOption,
-    top_k: int = TopKOption,
-    top_p: float = TopPOption,
-    min_p: float = MinPOption,
-    seed: Optional[int] = SeedOption,
-    gamma: str = GammaOption,
-    gamma_max: int = GammaMaxOption,
-    p_min: float = PMinOption,
-    ctx: int = CtxOption,
-    gpu_layers: Optional[int] = GpuLayersOption,
-    draft_gpu_layers: Optional[int] = DraftGpuLayersOption,
-    threads: Optional[int] = ThreadsOption,
+    system: Optional[str] = SYSTEM[1],
+    max_tokens: int = MAX_TOKENS,
     stats: bool = typer.Option(False, "--stats", help="Piped: print each answer's statistics to stderr."),
-    verbose: bool = VerboseOption,
+    *,
+    sampling: SamplingParams,
+    drafting: DraftOptions,
+    load: LoadOptions,
+    models: ModelRequest,
 ) -> None:
     """Chat with a model: the TUI on a terminal; piped, one user turn per stdin line."""
-    from specrun.sampling import SamplingParams
-
-    params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    lookup_options = check_drafting_options(gamma, gamma_max, lookup_ngram, lookup_min, lookup_max)
     system = argument_text(system, "--system")
-    choice = choose_models(target, draft, catalog)
-    thread_count = choose_threads(threads)  # before the TUI takes the screen, so the warning stays readable
-
-    def load() -> "Engine":
-        return load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                           threads=thread_count, verbose=verbose, gamma=gamma, gamma_max=gamma_max,
-                           p_min=p_min, params=params, lookup=lookup, lookup_options=lookup_options)
+    choice = models.resolve()
 
     if sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty():
         from specrun_tui import SpecrunApp
 
-        if verbose:  # llama.cpp writes to the terminal directly and would garble the screen
+        if load.verbose:  # llama.cpp writes to the terminal directly and would garble the screen
             note("--verbose is ignored in the TUI; pipe the chat to see llama.cpp's log")
-            verbose = False
+            load = replace(load, verbose=False)
 
-        loading = " and ".join(p.name for p in (choice.target, choice.draft) if p is not None)
-        app = SpecrunApp(loader=load, loading=loading, system=system, max_tokens=max_tokens)
+        loading = " and ".join(getattr(p, "name", "prompt lookup") for p in (choice.target, choice.draft) if p)
+        app = SpecrunApp(loader=lambda: load_engine(choice, load, params=sampling, drafting=drafting),
+                         loading=loading, system=system, max_tokens=max_tokens)
         try:
             with interrupts.routed_to(app.exit) as received:
                 app.run()
@@ -113,8 +73,8 @@ def chat(
             raise typer.Exit(128 + received[0])
         return
 
-    engine = load()
-    load_notes(engine.target, requested_ctx=ctx, requested_threads=threads)  # not in the TUI: it would garble the screen
+    engine = load_engine(choice, load, params=sampling, drafting=drafting)
+    load_notes(engine.target, load)  # not in the TUI: it would garble the screen
     try:
         _chat_through_pipe(engine, system=system, max_tokens=max_tokens, stats=stats)
     except KeyboardInterrupt as stop:
@@ -123,9 +83,6 @@ def chat(
         raise typer.Exit(exit_status(stop))
     finally:
         engine.close()
-
-
-app.command("chat")(chat)
 
 
 def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int, stats: bool) -> None:

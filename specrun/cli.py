@@ -1,24 +1,50 @@
 """The `specrun` command line (Typer). Stdout carries only the answer; everything else
-goes to stderr. Every user error is one line, `specrun: error: ...`, and a non-zero exit."""
+goes to stderr. Every user error is one line, `specrun: error: ...`, and a non-zero exit.
+
+The commands are thin: their shared options, the model choice and the loading live in
+`specrun.cli_options`; `chat` and `models` have modules of their own, registered here.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from specrun.chat_cli import chat
+from specrun.cli_options import (
+    DRAFTING,
+    LOAD,
+    LOOKUP,
+    LOOKUP_GROUP,
+    MAX_TOKENS,
+    MODELS,
+    P_MIN,
+    SAMPLING,
+    SYSTEM,
+    ModelChoice,
+    ModelRequest,
+    in_flag_terms,
+    load_engine,
+    load_notes,
+    note,
+    placement_row,
+    read_prompt,
+    takes,
+)
 from specrun.errors import OptionError, SpecrunError, report
 from specrun.interrupts import exit_status
-from specrun.textio import StdoutClosed, argument_text, guarded_stdout, read_stdin
+from specrun.models_cli import app as models_app
+from specrun.options import DraftOptions, LoadOptions, LookupOptions
+from specrun.sampling import SamplingParams
+from specrun.textio import StdoutClosed, argument_text, guarded_stdout
 
-if TYPE_CHECKING:  # imported where used: `specrun --help` should not load llama.cpp
-    from specrun.engine import Engine, LookupOptions
-    from specrun.runtime import Model
-    from specrun.sampling import SamplingParams
+if TYPE_CHECKING:
+    from specrun.engine import Engine
     from specrun.stats import Stats
 
 app = typer.Typer(
@@ -29,6 +55,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
 
 def print_version(version: bool) -> None:
     if version:
@@ -47,184 +74,30 @@ def cli(
     """Speculative decoding for GGUF models: a small draft guesses, the big target checks."""
 
 
-def note(message: str) -> None:
-    """A status line for the user, on stderr."""
-    print(f"specrun: {message}", file=sys.stderr, flush=True)
-
-
-# --- options shared by run, chat and bench ----------------------------------------------
-
-TargetOption = typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.")
-DraftOption = typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for the catalog's pick, `lookup` for prompt lookup, or `none`.")
-CatalogOption = typer.Option(None, "--catalog", help="An extra models.toml that adds or overrides aliases.")
-SystemOption = typer.Option(None, "--system", "-s", help="System prompt.")
-MaxTokensOption = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer.")
-TempOption = typer.Option(0.8, "--temp", min=0.0, help="Temperature; 0 is greedy.")
-TopKOption = typer.Option(40, "--top-k", min=0, help="Top-k (0 = off).")
-# Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams checks them.
-TopPOption = typer.Option(0.95, "--top-p", help="Top-p, 0 < p <= 1 (1 = off).")
-MinPOption = typer.Option(0.05, "--min-p", help="Min-p, 0 <= p < 1 (0 = off).")
-SeedOption = typer.Option(None, "--seed", min=0, help="Seed for a reproducible sampled run.")
-GammaOption = typer.Option("auto", "--gamma", "-g", help="Draft length: auto, heuristic or a number (0 = no speculation).")
-GammaMaxOption = typer.Option(8, "--gamma-max", min=0, max=32, help="Upper bound of γ for auto/heuristic.")
-PMinOption = typer.Option(0.0, "--p-min", min=0.0, max=1.0, help="Stop drafting when the draft's confidence falls below this.")
-CtxOption = typer.Option(None, "--ctx", "-c", min=16, show_default=False,
-                         help="Context size in tokens (default: 4096, or the model's trained context if smaller).")
-GpuLayersOption = typer.Option(None, "--gpu-layers", "-ngl", help="Target layers on the GPU (default: all where supported).")
-DraftGpuLayersOption = typer.Option(None, "--draft-gpu-layers", "-ngld", help="Draft layers on the GPU (default: all where supported).")
-ThreadsOption = typer.Option(None, "--threads", min=1, help="CPU threads per model (default: one per physical core).")
-VerboseOption = typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")
-LookupOption = typer.Option(False, "--lookup", help="Prompt lookup first, the draft model when the text offers no match.")
-LookupNgramOption = typer.Option(3, "--lookup-ngram", min=1, max=8, help="Longest n-gram prompt lookup matches.")
-LookupMinOption = typer.Option(2, "--lookup-min", min=1, max=8, help="Shortest n-gram prompt lookup matches.")
-LookupMaxOption = typer.Option(10, "--lookup-max", min=1, max=64, help="Most tokens prompt lookup proposes.")
-
-
-DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the embedded pair
-DEFAULT_CTX = 4096
-
-
-@dataclass
-class ModelChoice:
-    target: Path
-    draft: Path | None  # Path(LOOKUP) for prompt lookup
-
-
-def choose_models(target: str | None, draft: str | None, catalog: Path | None) -> ModelChoice:
-    """Resolve --target/--draft to files, downloading through the catalog where needed.
-
-    Without --target: the embedded demo pair. Without --draft: the target alone.
-    `--draft lookup` is prompt lookup, which needs no file.
-    """
-    from specrun.catalog import load_catalog, resolve_model, resolve_pair
-    from specrun.engine import LOOKUP
-
-    models = load_catalog(catalog)
-    if target is None:
-        target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
-        using = ("pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)" if draft == DEMO_DRAFT
-                 else "target (SmolLM2-135M-Instruct, F16)")
-        note(f"no --target given: using the demo {using}")
-    if draft in (None, "none", LOOKUP):
-        resolved = resolve_model(target, catalog=models)
-        return ModelChoice(resolved.path, Path(LOOKUP) if draft == LOOKUP else None)
-    resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
-    return ModelChoice(resolved_target.path, resolved_draft.path)
-
-
-def check_drafting_options(gamma: str, gamma_max: int, lookup_ngram: int, lookup_min: int,
-                           lookup_max: int) -> "LookupOptions":
-    """--gamma and the lookup options, checked before any work rather than when the models are loaded."""
-    from specrun.engine import LookupOptions
-    from specrun.gamma import parse_policy
-
-    parse_policy(gamma, gamma_max)  # the engine makes its own policy; this only checks the values
-    return LookupOptions(lookup_ngram, lookup_min, lookup_max)
-
-
-def choose_threads(requested: Optional[int]) -> int:
-    """--threads, or one per physical core; says so when it caps the request."""
-    from specrun.cpus import choose_threads as threads_for
-
-    threads, capped = threads_for(requested)
-    if capped:
-        note(capped)
-    return threads
-
-
-def load_notes(model: "Model", *, requested_ctx: Optional[int], requested_threads: Optional[int]) -> None:
-    """Once the models are loaded: say when the context is not the --ctx asked for, and when
-    the default thread count meets a machine that other work already keeps busy."""
-    from specrun.cpus import machine_busy_warning
-
-    if requested_ctx is not None and model.n_ctx < requested_ctx:
-        note(f"--ctx {requested_ctx} is more than {model.name} was trained for ({model.n_ctx_train}); "
-             f"using {model.n_ctx}")
-    elif requested_ctx is not None and model.n_ctx > requested_ctx:
-        note(f"--ctx {requested_ctx}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}")
-    busy = machine_busy_warning() if requested_threads is None else None
-    if busy:
-        note(busy)
-
-
-def load_engine(choice: ModelChoice, *, ctx: Optional[int], gpu_layers: Optional[int],
-                draft_gpu_layers: Optional[int], threads: int, verbose: bool, gamma: str, gamma_max: int,
-                p_min: float, params: "SamplingParams", lookup: bool, lookup_options: "LookupOptions") -> "Engine":
-    """Load the models; `threads` comes from choose_threads, `lookup_options` from check_drafting_options."""
-    from specrun.engine import LOOKUP, Engine, LoadOptions
-
-    warn_ignored_gpu_layers(gpu_layers, draft_gpu_layers)
-    options = LoadOptions(n_ctx=ctx or DEFAULT_CTX, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                          threads=threads, verbose=verbose)
-    return Engine.load(choice.target, choice.draft, options=options, p_min=p_min,
-                       lookup=lookup_options if lookup or choice.draft == Path(LOOKUP) else None,
-                       params=params, gamma=gamma, gamma_max=gamma_max)
-
-
-def warn_ignored_gpu_layers(*requested: Optional[int]) -> None:
-    """--gpu-layers on a build that cannot offload would otherwise be ignored without a word."""
-    from specrun.runtime import gpu_offload_supported
-
-    if any(layers for layers in requested) and not gpu_offload_supported():
-        note("--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)")
-
-
-def read_prompt(argument: str | None) -> str:
-    """stdin first (when it is not a terminal), then the argument."""
-    parts = []
-    piped = read_stdin()
-    if piped and piped.strip():
-        parts.append(piped.rstrip("\n"))
-    if argument:
-        parts.append(argument_text(argument, "the prompt argument"))
-    if not parts:
-        raise OptionError("no prompt: give one as an argument or on stdin")
-    return "\n\n".join(parts)
-
-
 @app.command()
+@takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def run(
     prompt: Optional[str] = typer.Argument(None, help="The prompt; stdin, when piped, comes before it."),
-    target: Optional[str] = TargetOption,
-    draft: Optional[str] = DraftOption,
-    lookup: bool = LookupOption,
-    lookup_ngram: int = LookupNgramOption,
-    lookup_min: int = LookupMinOption,
-    lookup_max: int = LookupMaxOption,
-    catalog: Optional[Path] = CatalogOption,
-    system: Optional[str] = SystemOption,
+    system: Optional[str] = SYSTEM[1],
     raw: bool = typer.Option(False, "--raw", help="Send the text as is, without the chat template."),
-    max_tokens: int = MaxTokensOption,
-    temp: float = TempOption,
-    top_k: int = TopKOption,
-    top_p: float = TopPOption,
-    min_p: float = MinPOption,
-    seed: Optional[int] = SeedOption,
+    max_tokens: int = MAX_TOKENS,
     stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),
-    gamma: str = GammaOption,
-    gamma_max: int = GammaMaxOption,
-    p_min: float = PMinOption,
-    ctx: int = CtxOption,
-    gpu_layers: Optional[int] = GpuLayersOption,
-    draft_gpu_layers: Optional[int] = DraftGpuLayersOption,
-    threads: Optional[int] = ThreadsOption,
     stats: bool = typer.Option(False, "--stats", help="Print statistics to stderr."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and statistics) instead of the text."),
-    verbose: bool = VerboseOption,
+    *,
+    sampling: SamplingParams,
+    drafting: DraftOptions,
+    load: LoadOptions,
+    models: ModelRequest,
 ) -> None:
     """Generate one answer, streamed to stdout."""
-    from specrun.sampling import SamplingParams
     from specrun.stats import Stats
 
-    params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
-    lookup_options = check_drafting_options(gamma, gamma_max, lookup_ngram, lookup_min, lookup_max)
     system, stop = argument_text(system, "--system"), [argument_text(text, "--stop") for text in stop]
     text = read_prompt(prompt)
-    choice = choose_models(target, draft, catalog)
-    engine = load_engine(choice, ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers,
-                         threads=choose_threads(threads), verbose=verbose, gamma=gamma, gamma_max=gamma_max,
-                         p_min=p_min, params=params, lookup=lookup, lookup_options=lookup_options)
-    load_notes(engine.target, requested_ctx=ctx, requested_threads=threads)
+    choice = models.resolve()
+    engine = load_engine(choice, load, params=sampling, drafting=drafting)
+    load_notes(engine.target, load)
     figures = Stats()
     answer: list[str] = []
     try:
@@ -254,58 +127,44 @@ def _finish_output(answer: list[str], figures: "Stats", engine: "Engine", choice
     threads = engine.target.threads
     where = engine.placement()
     if as_json:
-        record = {"text": "".join(answer), "target": str(choice.target),
-                  "draft": str(choice.draft) if choice.draft else None, "threads": threads, **where,
-                  **figures.as_dict()}
+        draft = str(choice.draft) if isinstance(choice.draft, Path) else LOOKUP if choice.draft else None
+        record = {"text": "".join(answer), "target": str(choice.target), "draft": draft, "threads": threads,
+                  **where, **figures.as_dict()}
         sys.stdout.write(json.dumps(record) + "\n")
     elif answer and not "".join(answer).endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
     if figures.finish_reason == "context" and not as_json:
-        note(f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
-             f"{more_room_hint(engine.target)}")
+        note(in_flag_terms(f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
+                           f"{more_room_hint(engine.target)}"))
     if stats:
         for line in figures.summary_lines(extra=[("threads", str(threads)), placement_row(where)]):
             print(line, file=sys.stderr)
 
 
-def placement_row(where: dict[str, object]) -> tuple[str, str]:
-    """The `--stats` row that says where the models ran."""
-    return "device", f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
-
-
 @app.command()
+@takes(LOOKUP_GROUP, LOAD, MODELS)
 def bench(
-    target: Optional[str] = TargetOption,
-    draft: Optional[str] = DraftOption,
-    catalog: Optional[Path] = CatalogOption,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL file of {\"prompt\": ..., \"class\": ...}; default: the built-in set."),
     gammas: str = typer.Option("1,2,3,4,6,8", "--gammas", help="Fixed γ values to compare."),
     modes: Optional[str] = typer.Option(None, "--modes", help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid)."),
-    lookup: bool = typer.Option(True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."),
-    lookup_ngram: int = LookupNgramOption,
-    lookup_min: int = LookupMinOption,
-    lookup_max: int = LookupMaxOption,
+    include_lookup: bool = typer.Option(True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."),
     repeat: int = typer.Option(3, "--repeat", "-r", min=1, help="Repetitions; the table shows medians."),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
     temp: float = typer.Option(0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."),
     seed: Optional[int] = typer.Option(0, "--seed", help="Seed for sampled runs."),
-    gamma_max: int = typer.Option(8, "--gamma-max", min=1, max=32, help="Upper bound of γ for auto/heuristic."),
-    p_min: float = PMinOption,
-    ctx: int = CtxOption,
-    gpu_layers: Optional[int] = GpuLayersOption,
-    draft_gpu_layers: Optional[int] = DraftGpuLayersOption,
-    threads: Optional[int] = ThreadsOption,
+    gamma_max: int = typer.Option(DraftOptions.gamma_max, "--gamma-max", min=1, max=32, help="Upper bound of γ for auto/heuristic."),
+    p_min: float = P_MIN[1],
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every run and figure to this file."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."),
-    verbose: bool = VerboseOption,
+    *,
+    lookup: LookupOptions,
+    load: LoadOptions,
+    models: ModelRequest,
 ) -> None:
     """Compare plain decoding, fixed γ, heuristic, auto and prompt lookup on a prompt set."""
     from specrun import bench as benchmark
-    from specrun.engine import LookupOptions
     from specrun.files import check_output_file, replaced_atomically
-    from specrun.runtime import Model
-    from specrun.sampling import SamplingParams
 
     try:
         gamma_values = [int(g) for g in gammas.split(",") if g.strip()]
@@ -313,42 +172,29 @@ def bench(
         raise OptionError(f"--gammas must be numbers separated by commas, got {gammas!r}") from None
     if any(not 1 <= g <= gamma_max for g in gamma_values):
         raise OptionError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
-    lookup_options = LookupOptions(lookup_ngram, lookup_min, lookup_max)
-    warn_ignored_gpu_layers(gpu_layers, draft_gpu_layers)
     params = SamplingParams(temperature=temp, seed=seed)
     # Before the benchmark runs, not after: its results must have somewhere to go.
     json_file = check_output_file(json_path, "--json") if json_path else None
     plot_file = check_output_file(plot_path, "--plot") if plot_path else None
     prompt_set = benchmark.load_prompts(prompts)
-    choice = choose_models(target, None if draft == "lookup" else draft, catalog)
-    chosen = benchmark.default_modes(gamma_values, choice.draft is not None, lookup)
+    # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model.
+    choice = replace(models, draft=None if models.draft == LOOKUP else models.draft).resolve()
+    chosen = benchmark.default_modes(gamma_values, choice.draft is not None, include_lookup)
     if modes:
         wanted = [m.strip() for m in modes.split(",")]
         unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
         if unknown:
             raise OptionError(f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}")
         chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
-    thread_count = choose_threads(threads)
-    with Model(choice.target, n_ctx=ctx or DEFAULT_CTX, gpu_layers=gpu_layers, threads=thread_count,
-               verbose=verbose) as target_model:
-        draft_model = (Model(choice.draft, n_ctx=target_model.n_ctx, gpu_layers=draft_gpu_layers,
-                             threads=thread_count, verbose=verbose) if choice.draft is not None else None)
-        try:
-            if draft_model is not None:
-                from specrun.runtime import check_compatible
-
-                check_compatible(target_model, draft_model)
-            load_notes(target_model, requested_ctx=ctx, requested_threads=threads)
-            note(f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
-                 f"{max_tokens} tokens each")
-            result = benchmark.run_bench(
-                target_model, draft_model, prompt_set, chosen, params=params, max_tokens=max_tokens,
-                repeat=repeat, gamma_max=gamma_max, p_min=p_min,
-                lookup=lookup_options, progress=lambda line: note(f"bench: {line}"),
-            )
-        finally:
-            if draft_model is not None:
-                draft_model.close()
+    with load_engine(choice, load) as engine:
+        load_notes(engine.target, load)
+        note(f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
+             f"{max_tokens} tokens each")
+        result = benchmark.run_bench(
+            engine.target, engine.draft_model, prompt_set, chosen, params=params, max_tokens=max_tokens,
+            repeat=repeat, gamma_max=gamma_max, p_min=p_min,
+            lookup=lookup, progress=lambda line: note(f"bench: {line}"),
+        )
     # The files first: they hold every run, stdout only the summary (and may be a closed pipe).
     if json_file:
         with replaced_atomically(json_file) as partial:
@@ -377,8 +223,7 @@ def doctor(
         print("\n".join(checkup.render_text(report)))
 
 
-from specrun.models_cli import app as models_app  # noqa: E402  (after `app`, which it does not import)
-
+app.command("chat")(chat)
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
 
 
@@ -415,12 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exit_:
         return exit_.exit_code
     except SpecrunError as error:
-        return report(error)
+        return report(error, in_flag_terms)
     except (KeyboardInterrupt, typer.Abort) as stop:
         print("\nspecrun: interrupted", file=sys.stderr)
         return exit_status(stop.__cause__ or stop)  # click turns a KeyboardInterrupt into Abort
     except StdoutClosed:  # the reader went away (`| head`): it has what it wanted
         return 0
 
-
-import specrun.chat_cli  # noqa: E402,F401  (registers `chat` on app; last, as it imports the options above)

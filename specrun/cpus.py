@@ -40,7 +40,7 @@ def choose_threads(requested: int | None) -> tuple[int, str | None]:
         return physical_cores(), None
     available = len(usable_cpus())
     if requested > available:
-        return available, f"--threads {requested} is more than the {available} CPUs available; using {available}"
+        return available, f"`threads` {requested} is more than the {available} CPUs available; using {available}"
     return requested, None
 
 

@@ -12,6 +12,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from specrun.errors import OptionError
 from specrun.runtime import Model
 from specrun.sampling import SamplingParams, pick
 
@@ -91,7 +92,7 @@ class LookupDraft:
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 2, max_tokens: int = 10) -> None:
         if not 1 <= ngram_min <= ngram_max:
-            raise ValueError("need 1 <= ngram_min <= ngram_max")
+            raise OptionError(f"`min_ngram` ({ngram_min}) must lie in 1..`ngram` ({ngram_max})")
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self.max_tokens = max_tokens

@@ -9,43 +9,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from specrun.chat import prompt_tokens
-from specrun.drafting import DraftSource, HybridDraft, LookupDraft, ModelDraft
-from specrun.errors import OptionError, SpecrunError
-from specrun.gamma import GammaPolicy, parse_policy
-from specrun.runtime import Model, check_compatible, placement
+from specrun.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.gamma import GAMMA_MAX, GammaPolicy, parse_policy
+from specrun.options import DraftOptions, LoadOptions, PromptLookup
+from specrun.prompt import prompt_tokens
+from specrun.runtime import DEFAULT_CTX, Model, check_compatible, placement
 from specrun.sampling import SamplingParams
 from specrun.speculative import Event, generate
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    n_ctx: int | None = 4096
-    gpu_layers: int | None = None  # None: all layers where llama.cpp can offload
-    draft_gpu_layers: int | None = None
-    threads: int | None = None
-    verbose: bool = False
-
-
-LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
-
-
-@dataclass(frozen=True)
-class LookupOptions:
-    ngram: int = 3  # longest n-gram matched
-    min_ngram: int = 2  # shortest n-gram matched
-    max_tokens: int = 10  # longest continuation proposed
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_ngram <= self.ngram:
-            raise OptionError(f"--lookup-min ({self.min_ngram}) must lie in 1..--lookup-ngram ({self.ngram})")
-
-    def draft(self) -> LookupDraft:
-        return LookupDraft(self.ngram, self.min_ngram, self.max_tokens)
 
 
 class Engine:
@@ -62,7 +36,7 @@ class Engine:
         *,
         params: SamplingParams = SamplingParams(),
         gamma: str = "auto",
-        gamma_max: int = 8,
+        gamma_max: int = GAMMA_MAX,
     ) -> None:
         self.target = target
         self.draft = draft
@@ -74,40 +48,37 @@ class Engine:
     def load(
         cls,
         target_path: str | Path,
-        draft_path: str | Path | None = None,
+        draft: str | Path | PromptLookup | None = None,
         *,
         options: LoadOptions = LoadOptions(),
-        p_min: float = 0.0,
-        lookup: LookupOptions | None = None,
-        **engine_options: object,
+        params: SamplingParams = SamplingParams(),
+        drafting: DraftOptions = DraftOptions(),
     ) -> "Engine":
         """Load the target and the draft and check that the draft can serve the target.
 
-        `draft_path` is a GGUF file, or "lookup" for prompt lookup alone; `lookup`
-        with a draft file gives the hybrid (lookup first, the model when nothing matches).
+        `draft` is a GGUF file, or `PROMPT_LOOKUP` for prompt lookup alone; a file with
+        `drafting.hybrid` gives the hybrid (lookup first, the model when nothing matches).
         """
-        target = Model(
-            target_path, n_ctx=options.n_ctx, gpu_layers=options.gpu_layers,
-            threads=options.threads, verbose=options.verbose,
-        )
-        if str(draft_path) == LOOKUP:
-            draft_path, lookup = None, lookup or LookupOptions()
-        draft: DraftSource | None = None
-        if draft_path is not None:
-            draft_model = Model(
-                draft_path, n_ctx=target.n_ctx, gpu_layers=options.draft_gpu_layers,
-                threads=options.threads, verbose=options.verbose,
-            )
+        target = Model(target_path, n_ctx=options.n_ctx or DEFAULT_CTX, gpu_layers=options.gpu_layers,
+                       threads=options.threads, verbose=options.verbose)
+        source: DraftSource | None = None
+        if isinstance(draft, PromptLookup):
+            source = drafting.lookup.draft()
+        elif draft is not None:
+            draft_model = None
             try:
+                draft_model = Model(draft, n_ctx=target.n_ctx, gpu_layers=options.draft_gpu_layers,
+                                    threads=options.threads, verbose=options.verbose)
                 check_compatible(target, draft_model)
-            except SpecrunError:
-                draft_model.close()
+            except BaseException:  # a bad draft, or Ctrl-C while it loads: free the target too
+                if draft_model is not None:
+                    draft_model.close()
                 target.close()
                 raise
-            draft = ModelDraft(draft_model, target.n_vocab, p_min=p_min)
-        if lookup is not None:
-            draft = HybridDraft(lookup.draft(), draft) if isinstance(draft, ModelDraft) else lookup.draft()
-        return cls(target, draft, **engine_options)  # type: ignore[arg-type]
+            source = ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min)
+            if drafting.hybrid:
+                source = HybridDraft(drafting.lookup.draft(), source)
+        return cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
 
     def set_gamma(self, spec: str) -> None:
         self.policy = parse_policy(spec, self.gamma_max)

@@ -1,6 +1,7 @@
 """The one exception type the front ends turn into a one-line error."""
 
 import sys
+from typing import Callable
 
 
 class SpecrunError(Exception):
@@ -10,7 +11,8 @@ class SpecrunError(Exception):
 
 
 class OptionError(SpecrunError):
-    """A bad value on the command line: a usage error, exit 2 like click's own."""
+    """A bad option value: a usage error, exit 2 like click's own. The library names an
+    option in backquotes (`n_ctx`); the command line shows its flag there instead."""
 
     exit_code = 2
 
@@ -21,7 +23,7 @@ class Interrupted(SpecrunError):
     exit_code = 130
 
 
-def report(error: SpecrunError) -> int:
-    """Print the one-line error on stderr; return the exit status."""
-    print(f"specrun: error: {error}", file=sys.stderr)
+def report(error: SpecrunError, words: Callable[[str], str] = str) -> int:
+    """Print the one-line error on stderr, in a front end's `words`; return the exit status."""
+    print(f"specrun: error: {words(str(error))}", file=sys.stderr)
     return error.exit_code

@@ -11,6 +11,8 @@ from typing import Protocol
 
 from specrun.errors import OptionError
 
+GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
+
 
 class RoundLike(Protocol):
     gamma: int
@@ -46,7 +48,7 @@ class HeuristicGamma:
 
     name = "heuristic"
 
-    def __init__(self, gamma_max: int = 8, start: int = 4) -> None:
+    def __init__(self, gamma_max: int = GAMMA_MAX, start: int = 4) -> None:
         self.gamma_max = gamma_max
         self.gamma = max(1, min(start, gamma_max))
 
@@ -155,7 +157,7 @@ class AdaptiveGamma:
 
     def __init__(
         self,
-        gamma_max: int = 8,
+        gamma_max: int = GAMMA_MAX,
         *,
         decay: float = 0.9,
         max_evidence: float = 32.0,
@@ -284,10 +286,10 @@ class AdaptiveGamma:
         self._rounds_at_zero = 0
 
 
-def parse_policy(spec: str, gamma_max: int = 8) -> GammaPolicy:
+def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
     """`auto`, `heuristic` or a fixed number N (0 = plain decoding)."""
     if not 0 <= gamma_max <= 32:
-        raise OptionError(f"--gamma-max must be between 0 and 32, got {gamma_max}")
+        raise OptionError(f"`gamma_max` must be between 0 and 32, got {gamma_max}")
     spec = spec.strip().lower()
     if spec == "auto":
         return AdaptiveGamma(gamma_max)
@@ -296,6 +298,6 @@ def parse_policy(spec: str, gamma_max: int = 8) -> GammaPolicy:
     if spec.removeprefix("fixed:").isdigit():
         gamma = int(spec.removeprefix("fixed:"))
         if gamma > 32:
-            raise OptionError(f"--gamma {gamma} is too large (at most 32)")
+            raise OptionError(f"`gamma` {gamma} is too large (at most 32)")
         return FixedGamma(gamma)
-    raise OptionError(f"--gamma must be auto, heuristic or a number, got {spec!r}")
+    raise OptionError(f"`gamma` must be auto, heuristic or a number, got {spec!r}")

@@ -35,6 +35,7 @@ from specrun.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
 from specrun.ggufinfo import GGUF_MAGIC, tensor_table
 from specrun.interrupts import native_callback, raise_pending, stop_requested
 
+DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 # What llama.cpp's parse_special splits out of text as tokens of their own (llama-vocab.cpp).
 SPECIAL_ATTRIBUTES = llama.LLAMA_TOKEN_ATTR_CONTROL | llama.LLAMA_TOKEN_ATTR_USER_DEFINED | llama.LLAMA_TOKEN_ATTR_UNKNOWN
@@ -134,7 +135,7 @@ class Model:
         self,
         path: str | os.PathLike[str],
         *,
-        n_ctx: int | None = 4096,
+        n_ctx: int | None = DEFAULT_CTX,
         gpu_layers: int | None = None,
         threads: int | None = None,
         n_batch: int = 512,

@@ -28,15 +28,15 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
-            raise OptionError(f"--temp must be >= 0, got {self.temperature}")
+            raise OptionError(f"`temperature` must be >= 0, got {self.temperature}")
         if self.top_k < 0:
-            raise OptionError(f"--top-k must be >= 0 (0 = off), got {self.top_k}")
+            raise OptionError(f"`top_k` must be >= 0 (0 = off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise OptionError(f"--top-p must be in (0, 1], got {self.top_p}")
+            raise OptionError(f"`top_p` must be in (0, 1], got {self.top_p}")
         if not 0 <= self.min_p < 1:
-            raise OptionError(f"--min-p must be in [0, 1), got {self.min_p}")
+            raise OptionError(f"`min_p` must be in [0, 1), got {self.min_p}")
         if self.seed is not None and self.seed < 0:  # numpy's generators take no negative seed
-            raise OptionError(f"--seed must be >= 0, got {self.seed}")
+            raise OptionError(f"`seed` must be >= 0, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

@@ -127,7 +127,7 @@ def generate(
         raise SpecrunError(f"the prompt is {len(prompt)} tokens; it must be shorter than the context "
                            f"({target.n_ctx}) to leave room for the answer{more_room_hint(target)}")
     if max_tokens < 1:
-        raise OptionError(f"--max-tokens must be at least 1, got {max_tokens}")
+        raise OptionError(f"`max_tokens` must be at least 1, got {max_tokens}")
     policy = policy or FixedGamma(4)
     rng = rng if rng is not None else params.rng()
     ctx = list(prompt)
@@ -198,9 +198,9 @@ def generate(
 
 
 def more_room_hint(target: Model) -> str:
-    """'; use --ctx ...' where the model allows a larger context than the one loaded."""
+    """'; use `n_ctx` ...' where the model allows a larger context than the one loaded."""
     if target.n_ctx < target.n_ctx_train:
-        return f"; use --ctx (up to {target.n_ctx_train})"
+        return f"; use `n_ctx` (up to {target.n_ctx_train})"
     return ""
 
 

@@ -24,9 +24,9 @@ import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from hfcache import use_temporary_cache
-from specrun.chat import Message, render
 from specrun.cpus import busy_warning, physical_cores, usable_cpus
 from specrun.errors import OptionError, SpecrunError
+from specrun.prompt import Message, render
 from specrun.runtime import Model
 from specrun.sampling import SamplingParams
 from tinymodels import CHATML_TEMPLATE, write_tiny_model
@@ -86,7 +86,7 @@ def offline_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_negative_seed_is_a_usage_error(tiny_target):
     assert_one_line_error(specrun("run", "-t", str(tiny_target), "--seed", "-1", "hi"), "--seed", code=2)
-    with pytest.raises(OptionError, match="--seed must be >= 0"):  # the library (and the TUI's /set seed)
+    with pytest.raises(OptionError, match="`seed` must be >= 0"):  # the library (and the TUI's /set seed)
         SamplingParams(seed=-1)
 
 

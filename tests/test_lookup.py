@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
-from specrun.chat import prompt_tokens
 from specrun.drafting import HybridDraft, LookupDraft, ModelDraft
 from specrun.gamma import AdaptiveGamma, FixedGamma
+from specrun.prompt import prompt_tokens
 from specrun.runtime import Detokenizer, Model
 from specrun.sampling import SamplingParams
 from specrun.speculative import Round, generate

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from identity import assert_greedy_identical, greedy_tokens
-from specrun.chat import Message, prompt_tokens, render
 from specrun.drafting import ModelDraft
 from specrun.gamma import AdaptiveGamma, FixedGamma
+from specrun.prompt import Message, prompt_tokens, render
 from specrun.runtime import Detokenizer, Model, check_compatible
 
 PROMPTS = [

@@ -9,9 +9,10 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Markdown, Sparkline, Static
 
-from specrun.chat import Message, render
-from specrun.engine import Engine, LoadOptions
+from specrun.engine import Engine
 from specrun.errors import SpecrunError
+from specrun.options import DraftOptions, LoadOptions
+from specrun.prompt import Message, render
 from specrun.sampling import SamplingParams
 from specrun.speculative import Prefill, Round
 from specrun.stats import Stats
@@ -25,7 +26,7 @@ GREEDY = SamplingParams(temperature=0.0, seed=1)
 
 def load(target: Path, draft: Path) -> Engine:
     # γ fixed so which tokens came from the draft does not depend on timings.
-    return Engine.load(target, draft, params=GREEDY, gamma="3")
+    return Engine.load(target, draft, params=GREEDY, drafting=DraftOptions(gamma="3"))
 
 
 @pytest.fixture
@@ -235,7 +236,7 @@ def known_readings() -> list[Figures]:
 def cpu_engine(tiny_target: Path, tiny_draft: Path):
     """No GPU layers, so the bar reads the same on any build of llama.cpp."""
     options = LoadOptions(gpu_layers=0, draft_gpu_layers=0)
-    with Engine.load(tiny_target, tiny_draft, options=options, params=GREEDY, gamma="3") as engine:
+    with Engine.load(tiny_target, tiny_draft, options=options, params=GREEDY, drafting=DraftOptions(gamma="3")) as engine:
         yield engine
 
 

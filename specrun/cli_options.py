@@ -1,0 +1,250 @@
+"""What every command shares: the options, declared once in groups that each build one
+typed object, the way from --target/--draft to files, and the pair loading.
+
+A command takes a group by naming its keyword; `@takes(...)` adds the group's options
+to the command's signature (so Typer shows them) and hands the command the object the
+group builds:
+
+    @app.command()
+    @takes(MODELS, LOAD)
+    def bench(..., models: ModelChoice, load: LoadOptions) -> None: ...
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+
+import typer
+
+from specrun.errors import OptionError
+from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
+from specrun.runtime import DEFAULT_CTX
+from specrun.sampling import SamplingParams
+from specrun.textio import argument_text, read_stdin
+
+if TYPE_CHECKING:
+    from specrun.engine import Engine
+    from specrun.runtime import Model
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the embedded pair
+LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
+
+# The library names its options in backquotes (`n_ctx`); the command line shows its flags.
+FLAGS = {"n_ctx": "--ctx", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
+         "seed": "--seed", "max_tokens": "--max-tokens", "gamma": "--gamma", "gamma_max": "--gamma-max",
+         "ngram": "--lookup-ngram", "min_ngram": "--lookup-min", "raw": "--raw", "threads": "--threads"}
+
+
+def in_flag_terms(message: str) -> str:
+    return re.sub(r"`(\w+)`", lambda m: FLAGS.get(m.group(1), m.group(0)), message)
+
+
+def note(message: str) -> None:
+    """A status line for the user, on stderr."""
+    print(f"specrun: {message}", file=sys.stderr, flush=True)
+
+
+# --- option groups -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptionGroup:
+    """Options that build one typed object: declared once, shared by the commands that take it."""
+
+    keyword: str  # the parameter the command receives the object as
+    options: dict[str, tuple[Any, Any]]  # parameter -> (type, typer.Option(...))
+    build: Callable[..., Any]  # called with the options' values as keywords
+
+
+def takes(*groups: OptionGroup) -> Callable[[F], F]:
+    """Give a command these groups' options; it receives each group's object instead."""
+
+    def decorate(command: F) -> F:
+        signature = inspect.signature(command)
+        own = [p for name, p in signature.parameters.items() if name not in {g.keyword for g in groups}]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+                 for group in groups for name, (kind, option) in group.options.items()]
+
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> Any:
+            built = {g.keyword: g.build(**{name: values.pop(name) for name in g.options}) for g in groups}
+            return command(**values, **built)
+
+        wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The files --target and --draft name (or prompt lookup for a draft)."""
+
+    target: Path
+    draft: Path | PromptLookup | None
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """--target, --draft and --catalog as given; `resolve` may download."""
+
+    target: str | None
+    draft: str | None
+    catalog: Path | None
+
+    def resolve(self) -> ModelChoice:
+        """Without --target: the embedded demo pair. Without --draft: the target alone.
+        `--draft lookup` is prompt lookup, which needs no file."""
+        from specrun.catalog import load_catalog, resolve_model, resolve_pair
+
+        models = load_catalog(self.catalog)
+        target, draft = self.target, self.draft
+        if target is None:
+            target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
+            using = ("pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)" if draft == DEMO_DRAFT
+                     else "target (SmolLM2-135M-Instruct, F16)")
+            note(f"no --target given: using the demo {using}")
+        if draft in (None, "none", LOOKUP):
+            resolved = resolve_model(target, catalog=models)
+            return ModelChoice(resolved.path, PROMPT_LOOKUP if draft == LOOKUP else None)
+        resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
+        return ModelChoice(resolved_target.path, resolved_draft.path)
+
+
+def _sampling(temp: float, top_k: int, top_p: float, min_p: float, seed: Optional[int]) -> SamplingParams:
+    return SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+
+
+def _lookup(lookup_ngram: int, lookup_min: int, lookup_max: int) -> LookupOptions:
+    return LookupOptions(lookup_ngram, lookup_min, lookup_max)
+
+
+def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngram: int, lookup_min: int,
+              lookup_max: int) -> DraftOptions:
+    from specrun.gamma import parse_policy
+
+    parse_policy(gamma, gamma_max)  # checked now, before any work; the engine makes its own
+    return DraftOptions(gamma=gamma, gamma_max=gamma_max, p_min=p_min,
+                        lookup=_lookup(lookup_ngram, lookup_min, lookup_max), hybrid=lookup)
+
+
+def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int],
+          threads: Optional[int], verbose: bool) -> LoadOptions:
+    from specrun.cpus import choose_threads
+    from specrun.runtime import gpu_offload_supported
+
+    if threads is not None:
+        threads, capped = choose_threads(threads)
+        if capped:
+            note(in_flag_terms(capped))
+    if (gpu_layers or draft_gpu_layers) and not gpu_offload_supported():
+        note("--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)")
+    return LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, threads=threads,
+                       verbose=verbose)
+
+
+LOOKUP_DEFAULTS = LookupOptions()
+LOOKUP_OPTIONS = {
+    "lookup_ngram": (int, typer.Option(LOOKUP_DEFAULTS.ngram, "--lookup-ngram", min=1, max=8,
+                                       help="Longest n-gram prompt lookup matches.")),
+    "lookup_min": (int, typer.Option(LOOKUP_DEFAULTS.min_ngram, "--lookup-min", min=1, max=8,
+                                     help="Shortest n-gram prompt lookup matches.")),
+    "lookup_max": (int, typer.Option(LOOKUP_DEFAULTS.max_tokens, "--lookup-max", min=1, max=64,
+                                     help="Most tokens prompt lookup proposes.")),
+}
+P_MIN = (float, typer.Option(DraftOptions.p_min, "--p-min", min=0.0, max=1.0,
+                             help="Stop drafting when the draft's confidence falls below this."))
+
+LOOKUP_GROUP = OptionGroup("lookup", LOOKUP_OPTIONS, _lookup)
+DRAFTING = OptionGroup("drafting", {
+    "gamma": (str, typer.Option(DraftOptions.gamma, "--gamma", "-g",
+                                help="Draft length: auto, heuristic or a number (0 = no speculation).")),
+    "gamma_max": (int, typer.Option(DraftOptions.gamma_max, "--gamma-max", min=0, max=32,
+                                    help="Upper bound of γ for auto/heuristic.")),
+    "p_min": P_MIN,
+    "lookup": (bool, typer.Option(False, "--lookup",
+                                  help="Prompt lookup first, the draft model when the text offers no match.")),
+    **LOOKUP_OPTIONS,
+}, _drafting)
+SAMPLING = OptionGroup("sampling", {
+    "temp": (float, typer.Option(SamplingParams.temperature, "--temp", min=0.0, help="Temperature; 0 is greedy.")),
+    "top_k": (int, typer.Option(SamplingParams.top_k, "--top-k", min=0, help="Top-k (0 = off).")),
+    # Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams checks them.
+    "top_p": (float, typer.Option(SamplingParams.top_p, "--top-p", help="Top-p, 0 < p <= 1 (1 = off).")),
+    "min_p": (float, typer.Option(SamplingParams.min_p, "--min-p", help="Min-p, 0 <= p < 1 (0 = off).")),
+    "seed": (Optional[int], typer.Option(None, "--seed", min=0, help="Seed for a reproducible sampled run.")),
+}, _sampling)
+LOAD = OptionGroup("load", {
+    "ctx": (Optional[int], typer.Option(None, "--ctx", "-c", min=16, show_default=False,
+                                        help=f"Context size in tokens (default: {DEFAULT_CTX}, or the model's "
+                                             "trained context if smaller).")),
+    "gpu_layers": (Optional[int], typer.Option(None, "--gpu-layers", "-ngl",
+                                               help="Target layers on the GPU (default: all where supported).")),
+    "draft_gpu_layers": (Optional[int], typer.Option(None, "--draft-gpu-layers", "-ngld",
+                                                     help="Draft layers on the GPU (default: all where supported).")),
+    "threads": (Optional[int], typer.Option(None, "--threads", min=1,
+                                            help="CPU threads per model (default: one per physical core).")),
+    "verbose": (bool, typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")),
+}, _load)
+MODELS = OptionGroup("models", {
+    "target": (Optional[str], typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, "
+                                           "REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.")),
+    "draft": (Optional[str], typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for "
+                                          "the catalog's pick, `lookup` for prompt lookup, or `none`.")),
+    "catalog": (Optional[Path], typer.Option(None, "--catalog",
+                                             help="An extra models.toml that adds or overrides aliases.")),
+}, ModelRequest)
+SYSTEM = (Optional[str], typer.Option(None, "--system", "-s", help="System prompt."))
+MAX_TOKENS = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer.")
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_engine(models: ModelChoice, load: LoadOptions, *, params: SamplingParams = SamplingParams(),
+                drafting: DraftOptions = DraftOptions()) -> "Engine":
+    """The one loader of run, chat and bench."""
+    from specrun.engine import Engine
+
+    return Engine.load(models.target, models.draft, options=load, params=params, drafting=drafting)
+
+
+def load_notes(model: "Model", requested: LoadOptions) -> None:
+    """Once the models are loaded: say when the context is not the --ctx asked for, and when
+    the default thread count meets a machine that other work already keeps busy."""
+    from specrun.cpus import machine_busy_warning
+
+    asked = requested.n_ctx
+    if asked is not None and model.n_ctx < asked:
+        note(f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); using {model.n_ctx}")
+    elif asked is not None and model.n_ctx > asked:
+        note(f"--ctx {asked}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}")
+    busy = machine_busy_warning() if requested.threads is None else None
+    if busy:
+        note(busy)
+
+
+def placement_row(where: dict[str, object]) -> tuple[str, str]:
+    """The `--stats` row that says where the models ran."""
+    return "device", f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
+
+
+def read_prompt(argument: str | None) -> str:
+    """stdin first (when it is not a terminal), then the argument."""
+    parts = []
+    piped = read_stdin()
+    if piped and piped.strip():
+        parts.append(piped.rstrip("\n"))
+    if argument:
+        parts.append(argument_text(argument, "the prompt argument"))
+    if not parts:
+        raise OptionError("no prompt: give one as an argument or on stdin")
+    return "\n\n".join(parts)

@@ -1,0 +1,58 @@
+"""The engine's option objects, and the one place each default lives.
+
+The defaults come from where each concept lives (`DEFAULT_CTX` from the runtime,
+`GAMMA_MAX` from the γ policies). Each front end builds these once (the CLI in `specrun.cli_options`) and hands them to
+`Engine.load`, which takes them explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specrun.drafting import LookupDraft
+from specrun.gamma import GAMMA_MAX
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int | None = None  # None: runtime.DEFAULT_CTX
+    gpu_layers: int | None = None  # None: all layers where llama.cpp can offload
+    draft_gpu_layers: int | None = None
+    threads: int | None = None  # None: one per physical core
+    verbose: bool = False  # llama.cpp's own log on stderr
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    """Prompt lookup's n-gram bounds; `LookupDraft` checks them."""
+
+    ngram: int = 3  # longest n-gram matched
+    min_ngram: int = 2  # shortest n-gram matched
+    max_tokens: int = 10  # longest continuation proposed
+
+    def __post_init__(self) -> None:
+        self.draft()  # the bounds are checked where they are used, and reported now
+
+    def draft(self) -> LookupDraft:
+        return LookupDraft(self.ngram, self.min_ngram, self.max_tokens)
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    """How drafts are made and how long they get."""
+
+    gamma: str = "auto"  # "auto", "heuristic" or a number (0: plain decoding)
+    gamma_max: int = GAMMA_MAX
+    p_min: float = 0.0  # stop drafting when the draft's confidence falls below this
+    lookup: LookupOptions = LookupOptions()  # prompt lookup, alone or in the hybrid
+    hybrid: bool = False  # with a draft model: prompt lookup first, the model where nothing matches
+
+
+class PromptLookup:
+    """The draft that is no model: prompt lookup alone. A sentinel no file name can collide with."""
+
+    def __repr__(self) -> str:
+        return "PROMPT_LOOKUP"
+
+
+PROMPT_LOOKUP = PromptLookup()

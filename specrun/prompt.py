@@ -1,0 +1,137 @@
+"""Prompts: messages with roles, rendered by the target's own chat template, as token ids.
+
+The template comes from the GGUF metadata and is rendered by llama-cpp-python's
+Jinja2 chat formatter, the same rendering Hugging Face uses. Only the template's own
+markup becomes special tokens: what a message says is text, so a message cannot forge
+a turn by writing `<|im_end|>` or `<|im_start|>system`.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from specrun.errors import SpecrunError
+from specrun.runtime import Model
+
+
+@dataclass
+class Message:
+    role: str  # "system", "user" or "assistant"
+    content: str
+
+
+def render(model: Model, messages: list[Message]) -> list[int]:
+    """Token ids of a conversation, ending where the assistant's reply begins."""
+    template = model.chat_template
+    if template is None:
+        # No template: the turns as plain text, each on its own paragraph.
+        text = "\n\n".join(m.content for m in messages)
+        return model.tokenize(text, add_special=True, parse_special=False)
+    formatter = Jinja2ChatFormatter(
+        template=template,
+        bos_token=model.token_text(model.bos),
+        eos_token=model.token_text(model.eos),
+    )
+    prompt = _format(model, formatter, messages)
+    # The same conversation with each content a unique marker shows what is markup.
+    nonce = secrets.token_hex(8)
+    # (Private-use characters: no template filter trims, escapes or changes their case.)
+    markers = {f"\ue000{nonce}.{i}\ue001": m.content for i, m in enumerate(messages)}
+    skeleton = _format(model, formatter, [Message(m.role, marker) for m, marker in zip(messages, markers)])
+    pieces = _markup_and_contents(prompt, skeleton, markers)
+    if pieces is None:
+        if any(_has_special_text(model, m.content) for m in messages):
+            raise SpecrunError(f"{model.name}'s chat template rewrites the messages, so specrun cannot keep a "
+                               "special token's text in one of them from acting as markup; remove it or send the text `raw`")
+        pieces = [(prompt, True)]  # nothing in the messages could act as markup anyway
+    tokens = ([model.bos] if model.add_bos else []) + _tokenize(model, pieces)
+    # Templates often write the BOS text themselves; llama.cpp adds one too.
+    if len(tokens) >= 2 and tokens[0] == tokens[1] == model.bos:
+        del tokens[0]
+    return tokens
+
+
+def _format(model: Model, formatter: Jinja2ChatFormatter, messages: list[Message]) -> str:
+    try:
+        return formatter(messages=[{"role": m.role, "content": m.content} for m in messages]).prompt
+    except Exception as error:  # a template may reject a conversation (e.g. no system role)
+        raise SpecrunError(f"{model.name}'s chat template failed: {error}") from None
+
+
+def _markup_and_contents(prompt: str, skeleton: str, markers: dict[str, str]) -> list[tuple[str, bool]] | None:
+    """`prompt` cut into (text, is_markup) pieces: the skeleton's markup, and each message's
+    content as the template wrote it, as is or trimmed (Llama 3's and Gemma's `| trim`).
+    None when the template changed a content some other way."""
+    parts = re.split("(" + "|".join(map(re.escape, markers)) + ")", skeleton)  # markup, marker, ..., markup
+    pieces: list[tuple[str, bool]] = []
+    position = 0
+    for index, part in enumerate(parts):
+        if index % 2 == 0:
+            text, is_markup = part, True
+        else:
+            content, following = markers[part], parts[index + 1]
+            forms = (form for form in (content, content.strip()) if prompt.startswith(form + following, position))
+            text, is_markup = next(forms, None), False
+            if text is None:
+                return None
+        if not prompt.startswith(text, position):
+            return None
+        pieces.append((text, is_markup))
+        position += len(text)
+    return pieces if position == len(prompt) else None
+
+
+def _tokenize(model: Model, pieces: list[tuple[str, bool]]) -> list[int]:
+    """Tokens of the pieces as llama.cpp tokenizes a whole prompt with parse_special (the
+    text between two special tokens is one fragment; a special token may swallow the
+    whitespace beside it), except that special tokens come from the markup only. So an
+    ordinary conversation gets exactly the tokens it always got."""
+    fragments: list[str | int] = [""]  # text and special token ids, alternating
+    for text, is_markup in pieces:
+        for part in _split_special(model, text) if is_markup else [text]:
+            if isinstance(part, int):
+                fragments += [part, ""]
+            else:
+                fragments[-1] += part
+    tokens: list[int] = []
+    for index, fragment in enumerate(fragments):
+        if isinstance(fragment, int):
+            tokens.append(fragment)
+            continue
+        if index > 0 and model.strips_spaces(fragments[index - 1])[1]:
+            fragment = fragment.lstrip(_ASCII_SPACE)
+        if index + 1 < len(fragments) and model.strips_spaces(fragments[index + 1])[0]:
+            fragment = fragment.rstrip(_ASCII_SPACE)
+        if fragment:
+            tokens += model.tokenize(fragment, add_special=False, parse_special=False)
+    return tokens
+
+
+_ASCII_SPACE = " \t\n\v\f\r"  # what llama.cpp's lstrip/rstrip remove (C's isspace)
+
+
+def _split_special(model: Model, markup: str) -> list[str | int]:
+    """Markup as text and special token ids, where llama.cpp's parse_special finds them."""
+    special = {model.token_text(t): t for t in model.tokenize(markup, add_special=False, parse_special=True)
+               if model.is_special(t)}
+    if not special:
+        return [markup]
+    longest_first = sorted(special, key=len, reverse=True)  # llama.cpp tries longer token texts first
+    parts = re.split("(" + "|".join(map(re.escape, longest_first)) + ")", markup)
+    return [special[part] if index % 2 else part for index, part in enumerate(parts)]
+
+
+def _has_special_text(model: Model, text: str) -> bool:
+    return any(model.is_special(t) for t in model.tokenize(text, add_special=False, parse_special=True))
+
+
+def prompt_tokens(model: Model, text: str, *, system: str | None = None, raw: bool = False) -> list[int]:
+    """A one-shot prompt: as is with `raw` or without a template, else one user turn."""
+    if raw:
+        return model.tokenize(text, add_special=True, parse_special=False)
+    messages = [Message("system", system)] if system else []
+    return render(model, messages + [Message("user", text)])
