@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 @takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def chat(
-    system: Optional[str] = SYSTEM[1],
+    system: Optional[str] = SYSTEM,
     max_tokens: int = MAX_TOKENS,
     stats: bool = typer.Option(False, "--stats", help="Piped: print each answer's statistics to stderr."),
     *,

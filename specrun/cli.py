@@ -78,7 +78,7 @@ def cli(
 @takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def run(
     prompt: Optional[str] = typer.Argument(None, help="The prompt; stdin, when piped, comes before it."),
-    system: Optional[str] = SYSTEM[1],
+    system: Optional[str] = SYSTEM,
     raw: bool = typer.Option(False, "--raw", help="Send the text as is, without the chat template."),
     max_tokens: int = MAX_TOKENS,
     stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),
@@ -154,7 +154,7 @@ def bench(
     temp: float = typer.Option(0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."),
     seed: Optional[int] = typer.Option(0, "--seed", help="Seed for sampled runs."),
     gamma_max: int = typer.Option(DraftOptions.gamma_max, "--gamma-max", min=1, max=32, help="Upper bound of γ for auto/heuristic."),
-    p_min: float = P_MIN[1],
+    p_min: float = P_MIN,
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every run and figure to this file."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."),
     *,

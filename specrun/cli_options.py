@@ -160,8 +160,8 @@ LOOKUP_OPTIONS = {
     "lookup_max": (int, typer.Option(LOOKUP_DEFAULTS.max_tokens, "--lookup-max", min=1, max=64,
                                      help="Most tokens prompt lookup proposes.")),
 }
-P_MIN = (float, typer.Option(DraftOptions.p_min, "--p-min", min=0.0, max=1.0,
-                             help="Stop drafting when the draft's confidence falls below this."))
+P_MIN = typer.Option(DraftOptions.p_min, "--p-min", min=0.0, max=1.0,
+                     help="Stop drafting when the draft's confidence falls below this.")
 
 LOOKUP_GROUP = OptionGroup("lookup", LOOKUP_OPTIONS, _lookup)
 DRAFTING = OptionGroup("drafting", {
@@ -169,7 +169,7 @@ DRAFTING = OptionGroup("drafting", {
                                 help="Draft length: auto, heuristic or a number (0 = no speculation).")),
     "gamma_max": (int, typer.Option(DraftOptions.gamma_max, "--gamma-max", min=0, max=32,
                                     help="Upper bound of γ for auto/heuristic.")),
-    "p_min": P_MIN,
+    "p_min": (float, P_MIN),
     "lookup": (bool, typer.Option(False, "--lookup",
                                   help="Prompt lookup first, the draft model when the text offers no match.")),
     **LOOKUP_OPTIONS,
@@ -202,7 +202,7 @@ MODELS = OptionGroup("models", {
     "catalog": (Optional[Path], typer.Option(None, "--catalog",
                                              help="An extra models.toml that adds or overrides aliases.")),
 }, ModelRequest)
-SYSTEM = (Optional[str], typer.Option(None, "--system", "-s", help="System prompt."))
+SYSTEM = typer.Option(None, "--system", "-s", help="System prompt.")
 MAX_TOKENS = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer.")
 
 
