@@ -135,6 +135,9 @@ def install(pip: str) -> None:
     args = cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
     folder = wheel_cache() / f"{PACKAGE}-{version}-{build_key(version, args)}"
     wheel = cached_wheel(folder)
+    marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
+    if wheel is not None and marker.exists() and marker.read_text() == str(wheel):
+        return  # installed already: the usual case, said nothing
     if wheel is None:
         try:
             wheel = build_wheel(pip, version, args, folder)
@@ -143,10 +146,7 @@ def install(pip: str) -> None:
             if wheel is None:
                 raise
     else:
-        print(f"reusing {wheel} (built with CMAKE_ARGS={args!r})", flush=True)
-    marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
-    if marker.exists() and marker.read_text() == str(wheel):
-        return
+        print(f"installing {wheel} (built with CMAKE_ARGS={args!r})", flush=True)
     # --force-reinstall: a llama-cpp-python of the same version but other flags may be there.
     subprocess.run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
     marker.write_text(str(wheel))
