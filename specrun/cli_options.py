@@ -40,7 +40,8 @@ LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 # The library names its options in backquotes (`n_ctx`); the command line shows its flags.
 FLAGS = {"n_ctx": "--ctx", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
          "seed": "--seed", "max_tokens": "--max-tokens", "gamma": "--gamma", "gamma_max": "--gamma-max",
-         "ngram": "--lookup-ngram", "min_ngram": "--lookup-min", "raw": "--raw", "threads": "--threads"}
+         "ngram": "--lookup-ngram", "min_ngram": "--lookup-min", "raw": "--raw", "threads": "--threads",
+         "gpu_layers": "--gpu-layers"}
 
 
 def in_flag_terms(message: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import sys
 from contextlib import contextmanager, nullcontext
@@ -113,6 +114,21 @@ class FetchPlan:
     def missing(self) -> tuple[PlannedFile, ...]:
         return tuple(f for f in self.files if f.cached is None)
 
+    def check_room(self, folder: Path, free_bytes: int) -> None:
+        """Refuse before the first byte when the files still to fetch cannot fit on the disk."""
+        needed = sum(f.size or 0 for f in self.missing)
+        if needed > free_bytes:
+            raise DownloadError(f"{self.repo} needs {format_size(needed)} more on disk and {folder} has only "
+                                f"{format_size(free_bytes)} free; free some space or set HF_HUB_CACHE to a "
+                                "larger disk")
+
+
+def free_bytes(folder: Path) -> int:
+    """Free space where `folder` is, or will be once made."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
 
 def fetch_files(ref: HubRef, label: str, *, download: bool = True, progress: bool = True) -> tuple[Path, ...]:
     """The file's parts on disk, downloaded if `download` allows it and the Hub is not off."""
@@ -120,6 +136,8 @@ def fetch_files(ref: HubRef, label: str, *, download: bool = True, progress: boo
     plan = plan_fetch(ref, label, network=network)
     if plan.missing and not network:
         raise _not_cached(ref, label, [f.name for f in plan.missing])
+    cache_dir = hub_cache_dir()
+    plan.check_room(cache_dir, free_bytes(cache_dir))
     return tuple(_download(plan, progress=progress))
 
 

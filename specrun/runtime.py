@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import os
+import re
 from collections import deque
 from functools import lru_cache
 from pathlib import Path
@@ -155,7 +156,7 @@ class Model:
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
-            raise SpecrunError(f"cannot load {self.path}: {_load_failure_reason()}")
+            raise _load_failure(f"cannot load {self.path}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama.llama_model_n_ctx_train(self._model)
@@ -172,7 +173,7 @@ class Model:
         self._ctx = llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             self.close()
-            raise SpecrunError(f"cannot create a context for {self.path}: {_load_failure_reason()}")
+            raise _load_failure(f"cannot create a context for {self.path}")
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
@@ -338,11 +339,23 @@ def placement(*models: Model) -> dict[str, object]:
             "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models]}
 
 
-def _load_failure_reason() -> str:
-    errors = [line for line in _log_lines if "error" in line.lower() or "failed" in line.lower()]
-    reason = (errors or list(_log_lines) or ["llama.cpp gave no reason"])[0]
+# What llama.cpp logs when memory runs out (CPU malloc, mmap, CUDA, Metal, Vulkan).
+MEMORY_FAILURES = ("failed to allocate", "out of memory", "cannot allocate memory", "unable to allocate")
+
+
+def _load_failure(what: str) -> SpecrunError:
+    """Why llama.cpp refused, from its log: memory when it says so, never 'corrupt' then."""
+    lines = list(_log_lines)
+    memory = next((line for line in lines if any(m in line.lower() for m in MEMORY_FAILURES)), None)
+    if memory is not None:
+        size = re.search(r"size (?:of )?(\d+)", memory)
+        amount = f" {int(size.group(1)) / 2**20:.0f} MiB" if size else " a buffer"
+        return SpecrunError(f"{what}: not enough memory: llama.cpp could not allocate{amount} ({memory}); "
+                            "lower `gpu_layers` or `n_ctx`, or use a smaller model")
+    errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    reason = (errors or lines or ["llama.cpp gave no reason"])[0]
     reason = reason.split(": ", 1)[-1] if reason.startswith(("llama_", "gguf_")) else reason
-    return f"the file is truncated, corrupt or unsupported ({reason})"
+    return SpecrunError(f"{what}: the file is truncated, corrupt or unsupported ({reason})")
 
 
 class Detokenizer:
@@ -398,4 +411,4 @@ def quantize(source: Path, destination: Path, file_type: str, threads: int | Non
     with replaced_atomically(destination) as partial:
         status = llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), ctypes.byref(params))
         if status != 0:
-            raise SpecrunError(f"quantizing {source.name} to {file_type} failed: {_load_failure_reason()}")
+            raise _load_failure(f"quantizing {source.name} to {file_type} failed")

@@ -40,6 +40,9 @@ def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
         return ("specrun: error: the process was killed (SIGKILL): most often the system ran out of memory; "
                 "try a smaller model or --ctx, or see `specrun doctor`")
     what = NATIVE_FAULTS.get(signum, f"signal {signum}")
+    if "mem_buffer != NULL" in message:  # ggml_init's allocation failed
+        return (f"specrun: error: llama.cpp ran out of memory ({message}): lower --gpu-layers or --ctx, "
+                f"or use a smaller model")
     if message:
         return (f"specrun: error: llama.cpp stopped on an internal check ({message}): the model file may be "
                 f"malformed or need a newer llama.cpp; see `specrun doctor`")

@@ -17,7 +17,17 @@ from specrun.catalog import (
     resolve_pair,
 )
 from specrun.errors import Interrupted
-from specrun.hub import ModelNotFound, NotCached, _hub_errors, hub_cache_dir, split_parts
+from specrun.hub import (
+    DownloadError,
+    FetchPlan,
+    ModelNotFound,
+    NotCached,
+    PlannedFile,
+    _hub_errors,
+    free_bytes,
+    hub_cache_dir,
+    split_parts,
+)
 
 
 # --- the catalog file ------------------------------------------------------------------------
@@ -310,3 +320,15 @@ def test_remove_deletes_only_that_alias(hf_cache):
     with pytest.raises(NotCached, match="nothing to remove"):
         remove_cached(parse_spec("llama-1b-q4", catalog))
 
+
+
+def test_a_download_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
+    """The 70B target's two parts, one of them cached already: only the other must fit."""
+    plan = FetchPlan("bartowski/Llama-3.3-70B-Instruct-GGUF", (
+        PlannedFile("Q4_K_M/part-00001-of-00002.gguf", 39_000_000_000, None),
+        PlannedFile("Q4_K_M/part-00002-of-00002.gguf", 3_500_000_000, tmp_path / "cached.gguf"),
+    ))
+    with pytest.raises(DownloadError, match=r"needs 39.00 GB more on disk and .* has only 20.00 GB free"):
+        plan.check_room(tmp_path, 20_000_000_000)
+    plan.check_room(tmp_path, 40_000_000_000)  # room enough: no error
+    assert free_bytes(tmp_path / "not" / "made" / "yet") > 0  # measured where the folder will be

@@ -334,3 +334,24 @@ def test_gpu_layers_on_a_cpu_build_warn_once(tiny_target):
     result = specrun("run", "-t", str(tiny_target), "--temp", "0", "-n", "4", "--gpu-layers", "10", "the sea")
     assert result.returncode == 0
     assert result.stderr.count("--gpu-layers is ignored: this llama.cpp build has no GPU backend") == 1
+
+
+def test_running_out_of_memory_is_named_as_such(demo_pair):
+    """A real allocation failure, not a corrupt file: the address space is capped so the
+    weights map but the 8192-token KV cache (188 MiB) cannot be allocated."""
+    import resource
+
+    baseline = subprocess.run([sys.executable, "-c", "import specrun, re; print(re.search(r'VmSize:\\s+(\\d+)', "
+                               "open('/proc/self/status').read()).group(1))"], capture_output=True, text=True, cwd=ROOT)
+    limit = (int(baseline.stdout) * 1024 + demo_pair[0].stat().st_size + 100 * 2**20)
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    result = subprocess.run([sys.executable, "-m", "specrun", "run", "-t", str(demo_pair[0]), "--ctx", "8192",
+                             "--threads", "1", "--temp", "0", "-n", "4", "hi"], capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT, preexec_fn=cap_memory)
+    assert result.returncode in (1, 128 + signal.SIGABRT), result.stderr
+    line = one_error_line(result)
+    assert "memory" in line and "--ctx" in line and "--gpu-layers" in line
+    assert "corrupt" not in line and "`" not in line
