@@ -102,7 +102,18 @@ def read_gguf_info(path: Path | str) -> GGUFInfo:
 
 def tensor_table(path: Path | str) -> list[tuple[str, str, tuple[int, ...]]]:
     """Each tensor's name, type name and shape (ggml order: row length first)."""
+    return _tensor_rows(GGUFReader(path))
+
+
+def tensors_and_metadata(path: Path | str) -> tuple[list[tuple[str, str, tuple[int, ...]]], dict[str, Any]]:
+    """The tensor table and every metadata value but the tokenizer's, from one read of the header
+    (GGUFReader takes seconds on a large vocabulary, so it is read once)."""
     reader = GGUFReader(path)
+    metadata = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("tokenizer.")}
+    return _tensor_rows(reader), metadata
+
+
+def _tensor_rows(reader: GGUFReader) -> list[tuple[str, str, tuple[int, ...]]]:
     return [(t.name, t.tensor_type.name, tuple(int(n) for n in t.shape)) for t in reader.tensors]
 
 
