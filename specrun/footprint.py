@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
@@ -117,6 +117,6 @@ def _vocabulary_size(tensors: list[Tensor]) -> int:
     return next(shape[1] for name, _, shape in tensors if name == "token_embd.weight")
 
 
-def _largest(value: int | list[int]) -> int:
-    """Per-layer values (a list in some architectures) counted at their largest."""
-    return max(value) if isinstance(value, list) else int(value)
+def _largest(value: int | Sequence[int]) -> int:
+    """Per-layer values (an array in some architectures) counted at their largest."""
+    return max(value) if isinstance(value, (list, tuple)) else int(value)

@@ -59,7 +59,7 @@ def check_gguf_file(path: Path | str) -> None:
             if handle.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
                 raise GGUFFileError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                data_end = _Header(view).data_end()
+                data_end = _Header(view).walk()
     except FileNotFoundError:
         raise GGUFFileError(f"no such file: {path}") from None
     except IsADirectoryError:
@@ -102,19 +102,17 @@ def read_gguf_info(path: Path | str) -> GGUFInfo:
 
 def tensor_table(path: Path | str) -> list[tuple[str, str, tuple[int, ...]]]:
     """Each tensor's name, type name and shape (ggml order: row length first)."""
-    return _tensor_rows(GGUFReader(path))
+    return tensors_and_metadata(path)[0]
 
 
 def tensors_and_metadata(path: Path | str) -> tuple[list[tuple[str, str, tuple[int, ...]]], dict[str, Any]]:
-    """The tensor table and every metadata value but the tokenizer's, from one read of the header
-    (GGUFReader takes seconds on a large vocabulary, so it is read once)."""
-    reader = GGUFReader(path)
-    metadata = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("tokenizer.")}
-    return _tensor_rows(reader), metadata
-
-
-def _tensor_rows(reader: GGUFReader) -> list[tuple[str, str, tuple[int, ...]]]:
-    return [(t.name, t.tensor_type.name, tuple(int(n) for n in t.shape)) for t in reader.tensors]
+    """The tensor table and the metadata values (all but the tokenizer's arrays), in one pass
+    over the header with struct: GGUFReader builds an object per token, seconds on a large
+    vocabulary, and this runs before every load that places layers or guards AMX."""
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        header = _Header(view)
+        header.walk()
+        return header.tensors, header.metadata
 
 
 _SCALAR_FORMATS = {
@@ -125,7 +123,7 @@ _SCALAR_FORMATS = {
 
 
 class _Header:
-    """A cursor over a GGUF header (format: ggml's docs/gguf.md), just enough to find where the data ends."""
+    """A cursor over a GGUF header (format: ggml's docs/gguf.md): metadata, tensor infos, where the data ends."""
 
     def __init__(self, buffer: mmap.mmap) -> None:
         self.buffer, self.offset = buffer, len(GGUF_MAGIC)
@@ -158,30 +156,54 @@ class _Header:
         else:
             raise ValueError(f"unknown GGUF value type {value_type}")
 
-    def data_end(self) -> int:
+    def value(self, key: str, value_type: int) -> Any:
+        """A metadata value; arrays of strings and the tokenizer's arrays are skipped (None)."""
+        if value_type == GGUFValueType.STRING:
+            (length,) = self.read("Q")
+            text = bytes(self.buffer[self.offset:self.offset + length]).decode("utf-8", errors="replace")
+            self.skip(length)
+            return text
+        if value_type == GGUFValueType.ARRAY:
+            item_type, count = self.read("IQ")
+            if item_type in _SCALAR_FORMATS and not key.startswith("tokenizer."):
+                return self.read(f"{count}{_SCALAR_FORMATS[item_type]}")
+            self.offset -= struct.calcsize(self.order + "IQ")
+            self.skip_value(value_type)
+            return None
+        if value_type in _SCALAR_FORMATS:
+            return self.read(_SCALAR_FORMATS[value_type])[0]
+        raise ValueError(f"unknown GGUF value type {value_type}")
+
+    def walk(self) -> int:
+        """Read the metadata and the tensor infos; return where the tensor data ends."""
         (version,) = self.read("I")
         if version not in (2, 3):
             raise ValueError(f"unsupported GGUF version {version}")
         tensor_count, kv_count = self.read("QQ")
-        alignment = GGUF_DEFAULT_ALIGNMENT
+        self.metadata: dict[str, Any] = {}
         for _ in range(kv_count):
             (length,) = self.read("Q")
-            key = self.buffer[self.offset:self.offset + length]
+            key = bytes(self.buffer[self.offset:self.offset + length]).decode("utf-8", errors="replace")
             self.skip(length)
             (value_type,) = self.read("I")
-            if key == b"general.alignment" and value_type == GGUFValueType.UINT32:
-                (alignment,) = self.read("I")
-            else:
-                self.skip_value(value_type)
+            self.metadata[key] = self.value(key, value_type)
+        alignment = self.metadata.get("general.alignment") or GGUF_DEFAULT_ALIGNMENT
+        self.tensors: list[tuple[str, str, tuple[int, ...]]] = []
         end = 0
         for _ in range(tensor_count):
-            self.skip(*self.read("Q"))  # the tensor's name
+            (length,) = self.read("Q")
+            name = bytes(self.buffer[self.offset:self.offset + length]).decode("utf-8", errors="replace")
+            self.skip(length)
             (n_dims,) = self.read("I")
             dims = self.read(f"{n_dims}Q")
             ggml_type, offset = self.read("IQ")
             if ggml_type in _KNOWN_TYPES:  # a newer type than this gguf package knows: not checked
-                block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+                kind = GGMLQuantizationType(ggml_type)
+                block_size, type_size = GGML_QUANT_SIZES[kind]
                 end = max(end, offset + math.prod(dims) * type_size // block_size)
+                self.tensors.append((name, kind.name, tuple(dims)))
+            else:
+                self.tensors.append((name, f"type {ggml_type}", tuple(dims)))
         return -(-self.offset // alignment) * alignment + end
 
 
