@@ -154,6 +154,18 @@ def devices() -> list[Device]:
     return found
 
 
+def system_memory_available() -> int:
+    """Bytes the system can give without swapping: MemAvailable, else the CPU device's free memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return next((d.free_bytes for d in devices() if d.kind == "CPU"), 0)
+
+
 def accelerator_name(build: BuildInfo | None = None) -> str:
     """The GPU backend models run on ('CUDA', 'Metal', 'Vulkan', ...), else 'CPU'."""
     gpu = (build or build_info()).gpu_backends

@@ -61,7 +61,9 @@ def chat(
             load = replace(load, verbose=False)
 
         loading = " and ".join(getattr(p, "name", "prompt lookup") for p in (choice.target, choice.draft) if p)
-        app = SpecrunApp(loader=lambda: load_engine(choice, load, params=sampling, drafting=drafting),
+        # The placement shows in the TUI's header; a line on stderr would garble the screen.
+        app = SpecrunApp(loader=lambda: load_engine(choice, load, params=sampling, drafting=drafting,
+                                                    announce=lambda line: None),
                          loading=loading, system=system, max_tokens=max_tokens)
         try:
             with interrupts.routed_to(app.exit) as received:

@@ -41,7 +41,7 @@ LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 FLAGS = {"n_ctx": "--ctx", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
          "seed": "--seed", "max_tokens": "--max-tokens", "gamma": "--gamma", "gamma_max": "--gamma-max",
          "ngram": "--lookup-ngram", "min_ngram": "--lookup-min", "raw": "--raw", "threads": "--threads",
-         "gpu_layers": "--gpu-layers"}
+         "gpu_layers": "--gpu-layers", "draft_gpu_layers": "--draft-gpu-layers"}
 
 
 def in_flag_terms(message: str) -> str:
@@ -137,7 +137,7 @@ def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngr
                         lookup=_lookup(lookup_ngram, lookup_min, lookup_max), hybrid=lookup)
 
 
-def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int],
+def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int], fit: str,
           threads: Optional[int], verbose: bool) -> LoadOptions:
     from specrun.cpus import choose_threads
     from specrun.runtime import gpu_offload_supported
@@ -148,8 +148,10 @@ def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optio
             note(in_flag_terms(capped))
     if (gpu_layers or draft_gpu_layers) and not gpu_offload_supported():
         note("--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)")
-    return LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, threads=threads,
-                       verbose=verbose)
+    if fit not in ("on", "off"):
+        raise OptionError(f"--fit must be on or off, got {fit!r}")
+    return LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, fit=fit == "on",
+                       threads=threads, verbose=verbose)
 
 
 LOOKUP_DEFAULTS = LookupOptions()
@@ -188,9 +190,11 @@ LOAD = OptionGroup("load", {
                                         help=f"Context size in tokens (default: {DEFAULT_CTX}, or the model's "
                                              "trained context if smaller).")),
     "gpu_layers": (Optional[int], typer.Option(None, "--gpu-layers", "-ngl",
-                                               help="Target layers on the GPU (default: all where supported).")),
+                                               help="Target layers on the GPU (default: as many as fit).")),
     "draft_gpu_layers": (Optional[int], typer.Option(None, "--draft-gpu-layers", "-ngld",
-                                                     help="Draft layers on the GPU (default: all where supported).")),
+                                                     help="Draft layers on the GPU (default: all of them).")),
+    "fit": (str, typer.Option("on", "--fit", help="on: place layers by free GPU memory, the draft first; "
+                                                  "off: every layer on the GPU.")),
     "threads": (Optional[int], typer.Option(None, "--threads", min=1,
                                             help="CPU threads per model (default: one per physical core).")),
     "verbose": (bool, typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")),
@@ -211,11 +215,12 @@ MAX_TOKENS = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to
 
 
 def load_engine(models: ModelChoice, load: LoadOptions, *, params: SamplingParams = SamplingParams(),
-                drafting: DraftOptions = DraftOptions()) -> "Engine":
-    """The one loader of run, chat and bench."""
+                drafting: DraftOptions = DraftOptions(), announce: Callable[[str], None] = note) -> "Engine":
+    """The one loader of run, chat and bench; `announce` hears where the layers went."""
     from specrun.engine import Engine
 
-    return Engine.load(models.target, models.draft, options=load, params=params, drafting=drafting)
+    return Engine.load(models.target, models.draft, options=load, params=params, drafting=drafting,
+                       announce=announce)
 
 
 def load_notes(model: "Model", requested: LoadOptions) -> None:

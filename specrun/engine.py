@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from specrun.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.fit import Fit, plan
 from specrun.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.options import DraftOptions, LoadOptions, PromptLookup
 from specrun.prompt import prompt_tokens
@@ -43,6 +44,7 @@ class Engine:
         self.params = params
         self.gamma_max = gamma_max
         self.policy: GammaPolicy = parse_policy(gamma, gamma_max)
+        self.fit: Fit | None = None  # the placement by free memory, where there were GPUs
 
     @classmethod
     def load(
@@ -53,22 +55,32 @@ class Engine:
         options: LoadOptions = LoadOptions(),
         params: SamplingParams = SamplingParams(),
         drafting: DraftOptions = DraftOptions(),
+        announce: Callable[[str], None] = lambda line: None,
     ) -> "Engine":
         """Load the target and the draft and check that the draft can serve the target.
 
         `draft` is a GGUF file, or `PROMPT_LOOKUP` for prompt lookup alone; a file with
         `drafting.hybrid` gives the hybrid (lookup first, the model when nothing matches).
+        With GPUs, the layers are placed by free memory first (`specrun.fit`), and
+        `announce` hears the one line that says where they went.
         """
-        target = Model(target_path, n_ctx=options.n_ctx or DEFAULT_CTX, gpu_layers=options.gpu_layers,
-                       threads=options.threads, verbose=options.verbose)
+        n_ctx = options.n_ctx or DEFAULT_CTX
+        draft_file = None if draft is None or isinstance(draft, PromptLookup) else Path(draft)
+        placed = plan(Path(target_path), draft_file, n_ctx) if options.fit else None
+        if placed is not None:
+            announce(placed.line)
+        target = Model(target_path, n_ctx=n_ctx, threads=options.threads, verbose=options.verbose,
+                       gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
+                       split=placed.split if placed else None)
         source: DraftSource | None = None
         if isinstance(draft, PromptLookup):
             source = drafting.lookup.draft()
         elif draft is not None:
             draft_model = None
             try:
-                draft_model = Model(draft, n_ctx=target.n_ctx, gpu_layers=options.draft_gpu_layers,
-                                    threads=options.threads, verbose=options.verbose)
+                draft_model = Model(draft, n_ctx=target.n_ctx, threads=options.threads, verbose=options.verbose,
+                                    gpu_layers=_layers(options.draft_gpu_layers, placed and placed.draft_layers),
+                                    main_gpu=placed.draft_gpu if placed else None)
                 check_compatible(target, draft_model)
             except BaseException:  # a bad draft, or Ctrl-C while it loads: free the target too
                 if draft_model is not None:
@@ -78,7 +90,9 @@ class Engine:
             source = ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min)
             if drafting.hybrid:
                 source = HybridDraft(drafting.lookup.draft(), source)
-        return cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
+        engine = cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
+        engine.fit = placed
+        return engine
 
     def set_gamma(self, spec: str) -> None:
         self.policy = parse_policy(spec, self.gamma_max)
@@ -123,3 +137,8 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _layers(asked: int | None, fitted: int | None) -> int | None:
+    """--gpu-layers wins over the fit; None leaves llama.cpp's all-layers default to the runtime."""
+    return asked if asked is not None else fitted

@@ -16,8 +16,9 @@ from specrun.gamma import GAMMA_MAX
 @dataclass(frozen=True)
 class LoadOptions:
     n_ctx: int | None = None  # None: runtime.DEFAULT_CTX
-    gpu_layers: int | None = None  # None: all layers where llama.cpp can offload
+    gpu_layers: int | None = None  # None: as many as fit (see `fit`)
     draft_gpu_layers: int | None = None
+    fit: bool = True  # place layers by free GPU memory; False: every layer llama.cpp can offload
     threads: int | None = None  # None: one per physical core
     verbose: bool = False  # llama.cpp's own log on stderr
 

@@ -99,15 +99,21 @@ class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_overr
 
 
 def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
-                tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: []
-                ) -> llama.llama_model_params:
+                tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
+                split: Sequence[float] | None = None, main_gpu: int | None = None) -> llama.llama_model_params:
     """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
 
     Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
     GGUF tensor table, is read only then), so the guard costs no speed where REPACK applies.
+    `split` shares the layers over the GPUs; `main_gpu` keeps the whole model on one.
     """
     params = llama.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
+    if split:
+        shares = (ctypes.c_float * llama.llama_max_devices())(*split)
+        params.tensor_split, params.split_alive = shares, shares
+    if main_gpu is not None:
+        params.split_mode, params.main_gpu = llama.LLAMA_SPLIT_MODE_NONE, main_gpu
     params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx)
     params.progress_callback = _load_progress
     repack = repack_buffer_type() if not params.use_extra_bufts else None
@@ -141,6 +147,8 @@ class Model:
         threads: int | None = None,
         n_batch: int = 512,
         verbose: bool = False,
+        split: Sequence[float] | None = None,
+        main_gpu: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
@@ -152,7 +160,7 @@ class Model:
 
         _log_lines.clear()
         model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed(),
-                                   tensors=lambda: tensor_table(self.path))
+                                   tensors=lambda: tensor_table(self.path), split=split, main_gpu=main_gpu)
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()

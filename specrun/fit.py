@@ -1,0 +1,129 @@
+"""Where the layers go, decided before anything loads: the draft wholly on the GPU first,
+then as many target layers as the GPUs' free memory holds, the rest on the CPU.
+
+The draft runs γ times a round, so a draft on the CPU seldom pays: it gets the GPU
+first, whole. The target's layers follow llama.cpp's offload order (n_gpu_layers = N
+puts the last N repeating layers on the GPU, and the output layer too when
+N = n_layer + 1) and, over several GPUs, llama.cpp's layer split in proportion to
+what each GPU has free. Each GPU keeps `MARGIN` free, as llama.cpp's own fitter does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrun.backend import devices, system_memory_available
+from specrun.errors import SpecrunError
+from specrun.footprint import Footprint, estimate
+
+GIB = 2**30
+MARGIN = 1 * GIB  # left free on each GPU: other programs, driver, fragmentation
+
+
+class FitError(SpecrunError):
+    """The models cannot fit the memory there is; said before anything loads."""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str  # llama.cpp's device name, e.g. "CUDA0"
+    free_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Fit:
+    target_layers: int  # n_gpu_layers for the target: 0..n_layer+1
+    draft_layers: int  # n_gpu_layers for the draft
+    split: tuple[float, ...] | None  # the target's share per GPU (llama.cpp's tensor_split), None for one GPU
+    draft_gpu: int | None  # with several GPUs: the one (by index) that holds the whole draft
+    gpu_bytes: int  # estimated bytes the plan puts on the GPUs
+    cpu_bytes: int  # estimated bytes left in system memory
+    line: str  # what was chosen, in one line
+
+
+def gigabytes(n: int) -> str:
+    return f"{n / 1e9:.1f}"
+
+
+def gpu_bytes(model: Footprint, layers: int) -> int:
+    """What n_gpu_layers = `layers` puts on the GPU: the last layers, their KV, the output
+    layer past n_layer, and the compute buffer once anything is offloaded."""
+    offloaded = min(layers, model.n_layer)
+    weights = sum(model.layer_weights[model.n_layer - offloaded:])
+    output = model.output_weights if layers > model.n_layer else 0
+    return weights + offloaded * model.kv_per_layer + output + (model.compute if layers else 0)
+
+
+def all_layers(model: Footprint) -> int:
+    return model.n_layer + 1
+
+
+def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: int,
+        margin: int = MARGIN) -> Fit:
+    """The placement rule; raises FitError with the numbers when no placement works."""
+    budgets = {gpu.name: max(0, gpu.free_bytes - margin) for gpu in gpus}
+    draft_layers = 0
+    main = max(gpus, key=lambda g: g.free_bytes) if gpus else None
+    if draft is not None and main is not None:
+        need = gpu_bytes(draft, all_layers(draft))
+        if need > budgets[main.name]:
+            raise FitError(f"the draft {draft.name} needs {gigabytes(need)} GB on the GPU and {main.name} has "
+                           f"{gigabytes(main.free_bytes)} GB free ({gigabytes(margin)} GB kept free): use a smaller "
+                           "draft, or run the draft on the CPU with `draft_gpu_layers` 0")
+        budgets[main.name] -= need
+        draft_layers = all_layers(draft)
+    room = sum(budgets.values())
+    target_layers = 0
+    while target_layers < all_layers(target) and gpu_bytes(target, target_layers + 1) <= room:
+        target_layers += 1
+    on_cpu = target.input_weights + sum(target.layer_weights[: target.n_layer - min(target_layers, target.n_layer)])
+    on_cpu += (target.n_layer - min(target_layers, target.n_layer)) * target.kv_per_layer
+    on_cpu += (target.output_weights if target_layers <= target.n_layer else 0)
+    on_cpu += target.compute if target_layers <= target.n_layer else 0  # the CPU computes its share too
+    on_cpu += (draft.input_weights if draft is not None else 0)
+    if draft is not None and not gpus:
+        on_cpu += draft.total
+    if on_cpu > cpu_free:
+        raise FitError(f"{target.name} needs {gigabytes(on_cpu)} GB of system memory beyond the GPUs and "
+                       f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`")
+    split = _split(budgets) if len(gpus) > 1 and target_layers else None
+    used = gpu_bytes(target, target_layers) + (gpu_bytes(draft, draft_layers) if draft is not None else 0)
+    draft_gpu = gpus.index(main) if draft is not None and main is not None and len(gpus) > 1 else None
+    return Fit(target_layers, draft_layers, split, draft_gpu, used, on_cpu,
+               describe(target, draft, target_layers, draft_layers, gpus, split))
+
+
+def _split(budgets: dict[str, int]) -> tuple[float, ...]:
+    total = sum(budgets.values()) or 1
+    return tuple(budget / total for budget in budgets.values())
+
+
+def describe(target: Footprint, draft: Footprint | None, target_layers: int, draft_layers: int,
+             gpus: list[Gpu], split: tuple[float, ...] | None) -> str:
+    """e.g. `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`."""
+    if not gpus:
+        return "no GPU: everything runs on the CPU"
+    where = " + ".join(gpu.name for gpu in gpus)
+    free = ", ".join(("" if len(gpus) == 1 else f"{gpu.name}: ")
+                     + f"{gigabytes(gpu.free_bytes)} of {gigabytes(gpu.total_bytes)} GB free" for gpu in gpus)
+    layers = min(target_layers, target.n_layer)
+    text = f"target: {layers}/{target.n_layer} layers on {where} ({free})"
+    if layers < target.n_layer:
+        text += f", {target.n_layer - layers} on CPU"
+    if split:
+        text += " split " + ":".join(f"{share:.2f}" for share in split)
+    if draft is not None:
+        main = max(gpus, key=lambda g: g.free_bytes)
+        text += f"; draft: {min(draft_layers, draft.n_layer)}/{draft.n_layer} on {main.name}"
+    return text
+
+
+def plan(target: Path, draft: Path | None, n_ctx: int) -> Fit | None:
+    """The fit on this machine's GPUs now; None where there is no GPU (all runs on the CPU)."""
+    gpus = [Gpu(d.name, d.free_bytes, d.total_bytes) for d in devices() if d.kind in ("GPU", "iGPU")]
+    if not gpus:
+        return None
+    return fit(estimate(target, n_ctx=n_ctx), estimate(draft, n_ctx=n_ctx) if draft else None, gpus,
+               system_memory_available())
