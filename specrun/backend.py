@@ -154,6 +154,11 @@ def devices() -> list[Device]:
     return found
 
 
+def gpu_free_bytes() -> int:
+    """Free memory over all GPUs now (0 without any)."""
+    return sum(d.free_bytes for d in devices() if d.kind in ("GPU", "iGPU"))
+
+
 def system_memory_available() -> int:
     """Bytes the system can give without swapping: MemAvailable, else the CPU device's free memory."""
     try:

@@ -282,7 +282,10 @@ def render_text(result: BenchResult) -> str:
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
     costs = result.costs
+    where = result.placement
     lines += ["", "cost curve (medians)",
+              # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
+              f"  placement        {where['device']}, GPU layers {' + '.join(where['gpu_layers'])}",
               f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
               f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
               "  target verify    " + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())

@@ -239,8 +239,12 @@ def load_notes(model: "Model", requested: LoadOptions) -> None:
 
 
 def placement_row(where: dict[str, object]) -> tuple[str, str]:
-    """The `--stats` row that says where the models ran."""
-    return "device", f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
+    """The `--stats` row that says where the models ran (and, placed by fit, the memory it took)."""
+    text = f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
+    if "fit" in where:
+        text += (f", GPU memory {int(where['gpu_bytes_measured']) / 1e9:.1f} GB "
+                 f"(estimated {int(where['gpu_bytes_estimated']) / 1e9:.1f} GB)")
+    return "device", text
 
 
 def read_prompt(argument: str | None) -> str:

@@ -49,6 +49,7 @@ class Report:
     amx_allowed: bool
     caches: dict[str, dict[str, object]] = field(default_factory=dict)
     demo_pair_present: bool = False
+    demo_placement: dict[str, object] = field(default_factory=dict)  # the demo pair's estimate and fit here
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -60,6 +61,7 @@ class Report:
                      "gpus": [asdict(g) for g in self.host_gpus]},
             "caches": self.caches,
             "demo_pair": self.demo_pair_present,
+            "demo_placement": self.demo_placement,
             "problems": [asdict(p) for p in problems(self)],
         }
 
@@ -169,13 +171,31 @@ def cache_folders() -> dict[str, dict[str, object]]:
             for name, path in folders.items()}
 
 
+def demo_placement(target: Path, draft: Path) -> dict[str, object]:
+    """What the demo pair would take at the default context, and where `fit` would put it here."""
+    from specrun.fit import FitError, plan
+    from specrun.footprint import estimate
+    from specrun.runtime import DEFAULT_CTX
+
+    try:
+        where = plan(target, draft, DEFAULT_CTX)
+    except FitError as error:
+        where_text = f"does not fit: {error}"
+    else:
+        where_text = where.line if where else "no GPU: everything runs on the CPU"
+    return {"n_ctx": DEFAULT_CTX, "fit": where_text,
+            **{f"{role}_bytes": estimate(path, n_ctx=DEFAULT_CTX).total
+               for role, path in (("target", target), ("draft", draft))}}
+
+
 def gather() -> Report:
     target, draft = demo.demo_pair_paths()
+    present = target.exists() and draft.exists()
     return Report(
         build=backend.build_info(), devices=backend.devices(),
         host_cpu_flags=llama_install.host_cpu_flags(), host_gpus=host_gpus(),
         amx_allowed=backend.amx_allowed(), caches=cache_folders(),
-        demo_pair_present=target.exists() and draft.exists(),
+        demo_pair_present=present, demo_placement=demo_placement(target, draft) if present else {},
     )
 
 
@@ -205,6 +225,11 @@ def render_text(report: Report) -> list[str]:
         size = gigabytes(int(cache["bytes"])) if cache["exists"] else "absent"
         lines.append(f"  {name:<12} {cache['path']}  ({size})")
     lines.append(f"  demo pair:   {'present' if report.demo_pair_present else 'not built'}")
+    if report.demo_placement:
+        where = report.demo_placement
+        lines.append(f"placement of the demo pair at n_ctx {where['n_ctx']}: target {gigabytes(int(where['target_bytes']))}, "
+                     f"draft {gigabytes(int(where['draft_bytes']))} (weights, KV cache, compute buffer)")
+        lines.append(f"  {where['fit']}")
     found = problems(report)
     lines.append("problems" if found else "no problems found")
     for p in found:

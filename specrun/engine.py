@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from specrun.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.backend import gpu_free_bytes
 from specrun.fit import Fit, plan
 from specrun.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.options import DraftOptions, LoadOptions, PromptLookup
@@ -45,6 +46,7 @@ class Engine:
         self.gamma_max = gamma_max
         self.policy: GammaPolicy = parse_policy(gamma, gamma_max)
         self.fit: Fit | None = None  # the placement by free memory, where there were GPUs
+        self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
 
     @classmethod
     def load(
@@ -69,6 +71,7 @@ class Engine:
         placed = plan(Path(target_path), draft_file, n_ctx) if options.fit else None
         if placed is not None:
             announce(placed.line)
+        free_before = gpu_free_bytes()
         target = Model(target_path, n_ctx=n_ctx, threads=options.threads, verbose=options.verbose,
                        gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
                        split=placed.split if placed else None)
@@ -92,6 +95,7 @@ class Engine:
                 source = HybridDraft(drafting.lookup.draft(), source)
         engine = cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
         engine.fit = placed
+        engine.gpu_bytes_used = free_before - gpu_free_bytes()
         return engine
 
     def set_gamma(self, spec: str) -> None:
@@ -124,8 +128,13 @@ class Engine:
         return draft.model if isinstance(draft, ModelDraft) else None
 
     def placement(self) -> dict[str, object]:
-        """The device the models run on and the GPU layers of the target (and draft)."""
-        return placement(self.target, *([self.draft_model] if self.draft_model else []))
+        """The device the models run on, the GPU layers of the target (and draft), and where
+        layers were placed by free memory, the estimate beside what loading really took."""
+        where = placement(self.target, *([self.draft_model] if self.draft_model else []))
+        if self.fit is not None:
+            where |= {"fit": self.fit.line, "gpu_bytes_estimated": self.fit.gpu_bytes,
+                      "gpu_bytes_measured": self.gpu_bytes_used}
+        return where
 
     def close(self) -> None:
         if self.draft_model is not None:

@@ -265,7 +265,7 @@ def test_closing_a_model_twice_frees_it_once(tiny_target):
 # --- specrun doctor, and the device in every front end -----------------------------------
 
 
-def test_doctor_json_on_this_machine():
+def test_doctor_json_on_this_machine(demo_pair):
     result = specrun("doctor", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -277,6 +277,10 @@ def test_doctor_json_on_this_machine():
     assert report["amx_guard"] is False  # this machine's build has no AMX
     assert set(report["caches"]) == {"specrun", "huggingface", "llama wheels"}
     assert not any("CPU features this CPU lacks" in p["problem"] for p in report["problems"])
+    placement = report["demo_placement"]
+    assert placement["target_bytes"] > 270_000_000  # the F16 weights, and the KV cache and compute on top
+    if not any(d["kind"] in ("GPU", "iGPU") for d in report["devices"]):
+        assert placement["fit"] == "no GPU: everything runs on the CPU"
 
 
 def test_doctor_text_names_build_devices_and_caches():
