@@ -154,9 +154,13 @@ def devices() -> list[Device]:
     return found
 
 
+def gpu_devices() -> list[Device]:
+    return [d for d in devices() if d.kind in ("GPU", "iGPU")]
+
+
 def gpu_free_bytes() -> int:
     """Free memory over all GPUs now (0 without any)."""
-    return sum(d.free_bytes for d in devices() if d.kind in ("GPU", "iGPU"))
+    return sum(d.free_bytes for d in gpu_devices())
 
 
 def system_memory_available() -> int:

@@ -173,19 +173,17 @@ def cache_folders() -> dict[str, dict[str, object]]:
 
 def demo_placement(target: Path, draft: Path) -> dict[str, object]:
     """What the demo pair would take at the default context, and where `fit` would put it here."""
-    from specrun.fit import FitError, plan
+    from specrun.fit import FitError, fit, gpus_now
     from specrun.footprint import estimate
     from specrun.runtime import DEFAULT_CTX
 
+    target_memory, draft_memory = (estimate(path, n_ctx=DEFAULT_CTX) for path in (target, draft))
     try:
-        where = plan(target, draft, DEFAULT_CTX)
+        where = fit(target_memory, draft_memory, gpus_now(), backend.system_memory_available()).line
     except FitError as error:
-        where_text = f"does not fit: {error}"
-    else:
-        where_text = where.line if where else "no GPU: everything runs on the CPU"
-    return {"n_ctx": DEFAULT_CTX, "fit": where_text,
-            **{f"{role}_bytes": estimate(path, n_ctx=DEFAULT_CTX).total
-               for role, path in (("target", target), ("draft", draft))}}
+        where = f"does not fit: {error}"
+    return {"n_ctx": DEFAULT_CTX, "fit": where, "target_bytes": target_memory.total,
+            "draft_bytes": draft_memory.total}
 
 
 def gather() -> Report:

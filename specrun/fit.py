@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrun.backend import devices, system_memory_available
+from specrun.backend import gpu_devices, system_memory_available
 from specrun.errors import SpecrunError
 from specrun.footprint import Footprint, estimate
 
@@ -56,6 +56,14 @@ def gpu_bytes(model: Footprint, layers: int) -> int:
     return weights + offloaded * model.kv_per_layer + output + (model.compute if layers else 0)
 
 
+def cpu_bytes(model: Footprint, layers: int) -> int:
+    """What n_gpu_layers = `layers` leaves in system memory: the input layer, the first layers
+    and their KV, and while the output layer stays, it and a compute buffer for the CPU's share."""
+    kept = model.n_layer - min(layers, model.n_layer)
+    rest = model.output_weights + model.compute if layers <= model.n_layer else 0
+    return model.input_weights + sum(model.layer_weights[:kept]) + kept * model.kv_per_layer + rest
+
+
 def all_layers(model: Footprint) -> int:
     return model.n_layer + 1
 
@@ -78,13 +86,7 @@ def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: i
     target_layers = 0
     while target_layers < all_layers(target) and gpu_bytes(target, target_layers + 1) <= room:
         target_layers += 1
-    on_cpu = target.input_weights + sum(target.layer_weights[: target.n_layer - min(target_layers, target.n_layer)])
-    on_cpu += (target.n_layer - min(target_layers, target.n_layer)) * target.kv_per_layer
-    on_cpu += (target.output_weights if target_layers <= target.n_layer else 0)
-    on_cpu += target.compute if target_layers <= target.n_layer else 0  # the CPU computes its share too
-    on_cpu += (draft.input_weights if draft is not None else 0)
-    if draft is not None and not gpus:
-        on_cpu += draft.total
+    on_cpu = cpu_bytes(target, target_layers) + (cpu_bytes(draft, draft_layers) if draft is not None else 0)
     if on_cpu > cpu_free:
         raise FitError(f"{target.name} needs {gigabytes(on_cpu)} GB of system memory beyond the GPUs and "
                        f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`")
@@ -92,7 +94,7 @@ def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: i
     used = gpu_bytes(target, target_layers) + (gpu_bytes(draft, draft_layers) if draft is not None else 0)
     draft_gpu = gpus.index(main) if draft is not None and main is not None and len(gpus) > 1 else None
     return Fit(target_layers, draft_layers, split, draft_gpu, used, on_cpu,
-               describe(target, draft, target_layers, draft_layers, gpus, split))
+               describe(target, draft, target_layers, draft_layers, gpus, main, split))
 
 
 def _split(budgets: dict[str, int]) -> tuple[float, ...]:
@@ -101,9 +103,9 @@ def _split(budgets: dict[str, int]) -> tuple[float, ...]:
 
 
 def describe(target: Footprint, draft: Footprint | None, target_layers: int, draft_layers: int,
-             gpus: list[Gpu], split: tuple[float, ...] | None) -> str:
+             gpus: list[Gpu], main: Gpu | None, split: tuple[float, ...] | None) -> str:
     """e.g. `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`."""
-    if not gpus:
+    if main is None:
         return "no GPU: everything runs on the CPU"
     where = " + ".join(gpu.name for gpu in gpus)
     free = ", ".join(("" if len(gpus) == 1 else f"{gpu.name}: ")
@@ -115,14 +117,17 @@ def describe(target: Footprint, draft: Footprint | None, target_layers: int, dra
     if split:
         text += " split " + ":".join(f"{share:.2f}" for share in split)
     if draft is not None:
-        main = max(gpus, key=lambda g: g.free_bytes)
         text += f"; draft: {min(draft_layers, draft.n_layer)}/{draft.n_layer} on {main.name}"
     return text
 
 
+def gpus_now() -> list[Gpu]:
+    return [Gpu(d.name, d.free_bytes, d.total_bytes) for d in gpu_devices()]
+
+
 def plan(target: Path, draft: Path | None, n_ctx: int) -> Fit | None:
     """The fit on this machine's GPUs now; None where there is no GPU (all runs on the CPU)."""
-    gpus = [Gpu(d.name, d.free_bytes, d.total_bytes) for d in devices() if d.kind in ("GPU", "iGPU")]
+    gpus = gpus_now()
     if not gpus:
         return None
     return fit(estimate(target, n_ctx=n_ctx), estimate(draft, n_ctx=n_ctx) if draft else None, gpus,

@@ -22,14 +22,13 @@ Without flash attention the layers would hold n_ctx*n_head f32 attention scores 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
-from specrun.ggufinfo import tensors_and_metadata
+from specrun.ggufinfo import tensor_bytes, tensors_and_metadata
 
 Tensor = tuple[str, str, tuple[int, ...]]  # name, ggml type name, shape (ne0 first)
 
@@ -64,10 +63,12 @@ def footprint(tensors: list[Tensor], meta: dict[str, Any], *, name: str, n_ctx: 
               n_ubatch: int = 512) -> Footprint:
     arch = meta["general.architecture"]
     n_layer = int(meta[f"{arch}.block_count"])
+    # Like runtime.Model: llama.cpp gives no more context than the model was trained for.
+    n_ctx = min(n_ctx, int(meta.get(f"{arch}.context_length", n_ctx)))
     layers = [0] * n_layer
     input_weights = output_weights = 0
     for tensor_name, type_name, shape in tensors:
-        size = tensor_bytes(type_name, shape)
+        size = tensor_bytes(GGMLQuantizationType[type_name], shape)
         if tensor_name.startswith("blk."):
             layers[int(tensor_name.split(".")[1])] += size
         elif tensor_name.startswith("output"):
@@ -83,11 +84,6 @@ def footprint(tensors: list[Tensor], meta: dict[str, Any], *, name: str, n_ctx: 
         kv_per_layer=kv_bytes_per_layer(meta, n_ctx),
         compute=compute_bytes(tensors, meta, n_ctx, n_ubatch),
     )
-
-
-def tensor_bytes(type_name: str, shape: tuple[int, ...]) -> int:
-    block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    return math.prod(shape) // block_size * type_size
 
 
 def kv_bytes_per_layer(meta: dict[str, Any], n_ctx: int) -> int:

@@ -199,12 +199,17 @@ class _Header:
             ggml_type, offset = self.read("IQ")
             if ggml_type in _KNOWN_TYPES:  # a newer type than this gguf package knows: not checked
                 kind = GGMLQuantizationType(ggml_type)
-                block_size, type_size = GGML_QUANT_SIZES[kind]
-                end = max(end, offset + math.prod(dims) * type_size // block_size)
+                end = max(end, offset + tensor_bytes(kind, dims))
                 self.tensors.append((name, kind.name, tuple(dims)))
             else:
                 self.tensors.append((name, f"type {ggml_type}", tuple(dims)))
         return -(-self.offset // alignment) * alignment + end
+
+
+def tensor_bytes(kind: GGMLQuantizationType, shape: tuple[int, ...]) -> int:
+    """A tensor's size in the file: whole blocks of its type."""
+    block_size, type_size = GGML_QUANT_SIZES[kind]
+    return math.prod(shape) * type_size // block_size
 
 
 _KNOWN_TYPES = {t.value for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
