@@ -22,7 +22,7 @@ from specrun.formatting import format_or_dash
 from specrun.gamma import GAMMA_MAX, expected_rate, parse_policy
 from specrun.options import LookupOptions
 from specrun.prompt import prompt_tokens
-from specrun.runtime import Model, placement
+from specrun.runtime import Model, placement, placement_text
 from specrun.sampling import SamplingParams
 from specrun.speculative import generate
 from specrun.stats import Stats
@@ -269,8 +269,7 @@ def _alpha(runs: list[Run]) -> float | None:
 def render_text(result: BenchResult) -> str:
     """The tables `specrun bench` prints."""
     lines = [f"target {result.target}, draft {result.draft or '-'}, "
-             f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}",
-             f"device {result.placement['device']}, GPU layers {' + '.join(result.placement['gpu_layers'])}", ""]
+             f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}", ""]
     header = f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean len':>9} {'mean γ':>7}"
     lines += [header, "-" * len(header)]
     for row in result.table:
@@ -282,10 +281,9 @@ def render_text(result: BenchResult) -> str:
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
     costs = result.costs
-    where = result.placement
     lines += ["", "cost curve (medians)",
               # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
-              f"  placement        {where['device']}, GPU layers {' + '.join(where['gpu_layers'])}",
+              f"  placement        {placement_text(result.placement)}",
               f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
               f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
               "  target verify    " + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())

@@ -24,7 +24,7 @@ import typer
 
 from specrun.errors import OptionError
 from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
-from specrun.runtime import DEFAULT_CTX
+from specrun.runtime import DEFAULT_CTX, placement_text
 from specrun.sampling import SamplingParams
 from specrun.textio import argument_text, read_stdin
 
@@ -240,7 +240,7 @@ def load_notes(model: "Model", requested: LoadOptions) -> None:
 
 def placement_row(where: dict[str, object]) -> tuple[str, str]:
     """The `--stats` row that says where the models ran (and, placed by fit, the memory it took)."""
-    text = f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
+    text = placement_text(where)
     if "fit" in where:
         text += (f", GPU memory {int(where['gpu_bytes_measured']) / 1e9:.1f} GB "
                  f"(estimated {int(where['gpu_bytes_estimated']) / 1e9:.1f} GB)")

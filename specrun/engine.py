@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from specrun.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.backend import gpu_free_bytes
+from specrun.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.fit import Fit, plan
 from specrun.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.options import DraftOptions, LoadOptions, PromptLookup

@@ -20,7 +20,7 @@ import signal
 import time
 from contextlib import contextmanager
 from types import CodeType, FrameType
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, NoReturn, TypeVar
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REPEAT_GRACE_SECONDS = 2.0
@@ -59,13 +59,14 @@ def raise_pending() -> None:
     global _pending
     if _pending is not None:
         signum, _pending = _pending, None
-        _begin_stop()
-        raise Stop(signum)
+        _stop(signum)
 
 
-def _begin_stop() -> None:
+def _stop(signum: int) -> NoReturn:
+    """Raise the one `Stop` of this process; repeats are handled by `_handle` from now on."""
     global _stopping_since
     _stopping_since = time.monotonic()
+    raise Stop(signum)
 
 
 def _handle(signum: int, frame: FrameType | None) -> None:
@@ -79,8 +80,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     if frame is not None and frame.f_code in _callback_codes:
         _pending = signum
         return
-    _begin_stop()
-    raise Stop(signum)
+    _stop(signum)
 
 
 def install() -> None:

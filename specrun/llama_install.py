@@ -130,9 +130,13 @@ def build_wheel(pip: str, version: str, args: str, folder: Path) -> Path:
     return wheel
 
 
+def this_build() -> tuple[str, str]:
+    """The pinned version and the CMake arguments for this host and the user's CMAKE_ARGS."""
+    return pinned_version(), cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
+
+
 def install(pip: str) -> None:
-    version = pinned_version()
-    args = cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
+    version, args = this_build()
     folder = wheel_cache() / f"{PACKAGE}-{version}-{build_key(version, args)}"
     wheel = cached_wheel(folder)
     marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
@@ -154,8 +158,7 @@ def install(pip: str) -> None:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--print"]:
-        version = pinned_version()
-        args = cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
+        version, args = this_build()
         print(f"CMAKE_ARGS={args}\nkey={build_key(version, args)}")
         return
     if len(argv) != 1:

@@ -227,10 +227,9 @@ class Model:
                 batch.logits[j] = start + j >= first_out
             status = llama.llama_decode(self._ctx, batch)
             if status != 0:
-                self._truncate(start)
-                raise_pending()
                 # A failed batch may leave part of it in the cache; forget it all.
                 self._truncate(start)
+                raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
                 raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
             self.tokens.extend(chunk)
             self.n_evaluated += len(chunk)
@@ -345,6 +344,11 @@ def placement(*models: Model) -> dict[str, object]:
     on_gpu = any(m.offloaded_layers for m in models)
     return {"device": accelerator_name() if on_gpu else "CPU",
             "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models]}
+
+
+def placement_text(where: dict[str, object]) -> str:
+    """`placement`'s device and layers in words, e.g. "CPU, GPU layers 0/30 + 0/30"."""
+    return f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
 
 
 # What llama.cpp logs when memory runs out (CPU malloc, mmap, CUDA, Metal, Vulkan).

@@ -68,8 +68,10 @@ def install_abort_reporter() -> None:
     def report(message: bytes | None) -> None:
         first_line = (message or b"").split(b"\n", 1)[0]
         # "/tmp/pip-wheel-.../src/llama-vocab.cpp:2544: GGML_ASSERT(...)": the build path says nothing
-        os.write(_abort_channel, os.path.basename(first_line.split(b": ", 1)[0]) + b": "
-                 + first_line.split(b": ", 1)[-1][:400] if b": " in first_line else first_line[:400])
+        location, separator, text = first_line.partition(b": ")
+        if separator:
+            first_line = os.path.basename(location) + separator + text
+        os.write(_abort_channel, first_line[:400])
 
     _abort_callback = callback_type(report)
     setter = libggml.ggml_set_abort_callback
@@ -111,7 +113,7 @@ def _wait(pid: int) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, lambda s, _f: os.kill(pid, s))
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return _waitpid(pid)
+        return os.waitpid(pid, 0)[1]  # retried across the forwarding handlers (PEP 475)
     watched = {*FORWARDED, signal.SIGCHLD}
     signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     while True:
@@ -121,14 +123,6 @@ def _wait(pid: int) -> int:
         info = signal.sigwaitinfo(watched)
         if info.si_signo in FORWARDED and info.si_pid not in (0, pid):
             os.kill(pid, info.si_signo)  # sent by a program to us alone; a terminal's went to both
-
-
-def _waitpid(pid: int) -> int:
-    while True:
-        try:
-            return os.waitpid(pid, 0)[1]
-        except InterruptedError:
-            continue
 
 
 def _read_all(fd: int) -> str:
