@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# specrun beside native llama.cpp, in one interleaved run: llama-completion (plain) and
+# llama-speculative-simple (draft model), built from the llama.cpp that the pinned
+# llama-cpp-python sdist vendors, with the CMake flags specrun's own install uses.
+# The native tools are built once in a scratch folder ($SCRATCH), never in the repo.
+#
+#   bench/native_compare.sh [TARGET.gguf DRAFT.gguf]   (default: the demo pair)
+# Env: REPEAT (3), TOKENS (128), THREADS (2), SCRATCH (/tmp/specrun-native).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+REPEAT=${REPEAT:-3} TOKENS=${TOKENS:-128} THREADS=${THREADS:-2} SCRATCH=${SCRATCH:-/tmp/specrun-native}
+read -r TARGET DRAFT < <($PY -c 'from specrun.demo import prepare_demo_pair; print(*prepare_demo_pair())')
+TARGET=${1:-$TARGET} DRAFT=${2:-$DRAFT}
+PROMPT="Once upon a time, in a small village by the sea, there lived"
+
+VERSION=$($PY -c 'from specrun.llama_install import pinned_version; print(pinned_version())')
+FLAGS=$($PY specrun/llama_install.py --print | sed -n 's/^CMAKE_ARGS=//p')
+if [ ! -x "$SCRATCH/build/bin/llama-speculative-simple" ]; then
+    mkdir -p "$SCRATCH" && cd "$SCRATCH"
+    [ -d "llama_cpp_python-$VERSION" ] || {
+        pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d .
+        tar xzf "llama_cpp_python-$VERSION.tar.gz"
+    }
+    # shellcheck disable=SC2086  # FLAGS is a list of -D options
+    cmake -S "llama_cpp_python-$VERSION/vendor/llama.cpp" -B build -DCMAKE_BUILD_TYPE=Release \
+        -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF $FLAGS > cmake.log
+    cmake --build build -j "$(nproc)" --target llama-completion llama-speculative-simple > build.log
+    cd - > /dev/null
+fi
+BIN=$SCRATCH/build/bin
+
+native_plain() { "$BIN/llama-completion" -m "$TARGET" -p "$PROMPT" -n "$TOKENS" --temp 0 -t "$THREADS" -no-cnv 2>&1 \
+    | sed -n 's/.* eval time = .*, *\([0-9.]*\) tokens per second)/\1/p' | tail -1; }
+native_draft() { "$BIN/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" --spec-type draft-simple -p "$PROMPT" -n "$TOKENS" --temp 0 \
+    -t "$THREADS" 2>&1 | sed -n 's/.*speed: *\([0-9.]*\) t\/s.*/\1/p' | tail -1; }
+specrun_rate() { .venv/bin/specrun run -t "$TARGET" --raw --temp 0 -n "$TOKENS" --threads "$THREADS" --json "$@" \
+    "$PROMPT" 2>/dev/null | $PY -c 'import json, sys; print(round(json.load(sys.stdin)["tokens_per_second"], 1))'; }
+
+declare -A RATES
+for _ in $(seq "$REPEAT"); do  # interleaved, so drift in the machine's speed hits every row alike
+    RATES[native plain]+="$(native_plain) "
+    RATES[specrun --gamma 0]+="$(specrun_rate --gamma 0) "
+    RATES[native speculative-simple]+="$(native_draft) "
+    RATES[specrun -d DRAFT (auto)]+="$(specrun_rate -d "$DRAFT") "
+done
+echo "$TARGET + $DRAFT, $TOKENS tokens, greedy, $THREADS threads, median of $REPEAT; flags: $FLAGS"
+for row in "native plain" "specrun --gamma 0" "native speculative-simple" "specrun -d DRAFT (auto)"; do
+    printf '%-28s %s tok/s  (%s)\n' "$row" \
+        "$($PY -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' ${RATES[$row]})" \
+        "${RATES[$row]% }"
+done
