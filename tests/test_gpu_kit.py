@@ -1,0 +1,90 @@
+"""The GPU measurement kit (bench/gpu/): its CPU mode end to end on tiny shapes, the real
+shapes' sizes against the published files, and the source trim."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+KIT = Path(__file__).resolve().parents[1] / "bench" / "gpu"
+sys.path.insert(0, str(KIT))
+import synthetic  # noqa: E402
+import trim  # noqa: E402
+
+
+@pytest.mark.parametrize("shape, file_type, published_gb", [
+    # Sizes of the published GGUF files on Hugging Face (Llama 3 8B and 70B Instruct, 3.2 1B Instruct).
+    ("llama3-8b", "q4_k_m", 4.92),
+    ("llama3-8b", "f16", 16.1),
+    ("llama3-70b", "q4_k_m", 42.5),
+    ("llama3.2-1b", "q4_0", 0.77),
+])
+def test_synthetic_models_are_as_large_as_the_real_ones(shape: str, file_type: str, published_gb: float) -> None:
+    size = synthetic.data_bytes(synthetic.SHAPES[shape], file_type) / 1e9
+    assert size == pytest.approx(published_gb, rel=0.02)
+
+
+def test_q4_k_m_keeps_six_bits_where_llama_cpp_does() -> None:
+    layout = {name: kind for name, _, kind in synthetic.tensors(synthetic.SHAPES["llama3-8b"], "q4_k_m")}
+    Q = synthetic.Q
+    assert layout["output.weight"] == Q.Q6_K and layout["token_embd.weight"] == Q.Q4_K
+    six_bit = [i for i in range(32) if layout[f"blk.{i}.ffn_down.weight"] == Q.Q6_K]
+    assert six_bit == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    assert all(layout[f"blk.{i}.attn_q.weight"] == Q.Q4_K for i in range(32))
+
+
+def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
+    files = ["llama_cpp/llama.py", "vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
+             "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", "vendor/llama.cpp/ggml/src/ggml-vulkan/v.cpp",
+             "vendor/llama.cpp/models/ggml-vocab-llama.gguf", "vendor/llama.cpp/tools/server/server.cpp",
+             "vendor/llama.cpp/tools/completion/completion.cpp", "vendor/llama.cpp/docs/build.md"]
+    sdist = tmp_path / "sdist.tar.gz"
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name in files:
+            info = tarfile.TarInfo(f"llama_cpp_python-0.0.0/{name}")
+            info.size = 4
+            archive.addfile(info, io.BytesIO(b"data"))
+    dest = tmp_path / "trimmed"
+    trim.trim(sdist, dest)
+    kept = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()}
+    assert kept == {"llama_cpp/llama.py", "vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
+                    "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", "vendor/llama.cpp/tools/completion/completion.cpp",
+                    "vendor/llama.cpp/tools/CMakeLists.txt", "vendor/llama.cpp/examples/CMakeLists.txt"}
+    assert "add_subdirectory(completion)" in (dest / "vendor/llama.cpp/tools/CMakeLists.txt").read_text()
+
+
+def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
+    """The kit's own command on tiny shapes, with the installed llama-cpp-python."""
+    env = dict(os.environ, KIT_WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), PYTHON=sys.executable)
+    done = subprocess.run([str(KIT / "kit.sh"), "run", "--cpu", "--installed"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["machine"]["gpu"] == "none" and "CPU" in results["machine"]["backends"]
+    assert set(results["targets"]) == {"tiny-q4_k_m", "tiny-f16"}
+    for target in results["targets"].values():
+        widths = target["verify_ms_by_width"]
+        assert list(widths) == [str(w) for w in range(1, 9)] and all(ms > 0 for ms in widths.values())
+        assert target["draft_ms_per_token"] > 0
+        for run in ("specrun_plain", "specrun_fixed"):
+            assert target[run]["generated"] == 32 and target[run]["tokens_per_second"] > 0
+            assert target[run]["overhead_ms_per_round"] > 0
+        assert target["specrun_fixed"]["acceptance"] is not None
+        assert [row["alpha"] for row in target["prediction"]] == [0.5, 0.6, 0.7, 0.8, 0.9]
+        gammas = [row["gamma"] for row in target["prediction"]]
+        assert gammas == sorted(gammas)  # a better draft never makes auto draft less
+        assert all(row["speedup"] >= 1.0 for row in target["prediction"])  # γ=0 is always a choice
+    report = (tmp_path / "out" / "results.md").read_text()
+    assert "CPU only" in report and "## tiny-f16" in report and "| specrun γ=4 |" in report
+
+    # A second call keeps what the first measured.
+    again = subprocess.run([str(KIT / "kit.sh"), "run", "--cpu", "--installed"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "tiny-f16: measured before, kept" in again.stdout
