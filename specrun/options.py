@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specrun.drafting import LookupDraft
+from specrun.lookup import LookupDraft
 from specrun.gamma import GAMMA_MAX
 
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
-from specrun.drafting import HybridDraft, LookupDraft, ModelDraft
+from specrun.drafting import HybridDraft, ModelDraft
+from specrun.lookup import LookupDraft
 from specrun.gamma import AdaptiveGamma, FixedGamma
 from specrun.prompt import prompt_tokens
 from specrun.runtime import Detokenizer, Model
