@@ -102,29 +102,36 @@ def specrun_generation(target: Model, prompt: list[int], draft: Model | None, ga
     )
 
 
-def native(binary: Path, args: list[str]) -> str:
-    done = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"{binary.name} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
-    return done.stdout + done.stderr
+def native(binary: Path, args: list[str], rate: str) -> tuple[float, str]:
+    """Run a native peer; return the rate its log reports (pattern `rate`) and the log.
+    llama.cpp logs from a worker thread, and on a busy machine the last lines are
+    sometimes lost at exit: such a run is repeated, up to three times."""
+    for _ in range(3):
+        done = subprocess.run([str(binary), *args], capture_output=True, text=True, errors="replace", timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{binary.name} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+        log = done.stdout + done.stderr
+        if found := re.findall(rate, log):
+            return float(found[-1]), log
+    raise RuntimeError(f"{binary.name} logged no rate in three runs")
 
 
 def native_plain(bin_dir: Path, target: Path, prompt: str, tokens: int, gpu_layers: int) -> dict[str, float]:
-    log = native(bin_dir / "llama-completion", ["-m", str(target), "-p", prompt, "-n", str(tokens), "--temp", "0",
-                                                "-ngl", str(gpu_layers), "--ignore-eos", "-no-cnv"])
-    rates = re.findall(r" eval time = .*?runs .*?([0-9.]+) tokens per second", log)
-    return {"tokens_per_second": float(rates[-1])}
+    rate, _ = native(bin_dir / "llama-completion", ["-m", str(target), "-p", prompt, "-n", str(tokens), "--temp", "0",
+                                                    "-ngl", str(gpu_layers), "--ignore-eos", "-no-cnv"],
+                     r" eval time = .*?runs .*?([0-9.]+) tokens per second")
+    return {"tokens_per_second": rate}
 
 
 def native_speculative(bin_dir: Path, target: Path, draft: Path, prompt: str, tokens: int, gamma: int,
                        gpu_layers: int) -> dict[str, float]:
-    log = native(bin_dir / "llama-speculative-simple", [
+    rate, log = native(bin_dir / "llama-speculative-simple", [
         "-m", str(target), "-md", str(draft), "-p", prompt, "-n", str(tokens), "--temp", "0",
-        "--spec-type", "draft-simple", "--draft-max", str(gamma), "--draft-min", str(gamma), "--draft-p-min", "0",
-        "-ngl", str(gpu_layers), "-ngld", str(gpu_layers), "--ignore-eos"])
-    rate = re.findall(r"decoded +\d+ tokens in .*speed: *([0-9.]+) t/s", log)
+        "--spec-type", "draft-simple", "--spec-draft-n-max", str(gamma), "--spec-draft-n-min", str(gamma),
+        "--spec-draft-p-min", "0", "-ngl", str(gpu_layers), "-ngld", str(gpu_layers), "--ignore-eos"],
+        r"decoded +\d+ tokens in .*speed: *([0-9.]+) t/s")
     accept = re.findall(r"accept += *([0-9.]+)%", log)
-    return {"tokens_per_second": float(rate[-1]), "acceptance": float(accept[-1]) / 100 if accept else float("nan")}
+    return {"tokens_per_second": rate, "acceptance": float(accept[-1]) / 100 if accept else float("nan")}
 
 
 def prediction(curve: CostCurve) -> list[dict[str, float]]:
@@ -168,7 +175,7 @@ def measure_target(name: str, path: Path, draft: Model, args: argparse.Namespace
                                                                            args.tokens, args.gamma, gpu_layers))]:
             try:
                 result[key] = run()
-            except (OSError, RuntimeError, subprocess.SubprocessError, IndexError, ValueError) as error:
+            except (OSError, RuntimeError, subprocess.SubprocessError) as error:
                 result[key] = {"error": str(error)}
     return result
 
