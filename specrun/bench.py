@@ -231,11 +231,14 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[
             rate = statistics.median(_rate([r for r in mine if r.repetition == k]) for k in repetitions)
             plain = rate if mode.name == "plain" else plain
             drafted = sum(r.stats["drafted"] for r in mine)
+            estimates = [r.stats["estimated_speedup"] for r in mine if r.stats["estimated_speedup"] is not None]
             rows.append({
                 "class": prompt_class,
                 "mode": mode.name,
                 "tokens_per_second": rate,
                 "speedup": rate / plain if plain else None,
+                # What --stats says of the same runs: checked here against the measured ratio.
+                "estimated_speedup": statistics.median(estimates) if estimates else None,
                 "acceptance_rate": sum(r.stats["accepted"] for r in mine) / drafted if drafted else None,
                 "mean_accepted_length": sum(r.stats["generated_tokens"] for r in mine) / sum(r.stats["rounds"] for r in mine),
                 "mean_gamma": statistics.fmean(r.stats["mean_gamma"] or 0.0 for r in mine),
@@ -270,18 +273,21 @@ def render_text(result: BenchResult) -> str:
     """The tables `specrun bench` prints."""
     lines = [f"target {result.target}, draft {result.draft or '-'}, "
              f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}", ""]
-    header = f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'accept':>7} {'mean len':>9} {'mean γ':>7}"
+    header = (f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'est.':>6} {'accept':>7} {'mean len':>9} "
+              f"{'mean γ':>7}")
     lines += [header, "-" * len(header)]
     for row in result.table:
         lines.append(
             f"{row['class']:<12} {row['mode']:<10} {row['tokens_per_second']:>7.1f} "
-            f"{format_or_dash(row['speedup'], '.2f'):>7}x {format_or_dash(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
+            f"{format_or_dash(row['speedup'], '.2f'):>7}x {format_or_dash(row['estimated_speedup'], '.2f'):>5}x "
+            f"{format_or_dash(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
             f"{row['mean_accepted_length']:>9.2f} {row['mean_gamma']:>7.2f}"
         )
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
     costs = result.costs
-    lines += ["", "cost curve (medians)",
+    lines += ["", "speedup: measured against the plain runs; est.: what --stats estimated in the same runs",
+              "", "cost curve (medians)",
               # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
               f"  placement        {placement_text(result.placement)}",
               f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",

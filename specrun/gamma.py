@@ -12,9 +12,13 @@ from typing import Protocol
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
+# A plain round in place of a speculative one loses at most that round's gain, so one
+# in PLAIN_SAMPLE_EVERY costs under 1% wherever speculation less than doubles the speed.
+PLAIN_SAMPLE_EVERY = 100
 
 
 class RoundLike(Protocol):
+    finish_reason: str | None
     gamma: int
     drafted: int
     accepted: int
@@ -286,18 +290,42 @@ class AdaptiveGamma:
         self._rounds_at_zero = 0
 
 
+class PlainSamples:
+    """Another policy, with a plain round now and then: the measured cost of plain decoding
+    that the speedup figure divides by (`Stats.estimated_speedup`).
+
+    In each generation, its second round (the first pays one-time costs) and every
+    PLAIN_SAMPLE_EVERY-th after it are plain. A round that ends a generation starts the
+    count again, since figures are kept per generation."""
+
+    def __init__(self, policy: GammaPolicy) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self._round = 0
+
+    def next_gamma(self) -> int:
+        if self._round % PLAIN_SAMPLE_EVERY == 1:
+            return 0
+        return self.policy.next_gamma()
+
+    def observe(self, event: RoundLike) -> None:
+        self.policy.observe(event)
+        self._round = 0 if event.finish_reason else self._round + 1
+
+
 def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
-    """`auto`, `heuristic` or a fixed number N (0 = plain decoding)."""
+    """`auto`, `heuristic` or a fixed number N (0 = plain decoding); each with plain
+    samples, except plain decoding itself."""
     if not 0 <= gamma_max <= 32:
         raise OptionError(f"`gamma_max` must be between 0 and 32, got {gamma_max}")
     spec = spec.strip().lower()
     if spec == "auto":
-        return AdaptiveGamma(gamma_max)
+        return PlainSamples(AdaptiveGamma(gamma_max))
     if spec == "heuristic":
-        return HeuristicGamma(gamma_max)
+        return PlainSamples(HeuristicGamma(gamma_max))
     if spec.removeprefix("fixed:").isdigit():
         gamma = int(spec.removeprefix("fixed:"))
         if gamma > 32:
             raise OptionError(f"`gamma` {gamma} is too large (at most 32)")
-        return FixedGamma(gamma)
+        return PlainSamples(FixedGamma(gamma)) if gamma else FixedGamma(0)
     raise OptionError(f"`gamma` must be auto, heuristic or a number, got {spec!r}")

@@ -27,6 +27,10 @@ class Stats:
     accepted: int = 0
     rejections: int = 0  # rounds in which the target rejected a drafted token
     decode_seconds: float = 0.0
+    # Rounds that drafted nothing, but the first (which pays one-time costs): what a plain
+    # token costs, measured. The speedup figure divides by this and nothing else.
+    plain_rounds: int = 0
+    plain_seconds: float = 0.0
     first_round_seconds: float | None = None
     finish_reason: str | None = None
     gamma_trace: list[int] = field(default_factory=list)
@@ -57,6 +61,9 @@ class Stats:
         self.decode_seconds += event.seconds
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
+        elif event.drafted == 0:
+            self.plain_rounds += 1
+            self.plain_seconds += event.verify_seconds + event.overhead_seconds
         self.gamma_trace.append(event.gamma)
         for i in range(event.drafted):
             if i == len(self.position_drafted):
@@ -116,15 +123,14 @@ class Stats:
 
     @property
     def estimated_speedup(self) -> float | None:
-        """(generated tokens × the target's time for one token) / decode wall time.
+        """(generated tokens × the measured time of one plain round) / decode wall time.
 
-        The one-token time is the measured width-1 verify (extrapolated from the
-        measured widths when every round drafted) plus the loop's per-round overhead.
+        None until a plain round has been measured: the γ policies decode plainly now and
+        then for this (gamma.PlainSamples), prompt lookup whenever nothing matches.
         """
-        one_token = self.costs.t_verify(1)
-        if one_token is None or not self.decode_seconds:
+        if not self.plain_rounds or not self.decode_seconds:
             return None
-        return self.generated * (one_token + (self.costs.t_overhead or 0.0)) / self.decode_seconds
+        return self.generated * (self.plain_seconds / self.plain_rounds) / self.decode_seconds
 
     def as_dict(self) -> dict[str, object]:
         """The figures of `run --json` and `bench --json` (documented in the README)."""
@@ -148,6 +154,7 @@ class Stats:
             "gamma_trace": self.gamma_trace,
             "per_position_acceptance": self.per_position_acceptance,
             "estimated_speedup": self.estimated_speedup,
+            "estimated_speedup_plain_rounds": self.plain_rounds,  # its basis: plain rounds measured
             "overhead_seconds_per_round": self.costs.t_overhead,
             "verify_seconds_by_width": self.costs.measured_widths,
             "finish_reason": self.finish_reason,

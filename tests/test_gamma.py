@@ -9,7 +9,11 @@ import numpy as np
 import pytest
 
 from specrun.errors import SpecrunError
-from specrun.gamma import AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma, expected_rate, parse_policy
+from specrun.gamma import (
+    PLAIN_SAMPLE_EVERY, AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma, PlainSamples, expected_rate, parse_policy,
+)
+from specrun.speculative import Round
+from specrun.stats import Stats
 
 
 @dataclass
@@ -20,6 +24,7 @@ class SimRound:
     draft_seconds: float
     verify_seconds: float
     overhead_seconds: float
+    finish_reason: str | None = None
 
     @property
     def tokens(self) -> int:
@@ -209,3 +214,49 @@ def test_the_first_round_after_the_prompt_is_not_measured():
     policy.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
     policy.observe(SimRound(0, 0, 0, 0.0, 0.012, 0.0))
     assert policy.costs.t_verify(1) == pytest.approx(0.011)  # the mean of the two measured rounds
+
+
+def test_plain_samples_in_every_generation():
+    """The second round of each generation, then every PLAIN_SAMPLE_EVERY-th, is plain."""
+    policy = PlainSamples(FixedGamma(3))
+    gammas = []
+    for length in (250, 5):  # two generations; the last round of each ends it
+        for i in range(length):
+            gammas.append(policy.next_gamma())
+            policy.observe(SimRound(gammas[-1], gammas[-1], 0, 0.0, 0.01, 0.0,
+                                    finish_reason="length" if i == length - 1 else None))
+    plain = [i for i, g in enumerate(gammas) if g == 0]
+    assert plain == [1, 1 + PLAIN_SAMPLE_EVERY, 1 + 2 * PLAIN_SAMPLE_EVERY, 251]
+    assert parse_policy("0").next_gamma() == 0 and isinstance(parse_policy("4"), PlainSamples)
+
+
+def as_round(r: SimRound) -> Round:
+    tokens = tuple(range(r.tokens))
+    return Round(tokens, (True,) * r.accepted + (False,), (), r.gamma, r.drafted, r.accepted,
+                 r.draft_seconds, r.verify_seconds, r.overhead_seconds)
+
+
+@pytest.mark.parametrize("spec", ["3", "6", "heuristic", "auto"])
+@pytest.mark.parametrize("machine", [GPU_LIKE, CPU_LIKE], ids=["gpu-like", "cpu-like"])
+def test_speedup_estimate_is_the_true_ratio(spec, machine):
+    """Where (nearly) every round drafts, the figure still divides by a measured plain cost,
+    and equals the real ratio against plain decoding within 2%."""
+    for seed in range(3):
+        stats = Stats()
+        for r in simulate(parse_policy(spec), machine, 400, seed):
+            stats.add(as_round(r))
+        plain = Stats()
+        for r in simulate(FixedGamma(0), machine, 400, seed):
+            plain.add(as_round(r))
+        assert stats.plain_rounds >= 4
+        true_ratio = stats.tokens_per_second / plain.tokens_per_second
+        assert stats.estimated_speedup == pytest.approx(true_ratio, rel=0.02)
+
+
+def test_no_speedup_figure_before_a_plain_round_is_measured():
+    stats = Stats()
+    stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.050, 0.0)))  # the first round: one-time costs, not a sample
+    stats.add(as_round(SimRound(4, 4, 4, 0.004, 0.012, 0.0)))
+    assert stats.estimated_speedup is None and stats.as_dict()["estimated_speedup_plain_rounds"] == 0
+    stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.010, 0.0)))
+    assert stats.estimated_speedup == pytest.approx(7 * 0.010 / 0.076)
