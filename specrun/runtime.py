@@ -186,6 +186,10 @@ class Model:
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
         self._memory = llama.llama_get_memory(self._ctx)
+        self._init_cache(n_batch)
+
+    def _init_cache(self, n_batch: int) -> None:
+        """The Python side of the cache: the batch it is fed by and the sequence it holds."""
         self._batch = llama.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
@@ -225,7 +229,7 @@ class Model:
                 batch.n_seq_id[j] = 1
                 batch.seq_id[j][0] = 0
                 batch.logits[j] = start + j >= first_out
-            status = llama.llama_decode(self._ctx, batch)
+            status = self._decode()
             if status != 0:
                 # A failed batch may leave part of it in the cache; forget it all.
                 self._truncate(start)
@@ -235,19 +239,33 @@ class Model:
             self.n_evaluated += len(chunk)
             raise_pending()
             for j in range(max(0, first_out - start), len(chunk)):
-                row = llama.llama_get_logits_ith(self._ctx, j)
-                out[start + j - first_out] = np.ctypeslib.as_array(row, shape=(self.n_vocab,))
+                out[start + j - first_out] = self._output(j)
         return out
+
+    # --- the native calls, a thin layer a model without weights can replace -------
+
+    def _decode(self) -> int:
+        return llama.llama_decode(self._ctx, self._batch)
+
+    def _output(self, j: int) -> np.ndarray:
+        """The logits of batch row j of the last decode, a view on llama.cpp's buffer."""
+        return np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
+
+    def _drop(self, keep: int) -> bool:
+        return llama.llama_memory_seq_rm(self._memory, 0, keep, -1)
+
+    def _clear(self) -> None:
+        llama.llama_memory_clear(self._memory, True)
 
     def _truncate(self, keep: int) -> None:
         """Drop cached positions from `keep` on; a cache that cannot (recurrent) starts over."""
-        if not llama.llama_memory_seq_rm(self._memory, 0, keep, -1):
-            llama.llama_memory_clear(self._memory, True)
+        if not self._drop(keep):
+            self._clear()
             keep = 0
         del self.tokens[keep:]
 
     def reset(self) -> None:
-        llama.llama_memory_clear(self._memory, True)
+        self._clear()
         self.tokens.clear()
 
     # --- vocabulary ----------------------------------------------------------------
