@@ -5,6 +5,7 @@ Its proposals carry no distribution: verification treats each as a point mass.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -13,16 +14,27 @@ from specrun.drafting import Proposal
 from specrun.errors import OptionError
 from specrun.sampling import SamplingParams
 
+CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
+MATCH_CAP = 32  # how far back a match is extended; beyond it, every match is as good
+
 
 class LookupDraft:
-    """Prompt lookup: propose what followed the most recent earlier occurrence of the
-    last n tokens (n from `ngram_max` down to `ngram_min`) in the prompt and the answer.
-    Single-token matches are mostly wrong, and a rejected proposal still widens the
-    verify, so by default a match needs two tokens.
+    """Prompt lookup: find the last n tokens (n from `ngram_max` down to `ngram_min`)
+    earlier in the prompt and the answer, and propose what followed them.
+
+    Rules taken from llama.cpp's n-gram drafts (common/ngram-map.cpp, ngram-mod.cpp):
+    - continuation counts (ngram-map-k4v): the recent occurrences vote on the next
+      token, and a split vote (the winner less than twice the rest) proposes nothing;
+    - longer matches preferred: among the winner's occurrences, the one whose match
+      with the text extends furthest back, then the most recent;
+    - track record (ngram-map-k): after a draft from a key was cut short at k accepted
+      tokens, the next draft from that key has at most k + 1.
+    Single-token keys are mostly wrong, and a rejected proposal still widens the
+    verify, so by default a key needs two tokens.
 
     Free to compute, so it pays wherever answers repeat their input: code edits,
-    extraction, quoting summaries. An index of n-gram -> where its continuation
-    starts grows with the sequence, so a round costs O(new tokens).
+    extraction, quoting summaries. An index of n-gram -> where its continuations start
+    grows with the sequence, so a round costs O(new tokens).
     """
 
     name = "lookup"
@@ -33,29 +45,81 @@ class LookupDraft:
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self.max_tokens = max_tokens
-        self._seen: list[int] = []
-        self._index: dict[tuple[int, ...], int] = {}
+        self._restart()
+
+    def _restart(self) -> None:
+        self._tokens: list[int] = []  # a copy of the sequence indexed so far
+        self._source: Sequence[int] | None = None  # the caller's sequence it was copied from
+        self._index: dict[tuple[int, ...], list[int]] = {}  # n-gram -> continuation starts, ascending
+        self._limits: dict[tuple[int, ...], int] = {}  # key -> most tokens its next draft proposes
+        self._last: tuple[tuple[int, ...], list[int]] | None = None  # the last draft's key and tokens
 
     def prefill(self, ctx: Sequence[int]) -> None:
         self._update(ctx)
 
+    def _continues(self, ctx: Sequence[int]) -> bool:
+        """Whether ctx extends the sequence indexed so far. The loop passes the same list
+        each round and only appends to it, so the seam is checked; any other sequence is
+        compared in full, once, when it is first passed."""
+        seen = len(self._tokens)
+        if len(ctx) < seen:
+            return False
+        if ctx is self._source:
+            return seen == 0 or ctx[seen - 1] == self._tokens[-1]
+        return list(ctx[:seen]) == self._tokens
+
     def _update(self, ctx: Sequence[int]) -> None:
         """Index every n-gram of ctx that has a continuation (all but the last position)."""
-        seen = len(self._seen)
-        if list(ctx[:seen]) != self._seen:  # a new conversation or an edited one: start over
-            self._seen, self._index, seen = [], {}, 0
-        for end in range(max(seen - 1, 0), len(ctx) - 1):  # n-grams ending at `end`
+        if not self._continues(ctx):  # a new conversation or an edited one: start over
+            self._restart()
+        seen = len(self._tokens)
+        new = list(ctx[seen:])
+        self._score_last_draft(new)
+        self._tokens.extend(new)
+        self._source = ctx
+        tokens = self._tokens
+        for end in range(max(seen - 1, 0), len(tokens) - 1):  # n-grams ending at `end`
             for n in range(self.ngram_min, self.ngram_max + 1):
                 if end + 1 >= n:
-                    self._index[tuple(ctx[end + 1 - n : end + 1])] = end + 1
-        self._seen = list(ctx)
+                    self._index.setdefault(tuple(tokens[end + 1 - n : end + 1]), []).append(end + 1)
+
+    def _score_last_draft(self, new: list[int]) -> None:
+        """The tokens that came after the last draft say how far it was right: a draft cut
+        short limits its key's next one to what was accepted and one more."""
+        if self._last is None:
+            return
+        key, drafted = self._last
+        self._last = None
+        accepted = next((i for i, (d, t) in enumerate(zip(drafted, new)) if d != t), min(len(drafted), len(new)))
+        if accepted < len(drafted) and accepted < len(new):
+            self._limits[key] = accepted + 1
+        else:
+            self._limits.pop(key, None)
 
     def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
         self._update(ctx)
-        n = min(n, self.max_tokens)
         for size in range(min(self.ngram_max, len(ctx)), self.ngram_min - 1, -1):
-            start = self._index.get(tuple(ctx[len(ctx) - size :]))
-            if start is not None:
-                tokens = list(ctx[start : start + n])
-                return Proposal(tokens, [None] * len(tokens))  # point masses
+            key = tuple(self._tokens[-size:])
+            starts = self._index.get(key)
+            if starts:
+                return self._draft(key, starts[-CANDIDATES:], min(n, self.max_tokens, self._limits.get(key, n)))
         return Proposal()
+
+    def _draft(self, key: tuple[int, ...], starts: list[int], n: int) -> Proposal:
+        tokens = self._tokens
+        votes = Counter(tokens[s] for s in starts)
+        (first, count), *rest = votes.most_common()
+        if count < 2 * sum(c for _, c in rest):  # the occurrences disagree on what comes next
+            return Proposal()
+        best = max((s for s in starts if tokens[s] == first), key=lambda s: (self._match_length(s), s))
+        draft = tokens[best : best + n]
+        self._last = (key, draft)
+        return Proposal(draft, [None] * len(draft))  # point masses
+
+    def _match_length(self, start: int) -> int:
+        """How many tokens before `start` equal the last ones of the sequence (at most MATCH_CAP)."""
+        tokens = self._tokens
+        length = 0
+        while length < min(start, MATCH_CAP) and tokens[start - 1 - length] == tokens[-1 - length]:
+            length += 1
+        return length

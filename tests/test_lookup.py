@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
 from specrun.drafting import HybridDraft, ModelDraft
-from specrun.lookup import LookupDraft
+from specrun.lookup import CANDIDATES, MATCH_CAP, LookupDraft
 from specrun.gamma import AdaptiveGamma, FixedGamma
 from specrun.prompt import prompt_tokens
 from specrun.runtime import Detokenizer, Model
@@ -18,35 +20,119 @@ from specrun.speculative import Round, generate
 
 
 def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list[int]:
-    """The definition: the most recent earlier match of the longest suffix n-gram."""
+    """The definition: the longest suffix key with earlier occurrences; its last CANDIDATES
+    occurrences vote on the next token (a winner short of twice the rest proposes nothing);
+    of the winner's occurrences, the longest match (up to MATCH_CAP), then the most recent."""
     for size in range(min(ngram_max, len(ctx)), ngram_min - 1, -1):
         suffix = ctx[-size:]
-        for start in range(len(ctx) - size - 1, -1, -1):
-            if ctx[start : start + size] == suffix:
-                return ctx[start + size : start + size + n]
+        starts = [s + size for s in range(len(ctx) - size) if ctx[s : s + size] == suffix][-CANDIDATES:]
+        if starts:
+            first, count = Counter(ctx[s] for s in starts).most_common(1)[0]
+            if count < 2 * (len(starts) - count):
+                return []
+
+            def match(s: int) -> int:
+                length = 0
+                while length < min(s, MATCH_CAP) and ctx[s - 1 - length] == ctx[-1 - length]:
+                    length += 1
+                return length
+
+            best = max((s for s in starts if ctx[s] == first), key=lambda s: (match(s), s))
+            return ctx[best : best + n]
     return []
+
+
+def propose(lookup: LookupDraft, ctx: list[int], n: int = 8) -> list[int]:
+    proposal = lookup.propose(ctx, n, GREEDY, np.random.default_rng(0))
+    assert proposal.probs == [None] * len(proposal.tokens)  # point masses
+    return proposal.tokens
 
 
 @settings(derandomize=True)  # the same examples on every run, so CI is reproducible
 @given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=25), min_size=1, max_size=5))
 def test_incremental_index_matches_the_definition(chunks):
-    """Growing the sequence chunk by chunk (as rounds do), and restarting on an edited prefix."""
-    lookup = LookupDraft(ngram_max=3, ngram_min=1, max_tokens=5)
-    two = LookupDraft(ngram_max=3, ngram_min=2, max_tokens=5)
+    """Growing the sequence chunk by chunk (as rounds do), and restarting on an edited prefix.
+    A fresh lookup follows the definition; one that saw the earlier rounds may only cut its
+    draft shorter (its track record), never to nothing."""
+    lookups = {1: LookupDraft(ngram_max=3, ngram_min=1, max_tokens=5),
+               2: LookupDraft(ngram_max=3, ngram_min=2, max_tokens=5)}
     ctx: list[int] = []
     for i, chunk in enumerate(chunks):
         ctx = ctx + chunk if i % 3 else chunk + ctx[len(chunk):]  # every third chunk edits the prefix
-        proposal = lookup.propose(ctx, 4, GREEDY, np.random.default_rng(0))
-        assert proposal.tokens == naive_lookup(ctx, 4, 3, 1)
-        assert proposal.probs == [None] * len(proposal.tokens)
-        assert two.propose(ctx, 4, GREEDY, np.random.default_rng(0)).tokens == naive_lookup(ctx, 4, 3, 2)
+        for ngram_min, lookup in lookups.items():
+            expected = naive_lookup(ctx, 4, 3, ngram_min)
+            assert propose(LookupDraft(3, ngram_min, 5), ctx, 4) == expected
+            tokens = propose(lookup, ctx, 4)
+            assert tokens == expected[: len(tokens)] and bool(tokens) == bool(expected)
 
 
 def test_lookup_proposes_the_continuation_of_a_repeat():
     lookup = LookupDraft(ngram_max=2, max_tokens=3)
-    assert lookup.propose([5, 6, 7, 8, 9, 5, 6], 8, GREEDY, np.random.default_rng(0)).tokens == [7, 8, 9]
-    assert lookup.propose([1, 2, 3], 4, GREEDY, np.random.default_rng(0)).tokens == []
-    assert lookup.propose([5, 6, 7, 1, 6], 4, GREEDY, np.random.default_rng(0)).tokens == []  # one token is no match
+    assert propose(lookup, [5, 6, 7, 8, 9, 5, 6]) == [7, 8, 9]
+    assert propose(LookupDraft(), [1, 2, 3]) == []
+    assert propose(LookupDraft(), [5, 6, 7, 1, 6]) == []  # one token is no match
+
+
+def test_the_most_frequent_continuation_wins_and_a_split_vote_proposes_nothing():
+    # [1, 2] was followed by 3 twice and by 4 once (the most recent): 3 wins.
+    assert propose(LookupDraft(ngram_max=2), [1, 2, 3, 0, 1, 2, 3, 9, 1, 2, 4, 8, 1, 2])[0] == 3
+    # 3 once and 4 once: no clear continuation, no draft.
+    assert propose(LookupDraft(ngram_max=2), [1, 2, 3, 0, 1, 2, 4, 8, 1, 2]) == []
+
+
+def test_a_longer_match_beats_a_more_recent_one():
+    # Both occurrences of [1, 2] continue with 3; the first also matches the 7 before it.
+    ctx = [7, 1, 2, 3, 5, 5, 0, 1, 2, 3, 6, 6, 7, 1, 2]
+    assert propose(LookupDraft(ngram_max=2), ctx, 3) == [3, 5, 5]
+    assert propose(LookupDraft(ngram_max=2), ctx[1:], 3) == [3, 6, 6]  # equal matches: the most recent
+
+
+def test_a_draft_cut_short_limits_its_key_next_time():
+    lookup = LookupDraft(ngram_max=2)
+    ctx = [1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2]
+    assert propose(lookup, ctx) == [3, 4, 5, 6, 7, 8, 0, 1]
+    ctx += [3, 4, 9]  # two accepted, then the target chose otherwise
+    ctx += [0, 1, 2]  # the same key again
+    assert propose(lookup, ctx) == [3, 4, 9]  # two accepted last time: at most three now
+    ctx += [3, 4, 9, 5]  # all three right: the limit is lifted
+    ctx += [1, 2]
+    assert len(propose(lookup, ctx)) > 3
+
+
+class CountingList(list):
+    """A list that counts the items read through slices, as the lookup reads its context."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        if isinstance(i, slice):
+            CountingList.reads += len(item)
+        return item
+
+
+def test_a_round_reads_only_the_new_tokens():
+    ctx = CountingList(np.random.default_rng(0).integers(0, 50, 5000).tolist())
+    lookup = LookupDraft()
+    lookup.prefill(ctx)
+    for token in range(20):
+        CountingList.reads = 0
+        ctx.append(token)
+        lookup.propose(ctx, 8, GREEDY, np.random.default_rng(0))
+        assert CountingList.reads < 20  # not the 5000 before them
+
+
+def test_a_new_conversation_or_an_edited_one_starts_over():
+    lookup = LookupDraft(ngram_max=2)
+    assert propose(lookup, [1, 2, 3, 4, 1, 2]) == [3, 4, 1, 2]
+    assert propose(lookup, [7, 8, 9, 5, 6, 7, 8]) == [9, 5, 6, 7, 8]  # unrelated and longer
+    edited = [7, 8, 6, 5, 6, 7, 8, 2]  # the same length and last indexed token, the middle edited
+    assert propose(lookup, edited) == propose(LookupDraft(ngram_max=2), edited)
+    ctx = [1, 2, 3, 4, 1, 2]
+    propose(lookup, ctx)
+    ctx[-1] = 5  # the loop's own list, changed at the seam
+    ctx.append(1)
+    assert propose(lookup, ctx) == propose(LookupDraft(ngram_max=2), ctx)
 
 
 @pytest.fixture(scope="module")
