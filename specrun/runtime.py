@@ -14,9 +14,11 @@ import ctypes
 import os
 import re
 from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import llama_cpp as llama
 import numpy as np
@@ -129,10 +131,59 @@ def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    a, b = list(a[:n]), list(b[:n])
+    if a == b:  # one comparison in C: the usual case, where one sequence extends the other
+        return n
+    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+
+
+class Tokens(Sequence[int]):
+    """A token sequence that only grows: a position, once written, never changes.
+
+    So a Model that has held its first n tokens need compare only what follows
+    (`Model.logits` with a `Continuation`): a round costs O(new tokens), not O(context).
+    """
+
+    def __init__(self, tokens: Iterable[int] = ()) -> None:
+        self._items = list(tokens)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        self._items.extend(tokens)
+
+    def then(self, tail: list[int]) -> Continuation:
+        """These tokens followed by `tail` (a draft), without copying them."""
+        return Continuation(self, len(self._items), tail)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index):  # an int, or a slice as a list
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._items)
+
+
+@dataclass(frozen=True)
+class Continuation(Sequence[int]):
+    """The first `n` tokens of `base`, then `tail`."""
+
+    base: Tokens
+    n: int
+    tail: list[int]
+
+    def __len__(self) -> int:
+        return self.n + len(self.tail)
+
+    def __getitem__(self, index):  # an int, or a slice as a list
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            head = self.base[start : max(start, min(stop, self.n))]
+            return head + self.tail[max(start - self.n, 0) : max(stop - self.n, 0)]
+        i = range(len(self))[index]  # negative indices, and IndexError past the end
+        return self.base[i] if i < self.n else self.tail[i - self.n]
 
 
 class Model:
@@ -190,8 +241,19 @@ class Model:
 
     def _init_cache(self, n_batch: int) -> None:
         """The Python side of the cache: the batch it is fed by and the sequence it holds."""
-        self._batch = llama.llama_batch_init(n_batch, 0, 1)
+        batch = self._batch = llama.llama_batch_init(n_batch, 0, 1)
+        # Numpy views on the batch's arrays: a chunk is filled by array copies.
+        self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
+        self._batch_pos = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
+        self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
+        # Every position is in sequence 0, set once: llama.cpp never writes to a batch.
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(n_batch,))[:] = 1
+        for j in range(n_batch):
+            batch.seq_id[j][0] = 0
         self.tokens: list[int] = []  # what the KV cache holds, position by position
+        # The cache's first `_seen` tokens are `_base`'s, as far as it still holds that many.
+        self._base: Tokens | None = None
+        self._seen = 0
         self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
         self.piece = lru_cache(maxsize=None)(self._piece)
 
@@ -211,24 +273,22 @@ class Model:
             raise SpecrunError(f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})")
         if not 0 <= last <= len(seq):
             raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
-        keep = min(common_prefix_length(self.tokens, seq), len(seq) - last)
+        # Of an append-only sequence seen before, only what follows the part held then can differ.
+        base, n_base = (seq.base, seq.n) if isinstance(seq, Continuation) else (None, 0)
+        start = min(self._seen, len(self.tokens)) if base is not None and base is self._base else 0
+        keep = start + common_prefix_length(self.tokens[start:], seq[start : len(self.tokens)])
+        self._base, self._seen = base, n_base  # true from here on: the cache holds a prefix of seq
         # Always drop from `keep` on: after an interrupted decode the cache may hold
         # positions that `self.tokens` does not know about.
-        self._truncate(keep)
+        self._truncate(min(keep, len(seq) - last))
         keep = len(self.tokens)
 
         out = np.empty((last, self.n_vocab), dtype=np.float32)
         first_out = len(seq) - last
-        batch = self._batch
         for start in range(keep, len(seq), self.n_batch):
             chunk = seq[start : start + self.n_batch]
-            batch.n_tokens = len(chunk)
-            for j, token in enumerate(chunk):
-                batch.token[j] = token
-                batch.pos[j] = start + j
-                batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = 0
-                batch.logits[j] = start + j >= first_out
+            end = start + len(chunk)
+            self._fill_batch(chunk, start, first_out)
             status = self._decode()
             if status != 0:
                 # A failed batch may leave part of it in the cache; forget it all.
@@ -238,18 +298,27 @@ class Model:
             self.tokens.extend(chunk)
             self.n_evaluated += len(chunk)
             raise_pending()
-            for j in range(max(0, first_out - start), len(chunk)):
-                out[start + j - first_out] = self._output(j)
+            if end > first_out:
+                self._read_outputs(out[max(start, first_out) - first_out : end - first_out])
         return out
+
+    def _fill_batch(self, chunk: list[int], start: int, first_out: int) -> None:
+        """Positions start.. of the sequence, with logits from `first_out` on."""
+        n = len(chunk)
+        self._batch.n_tokens = n
+        self._batch_tokens[:n] = chunk
+        self._batch_pos[:n] = np.arange(start, start + n)
+        self._batch_logits[:n] = 0
+        self._batch_logits[max(first_out - start, 0) : n] = 1
 
     # --- the native calls, a thin layer a model without weights can replace -------
 
     def _decode(self) -> int:
         return llama.llama_decode(self._ctx, self._batch)
 
-    def _output(self, j: int) -> np.ndarray:
-        """The logits of batch row j of the last decode, a view on llama.cpp's buffer."""
-        return np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, j), shape=(self.n_vocab,))
+    def _read_outputs(self, out: np.ndarray) -> None:
+        """Copy the last decode's logits into `out` [outputs, n_vocab]; llama.cpp keeps them in batch order."""
+        out[:] = np.ctypeslib.as_array(llama.llama_get_logits(self._ctx), shape=out.shape)
 
     def _drop(self, keep: int) -> bool:
         return llama.llama_memory_seq_rm(self._memory, 0, keep, -1)

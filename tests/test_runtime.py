@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specrun.errors import SpecrunError
-from specrun.runtime import Detokenizer, Model, check_compatible
+from specrun.runtime import Detokenizer, Model, Tokens, check_compatible
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +126,36 @@ def test_bad_files_give_clear_errors(tmp_path, tiny_target):
     truncated.write_bytes(tiny_target.read_bytes()[:20_000])
     with pytest.raises(SpecrunError, match="truncated, corrupt or unsupported"):
         Model(truncated)
+
+
+@given(base=st.lists(token_ids, max_size=12), tail=st.lists(token_ids, max_size=6), more=st.lists(token_ids, max_size=4),
+       start=st.integers(-20, 20), stop=st.integers(-20, 20), step=st.sampled_from([1, 2, -1]))
+def test_a_continuation_reads_as_the_list_it_stands_for(base, tail, more, start, stop, step):
+    tokens = Tokens(base)
+    continuation = tokens.then(tail)
+    tokens.extend(more)  # appending to the base does not change a continuation taken before
+    expected = base + tail
+    assert len(continuation) == len(expected)
+    assert continuation[start:stop:step] == expected[start:stop:step]
+    n = len(expected)
+    assert [continuation[i] for i in range(n)] == [continuation[i - n] for i in range(n)] == expected
+    assert list(tokens) == tokens[:] == base + more
+
+
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=st.lists(token_ids, min_size=2, max_size=30), steps=steps, edits=st.lists(st.booleans(), max_size=6))
+def test_continuations_and_unrelated_sequences_keep_the_cache_exact(cached, fresh, start, steps, edits):
+    """The loop's append-only context with rolled-back drafts, interleaved with plain lists
+    that edit it (a chat turn, another prompt): the cached logits equal a fresh evaluation."""
+    ctx = Tokens([1] + start)
+    for (commit, draft, last), edit in zip(steps, edits + [False] * len(steps)):
+        seq = ctx.then(draft)
+        last = min(last, len(seq))
+        assert_close(cached.logits(seq, last), fresh_logits(fresh, list(seq), last))
+        assert cached.tokens == list(seq)
+        ctx.extend(draft[: commit % (len(draft) + 1)])
+        if edit:  # someone else's sequence, differing early on; the next continuation must notice
+            other = [1, 7] + list(ctx)[2:]
+            cached.logits(other, 1)
+            assert cached.tokens == other
