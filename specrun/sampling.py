@@ -51,31 +51,67 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def _row_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """One row: llama.cpp's chain order top-k -> top-p -> min-p -> temperature."""
-    logits = logits.astype(np.float64, copy=False)
+@dataclass(frozen=True)
+class Distribution:
+    """A sampling distribution on its support: token ids in ascending order and their
+    probabilities; every other token has probability 0. Ascending ids sample as the
+    dense vector would."""
+
+    ids: np.ndarray
+    probs: np.ndarray
+
+    def __getitem__(self, tokens: int | np.ndarray) -> float | np.ndarray:
+        """The probability of a token, or of each of an array of tokens."""
+        at = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
+        return np.where(self.ids[at] == tokens, self.probs[at], 0.0)
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return int(self.ids[sample(self.probs, rng)])
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        out = np.zeros(n_vocab, dtype=np.float64)
+        out[self.ids] = self.probs
+        return out
+
+
+def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """The ids of the k largest logits (ties broken arbitrarily), in one pass over the vocabulary.
+
+    Seen as a grid of k or more columns (and a short tail), the k-th largest column
+    maximum bounds the k-th largest logit from below, so the top k lie in the columns
+    that reach it, about k of them: only those and the tail are searched.
+    """
+    rows = max(1, min(64, len(logits) // k))
+    columns = len(logits) // rows
+    maxima = logits[: rows * columns].reshape(rows, columns).max(axis=0)
+    top_columns = np.flatnonzero(maxima >= np.partition(maxima, -k)[-k])
+    ids = np.concatenate([(np.arange(rows)[:, None] * columns + top_columns).ravel(),
+                          np.arange(rows * columns, len(logits))])
+    return ids[np.argpartition(logits[ids], -k)[-k:]]
+
+
+def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
+    """One row of logits at temperature > 0: llama.cpp's chain top-k -> top-p -> min-p ->
+    temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off)."""
     n_vocab = logits.shape[-1]
-    if 0 < params.top_k < n_vocab:
-        candidates = np.argpartition(logits, -params.top_k)[-params.top_k :]
-    else:
-        candidates = np.arange(n_vocab)
+    ids = _top_k_ids(logits, params.top_k) if 0 < params.top_k < n_vocab else np.arange(n_vocab)
+    x = logits[ids].astype(np.float64)
     # Sort candidates by logit, best first; top-p and min-p look at untempered probs.
-    candidates = candidates[np.argsort(-logits[candidates], kind="stable")]
-    base = _softmax(logits[candidates])
-    keep = len(candidates)
+    order = np.argsort(-x, kind="stable")
+    ids, x = ids[order], x[order]
+    base = _softmax(x)
+    keep = len(ids)
     if params.top_p < 1:
         # Smallest prefix whose mass reaches top_p (always at least one token).
         keep = min(keep, int(np.searchsorted(np.cumsum(base), params.top_p)) + 1)
     if params.min_p > 0:
         keep = min(keep, int(np.count_nonzero(base >= params.min_p * base[0])))
-    kept = candidates[:keep]
-    probs = np.zeros(n_vocab, dtype=np.float64)
-    probs[kept] = _softmax(logits[kept] / params.temperature)
-    return probs
+    by_id = np.argsort(ids[:keep])
+    return Distribution(ids[:keep][by_id], _softmax(x[:keep] / params.temperature)[by_id])
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """Logits [n_vocab] or [k, n_vocab] -> float64 probabilities of the same shape.
+    """Logits [n_vocab] or [k, n_vocab] -> dense float64 probabilities of the same shape.
 
     Greedy gives a one-hot at the argmax, the limit of temperature -> 0.
     """
@@ -84,28 +120,28 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         out = np.zeros(rows.shape, dtype=np.float64)
         out[np.arange(len(rows)), rows.argmax(axis=1)] = 1.0
     else:
-        out = np.stack([_row_probabilities(row, params) for row in rows])
+        out = np.stack([distribution(row, params).dense(rows.shape[-1]) for row in rows])
     return out.reshape(logits.shape)
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw a token id from a probability vector (inverse CDF; robust to rounding)."""
+    """Draw an index from a probability vector (inverse CDF; robust to rounding)."""
     cdf = np.cumsum(probs)
     return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
 
 
-def pick(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> tuple[int, np.ndarray | None]:
+def pick(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> tuple[int, Distribution | None]:
     """Choose a token from one row of logits; return it with its distribution (None when greedy)."""
     if params.greedy:
         return int(np.argmax(logits)), None
-    probs = probabilities(logits, params)
-    return sample(probs, rng), probs
+    q = distribution(logits, params)
+    return q.sample(rng), q
 
 
 def verify(
     target_logits: np.ndarray,
     draft_tokens: Sequence[int],
-    draft_probs: Sequence[np.ndarray | None],
+    draft_probs: Sequence[Distribution | np.ndarray | None],
     params: SamplingParams,
     rng: np.random.Generator,
 ) -> tuple[int, int]:
@@ -113,12 +149,14 @@ def verify(
 
     `target_logits` has one row per drafted token plus one: row i holds the target's
     logits for position i of the draft, the last row the bonus position.
-    `draft_probs[i]` is the draft distribution q_i that produced token i, or None for
-    a deterministic proposal (prompt lookup), which is a point mass at the token.
+    `draft_probs[i]` is the draft distribution q_i that produced token i (a Distribution
+    or a dense vector), or None for a deterministic proposal (prompt lookup), which is a
+    point mass at the token.
 
     Returns (number accepted, next token). Greedy accepts d_i iff it is the target's
     argmax; sampling accepts with probability min(1, p_i(d_i) / q_i(d_i)) and on the
     first rejection draws from norm(max(0, p_i - q_i)) (Leviathan et al. 2023).
+    p_i is computed only for the rows the rule reaches.
     """
     n = len(draft_tokens)
     assert target_logits.shape[0] == n + 1, "need one target row per draft token plus the bonus"
@@ -129,17 +167,16 @@ def verify(
                 return i, int(best[i])
         return n, int(best[n])
 
-    p = probabilities(target_logits, params)
     for i, token in enumerate(draft_tokens):
+        p = distribution(target_logits[i], params)
         q = draft_probs[i]
         q_token = 1.0 if q is None else q[token]
-        if rng.random() * q_token < p[i, token]:
+        if rng.random() * q_token < p[token]:
             continue
-        if q is None:  # point mass: max(0, p - onehot) is p without the proposed token
-            residual = p[i].copy()
-            residual[token] = 0.0
-        else:
-            residual = np.maximum(p[i] - q, 0.0)
+        # max(0, p - q) is zero off p's support, so it is computed on that support;
+        # a point mass's residual is p without the proposed token.
+        q_on_p = (p.ids == token) if q is None else q[p.ids]
+        residual = np.maximum(p.probs - q_on_p, 0.0)
         # Zero mass cannot happen after a rejection in exact arithmetic; rounding can.
-        return i, sample(residual if residual.sum() > 0 else p[i], rng)
-    return n, sample(p[n], rng)
+        return i, int(p.ids[sample(residual if residual.sum() > 0 else p.probs, rng)])
+    return n, distribution(target_logits[n], params).sample(rng)

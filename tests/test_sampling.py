@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import chisquare
 
 from specrun.errors import SpecrunError
-from specrun.sampling import SamplingParams, pick, probabilities, sample, verify
+from specrun.sampling import SamplingParams, _top_k_ids, distribution, pick, probabilities, sample, verify
 
 DRAWS = 20_000
 P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
@@ -138,3 +138,24 @@ def test_residual_rounding_to_zero_does_not_divide_by_zero():
 def test_invalid_sampling_values_are_user_errors(bad):
     with pytest.raises(SpecrunError):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("n_vocab, k", [(20, 12), (341, 40), (152_064, 40), (49_157, 1)])
+def test_top_k_candidates_are_the_k_largest(n_vocab, k):
+    logits = np.random.default_rng(n_vocab).normal(size=n_vocab).astype(np.float32)
+    assert set(_top_k_ids(logits, k)) == set(np.argsort(logits)[-k:])
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+def test_a_draft_distribution_verifies_as_its_dense_vector(params):
+    """The sparse q (the draft's) and its dense vector: the same draws, token for token."""
+    rng = np.random.default_rng(5)
+    p_logits, q_logits = rng.normal(0, 1.5, (3, 30)), rng.normal(0, 1.5, (2, 30))
+    qs = [distribution(row, params) for row in q_logits]
+    dense = [q.dense(30) for q in qs]
+    np.testing.assert_allclose(dense, probabilities(q_logits, params))
+    sparse_rng, dense_rng = np.random.default_rng(1), np.random.default_rng(1)
+    for _ in range(300):
+        drafts = [q.sample(sparse_rng) for q in qs]
+        assert drafts == [sample(q, dense_rng) for q in dense]
+        assert verify(p_logits, drafts, qs, params, sparse_rng) == verify(p_logits, drafts, dense, params, dense_rng)
