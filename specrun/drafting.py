@@ -12,14 +12,14 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specrun.runtime import Model
-from specrun.sampling import SamplingParams, pick
+from specrun.runtime import Model, Tokens
+from specrun.sampling import Distribution, SamplingParams, pick
 
 
 @dataclass
 class Proposal:
     tokens: list[int] = field(default_factory=list)
-    probs: list[np.ndarray | None] = field(default_factory=list)  # q_i, or None for a point mass
+    probs: list[Distribution | None] = field(default_factory=list)  # q_i, or None for a point mass
 
 
 class DraftSource(Protocol):
@@ -50,30 +50,23 @@ class ModelDraft:
 
     def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
         proposal = Proposal()
-        seq = list(ctx)
+        ctx = ctx if isinstance(ctx, Tokens) else Tokens(ctx)
         for _ in range(n):
-            logits = self._fit_vocab(self.model.logits(seq, 1)[0])
+            # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed.
+            logits = self.model.logits(ctx.then(proposal.tokens), 1)[0, : self.target_vocab]
             if self.p_min > 0 and _top_probability(logits) < self.p_min:
                 break
             token, q = pick(logits, params, rng)
             proposal.tokens.append(token)
             proposal.probs.append(q)
-            seq.append(token)
         return proposal
-
-    def _fit_vocab(self, logits: np.ndarray) -> np.ndarray:
-        """Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed."""
-        if len(logits) == self.target_vocab:
-            return logits
-        fitted = np.full(self.target_vocab, -np.inf, dtype=logits.dtype)
-        n = min(len(logits), self.target_vocab)
-        fitted[:n] = logits[:n]
-        return fitted
 
 
 def _top_probability(logits: np.ndarray) -> float:
-    shifted = logits.astype(np.float64) - logits.max()
-    return float(1.0 / np.exp(shifted).sum())
+    """The top token's probability at temperature 1, 1 / sum(exp(x - max)), with no
+    probability vector: one float32 pass, summed in float64."""
+    shifted = logits - logits.max()
+    return 1.0 / float(np.exp(shifted, out=shifted).sum(dtype=np.float64))
 
 
 class HybridDraft:

@@ -18,7 +18,7 @@ import numpy as np
 from specrun.drafting import DraftSource, Proposal
 from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import FixedGamma, GammaPolicy
-from specrun.runtime import Detokenizer, Model
+from specrun.runtime import Detokenizer, Model, Tokens
 from specrun.sampling import SamplingParams, verify
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
@@ -130,7 +130,7 @@ def generate(
         raise OptionError(f"`max_tokens` must be at least 1, got {max_tokens}")
     policy = policy or FixedGamma(4)
     rng = rng if rng is not None else params.rng()
-    ctx = list(prompt)
+    ctx = Tokens(prompt)  # append-only: each model compares only what is new
 
     start = time.perf_counter()
     evaluated = target.n_evaluated
@@ -153,7 +153,7 @@ def generate(
         proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal()
         drafted_at = time.perf_counter()
 
-        logits = target.logits(ctx + proposal.tokens, len(proposal.tokens) + 1)
+        logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1)
         verified_at = time.perf_counter()
         accepted, next_token = verify(logits, proposal.tokens, proposal.probs, params, rng)
 

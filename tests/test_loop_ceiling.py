@@ -1,0 +1,52 @@
+"""The loop-ceiling bench's NullModel drives the real round loop: its smallest
+configuration, checked for what it commits and for how much each round compares."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import specrun.runtime as runtime
+from specrun.drafting import ModelDraft
+from specrun.gamma import FixedGamma
+from specrun.speculative import Round, generate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import loop_ceiling  # noqa: E402
+
+N_VOCAB, CONTEXT, TOKENS = 49_152, 512, 40
+
+
+def tokens_of(gamma: int, params, table: np.ndarray) -> list[int]:
+    n_ctx = CONTEXT + TOKENS + 16
+    target = loop_ceiling.NullModel(table, n_ctx)
+    draft = ModelDraft(loop_ceiling.NullModel(table, n_ctx), N_VOCAB) if gamma else None
+    prompt = list(range(100, 100 + CONTEXT))
+    rounds = [e for e in generate(target, prompt, draft=draft, params=params, policy=FixedGamma(gamma),
+                                  max_tokens=TOKENS) if isinstance(e, Round)]
+    if gamma:
+        assert sum(r.accepted for r in rounds) > 0
+    return [t for r in rounds for t in r.tokens]
+
+
+@pytest.mark.parametrize("sampling", list(loop_ceiling.SAMPLINGS))
+def test_the_smallest_ceiling_run_commits_exactly_max_tokens(sampling):
+    table = loop_ceiling.logit_table(N_VOCAB)
+    for gamma in loop_ceiling.GAMMAS:
+        loop_ceiling.run(N_VOCAB, CONTEXT, gamma, loop_ceiling.SAMPLINGS[sampling], TOKENS, table)  # asserts it
+
+
+def test_greedy_speculation_over_null_models_equals_plain_decoding(monkeypatch):
+    table = loop_ceiling.logit_table(N_VOCAB)
+    greedy = loop_ceiling.SAMPLINGS["greedy"]
+    plain = tokens_of(0, greedy, table)
+    compared: list[int] = []
+    measure = runtime.common_prefix_length
+    monkeypatch.setattr(runtime, "common_prefix_length", lambda a, b: compared.append(len(a)) or measure(a, b))
+    assert tokens_of(8, greedy, table) == plain
+    # Each model checks the whole context once, on its first round after the prefill; every
+    # other call compares only what followed the committed text: the last drafts and bonus.
+    assert sum(n > 9 for n in compared) == 2
