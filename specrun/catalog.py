@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from specrun import demo
 from specrun.errors import SpecrunError
 from specrun.files import MISSING, REGULAR_FILE, what_is
-from specrun.hub import HubRef, ModelNotFound, NotCached, delete_cached, fetch_files
+from specrun.hub import HubRef, ModelNotFound, NotCached, delete_cached, fetch_files, split_parts, verify_cached
 from specrun.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
@@ -50,12 +50,15 @@ class CatalogEntry:
     license: str | None = None
     drafts: tuple[str, ...] = ()
     verified: bool = False
+    sha256: tuple[str, ...] = ()  # per part of `file`, in order
 
 
 _KEY_TYPES: dict[str, type | tuple[type, ...]] = {
     "alias": str, "family": str, "repo": str, "file": str, "quant": str, "local": str, "params": str,
     "size_gb": (int, float), "context": int, "license": str, "drafts": list, "verified": bool,
+    "sha256": (str, list),
 }
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,19 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
     local = table.get("local", "")
     if local.startswith("demo:") and local.removeprefix("demo:") not in _DEMO_ROLES:
         raise CatalogError(f"{where}: local must be 'demo:target' or 'demo:draft', not '{local}'")
-    return CatalogEntry(**{**table, "drafts": tuple(table.get("drafts", ()))})
+    return CatalogEntry(**{**table, "drafts": tuple(table.get("drafts", ())), "sha256": _pins(table, where)})
+
+
+def _pins(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """`sha256`: one hex digest, or a list of one per part of a split `file`."""
+    pins = table.get("sha256", [])
+    pins = [pins] if isinstance(pins, str) else pins
+    if pins and "file" not in table:
+        raise CatalogError(f"{where}: 'sha256' pins the content of 'file', which is missing")
+    parts = len(split_parts(table["file"])) if pins else 0
+    if len(pins) != parts or not all(isinstance(p, str) and _SHA256.match(p) for p in pins):
+        raise CatalogError(f"{where}: 'sha256' must be {parts} hex digest(s) of 64 characters, one per part of 'file'")
+    return tuple(p.lower() for p in pins)
 
 
 # --- specs --------------------------------------------------------------------------------
@@ -195,7 +210,7 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
     """Alias, local path, REPO/FILE.gguf or REPO[:QUANT], in that order."""
     entry = catalog.get(text)
     if entry is not None:
-        hub = HubRef(entry.repo, entry.file, entry.quant) if entry.repo else None
+        hub = HubRef(entry.repo, entry.file, entry.quant, entry.sha256) if entry.repo else None
         return ModelSpec(text, entry=entry, hub=hub, local=entry.local)
     path = Path(text).expanduser()
     kind = what_is(path)
@@ -307,3 +322,10 @@ def remove_cached(spec: ModelSpec) -> int:
     if spec.hub is None:
         raise ModelNotFound(f"{spec.text} is a local file ({spec.local}), not a download; specrun leaves it alone")
     return delete_cached(spec.hub, spec.text)
+
+
+def verify_model(spec: ModelSpec) -> list[tuple[str, dict]]:
+    """Hash the spec's cached files again against their pins or lock records."""
+    if spec.hub is None:
+        raise ModelNotFound(f"{spec.text} is a local file ({spec.local}), not a download; it has no recorded sha256")
+    return verify_cached(spec.hub, spec.text)

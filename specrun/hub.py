@@ -1,30 +1,35 @@
-"""GGUF files of Hugging Face repos: found in huggingface_hub's cache, downloaded, removed.
+"""GGUF files of Hugging Face repos: found in huggingface_hub's cache, downloaded, checked, removed.
 
 A file already in the cache is used without any network access, and huggingface_hub only
 links a file into a snapshot once its download is complete, so a partial one is never seen.
+Before a file is used its sha256 is checked against a pin from the catalog, else against the
+one recorded in the lock file beside the cache at its first download (trust on first use).
 This module knows repos and files, not the catalog: callers pass the name the user gave
 (`label`) for the messages.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
 import os
 import re
 import shutil
 import socket
 import sys
+import traceback
+import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from huggingface_hub import HfApi, RepoFile, hf_hub_download, scan_cache_dir, try_to_load_from_cache
+from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import (
-    CacheNotFound,
     EntryNotFoundError,
     GatedRepoError,
     HfHubHTTPError,
@@ -32,16 +37,20 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.utils import disable_progress_bars
+from huggingface_hub.hf_api import RepoFile  # not exported at the top in older releases
+from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from huggingface_hub.utils import logging as hub_logging
 
 from specrun.errors import Interrupted, SpecrunError
+from specrun.files import replaced_atomically
 from specrun.formatting import format_size
 
-# HfHubHTTPError derives from its HTTP client's base error and OSError; transport failures
-# (DNS, refused, timeout, disk full) raise those, so catching the bases covers every way a
-# download can fail without naming the HTTP client huggingface_hub happens to use.
-_HUB_FAILURES = HfHubHTTPError.__bases__
+# HfHubHTTPError derives from its HTTP client's base error (requests' is an OSError, httpx's
+# is not); transport failures raise that base, the disk raises OSError and hf_xet raises
+# RuntimeError. Together they cover every way a download fails, whichever HTTP client the
+# installed huggingface_hub uses.
+_HUB_FAILURES = (*HfHubHTTPError.__bases__, OSError, RuntimeError)
+_LOGIN = "set HF_TOKEN or run `hf auth login` (`huggingface-cli login` before huggingface_hub 1.0)"
 HUB_PROBE_SECONDS = 3  # an unreachable Hub fails within this, not after the client's retries
 
 
@@ -57,13 +66,19 @@ class DownloadError(SpecrunError):
     """The Hub could not deliver a file, or the download was interrupted."""
 
 
+class IntegrityError(SpecrunError):
+    """A model file whose sha256 is not the expected one: it is never loaded."""
+
+
 @dataclass(frozen=True)
 class HubRef:
-    """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with `quant`."""
+    """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with `quant`.
+    `sha256` pins the content of each part, in order; empty where nothing could be checked."""
 
     repo: str
     file: str | None = None
     quant: str | None = None
+    sha256: tuple[str, ...] = ()
 
 
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
@@ -90,9 +105,16 @@ def hub_cache_dir() -> Path:
     return Path(os.path.expandvars(cache)).expanduser()
 
 
+def hub_endpoint() -> str:
+    """The Hub's address from the environment as it is now (huggingface_hub reads it at import)."""
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
 def hub_offline() -> bool:
+    """Offline if the environment says so now, or said so when huggingface_hub was imported
+    (its own switch, which it keeps checking)."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.upper() in {"1", "ON", "YES", "TRUE"} or hf_constants.is_offline_mode()
+    return value.upper() in {"1", "ON", "YES", "TRUE"} or hf_constants.HF_HUB_OFFLINE
 
 
 # --- what to fetch ------------------------------------------------------------------------
@@ -131,14 +153,35 @@ def free_bytes(folder: Path) -> int:
 
 
 def fetch_files(ref: HubRef, label: str, *, download: bool = True, progress: bool = True) -> tuple[Path, ...]:
-    """The file's parts on disk, downloaded if `download` allows it and the Hub is not off."""
+    """The file's parts on disk, downloaded if `download` allows it and the Hub is not off.
+
+    `download` also means the files are about to be used, so their sha256 is checked first."""
     network = download and not hub_offline()
     plan = plan_fetch(ref, label, network=network)
     if plan.missing and not network:
         raise _not_cached(ref, label, [f.name for f in plan.missing])
     cache_dir = hub_cache_dir()
     plan.check_room(cache_dir, free_bytes(cache_dir))
-    return tuple(_download(plan, progress=progress))
+    paths = tuple(_download(plan, progress=progress))
+    if download:
+        _check_parts(ref, plan, paths, label, progress=progress, rehash=False)
+    return paths
+
+
+def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict]]:
+    """Hash `ref`'s cached files again, whatever their size and mtime; (name, lock record) of each."""
+    plan = plan_fetch(ref, label, network=False)
+    if plan.missing:
+        raise _not_cached(ref, label, [f.name for f in plan.missing])
+    paths = [f.cached for f in plan.files if f.cached]
+    return list(zip([f.name for f in plan.files], _check_parts(ref, plan, paths, label, progress=True, rehash=True)))
+
+
+def _check_parts(ref: HubRef, plan: FetchPlan, paths: Iterable[Path], label: str, *, progress: bool,
+                 rehash: bool) -> list[dict]:
+    pins = ref.sha256 or (None,) * len(plan.files)
+    return [check_integrity(plan.repo, planned.name, path, label, pin=pin, progress=progress, rehash=rehash)
+            for planned, path, pin in zip(plan.files, paths, pins)]
 
 
 def plan_fetch(ref: HubRef, label: str, *, network: bool) -> FetchPlan:
@@ -177,9 +220,9 @@ def _cached_file(cache_dir: Path, repo: str, name: str) -> Path | None:
 
 def _cached_names(cache_dir: Path, repo: str) -> list[str]:
     """Complete files of the repo's cached `main` snapshot (dangling links, i.e. unfinished blobs, left out)."""
-    repo_dir = cache_dir / f"models--{repo.replace('/', '--')}"
-    ref = repo_dir / "refs" / "main"
-    snapshot = repo_dir / "snapshots" / ref.read_text().strip() if ref.is_file() else None
+    folder = repo_dir(cache_dir, repo)
+    ref = folder / "refs" / "main"
+    snapshot = folder / "snapshots" / ref.read_text().strip() if ref.is_file() else None
     if snapshot is None or not snapshot.is_dir():
         return []
     return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
@@ -222,13 +265,14 @@ def _remote_sizes(repo: str) -> dict[str, int]:
     """The repo's files and sizes: the first thing any download asks the Hub."""
     check_hub_reachable()
     with _hub_errors(repo):
-        return {item.path: item.size for item in HfApi().list_repo_tree(repo, recursive=True) if isinstance(item, RepoFile)}
+        api = HfApi(endpoint=hub_endpoint())
+        return {item.path: item.size for item in api.list_repo_tree(repo, recursive=True) if isinstance(item, RepoFile)}
 
 
 def check_hub_reachable() -> None:
     """One quick connection to the Hub (or the proxy that reaches it), so that being offline
     is one line within seconds rather than half a minute of huggingface_hub's retries."""
-    endpoint = hf_constants.ENDPOINT
+    endpoint = hub_endpoint()
     problem = _connection_problem(*_first_hop(endpoint))
     if problem:
         raise DownloadError(f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); models already "
@@ -244,7 +288,6 @@ def _first_hop(endpoint: str) -> tuple[str, int]:
     return url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
 
 
-@cache
 def _connection_problem(host: str, port: int) -> str | None:
     try:
         socket.create_connection((host, port), timeout=HUB_PROBE_SECONDS).close()
@@ -262,60 +305,204 @@ def _download(plan: FetchPlan, *, progress: bool) -> list[Path]:
         if planned.cached is None:
             if progress:
                 print(f"Downloading {plan.repo}: {planned.name} ({format_size(planned.size)})", file=sys.stderr, flush=True)
-            # huggingface_hub's bars go to stderr; the context silences them for this call only.
-            with _hub_errors(plan.repo, planned.name), nullcontext() if progress else disable_progress_bars():
-                paths.append(Path(hf_hub_download(plan.repo, planned.name, cache_dir=cache_dir)))
+            with _hub_errors(plan.repo, planned), nullcontext() if progress else _no_progress_bars():
+                paths.append(Path(hf_hub_download(plan.repo, planned.name, cache_dir=cache_dir, endpoint=hub_endpoint())))
         else:
             paths.append(planned.cached)
     return paths
 
 
 @contextmanager
-def _hub_errors(repo: str, name: str | None = None) -> Iterator[None]:
-    """huggingface_hub's exceptions as one-line messages that name the repo and file."""
-    what = f"{repo}: {name}" if name else repo
-    hub_logging.set_verbosity_error()  # not a warning per retry: the error line says what failed
+def _no_progress_bars() -> Iterator[None]:
+    """huggingface_hub's bars off for one call: its switch is global, and only recent releases
+    make it a context manager."""
+    already_off = are_progress_bars_disabled()
+    disable_progress_bars()
     try:
         yield
+    finally:
+        if not already_off:
+            enable_progress_bars()
+
+
+@contextmanager
+def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]:
+    """huggingface_hub's exceptions as one-line messages that name the repo and file and, for a
+    download cut short, what the next run will fetch."""
+    what = f"{repo}: {planned.name}" if planned else repo
+    hub_logging.set_verbosity_error()  # not a warning per retry: the error line says what failed
+    try:
+        with warnings.catch_warnings():  # its disk space warning too: check_room said it before the first byte
+            warnings.filterwarnings("ignore", category=UserWarning, module="huggingface_hub")
+            yield
     except GatedRepoError:
-        raise DownloadError(f"{repo} is gated: accept its terms on https://huggingface.co/{repo} "
-                            "and set HF_TOKEN (or run `hf auth login`)") from None
+        raise DownloadError(f"{repo} is gated: accept its terms on {hub_endpoint()}/{repo} and {_LOGIN}") from None
     except RepositoryNotFoundError:
-        raise ModelNotFound(f"no Hugging Face repo {repo} (if it is private, set HF_TOKEN)") from None
+        raise ModelNotFound(f"no Hugging Face repo {repo}, or it is private and needs a token: {_LOGIN}") from None
     except RevisionNotFoundError:
         raise ModelNotFound(f"{repo} has no branch main") from None
-    except LocalEntryNotFoundError:
+    except LocalEntryNotFoundError as exc:  # huggingface_hub's word for any failure of the metadata request
+        if isinstance(exc.__cause__, _HUB_FAILURES):
+            raise DownloadError(_failure_line(exc.__cause__, repo, planned)) from None
         raise DownloadError(f"{what} is not in the Hugging Face cache and the Hub cannot be reached") from None
     except EntryNotFoundError:
-        raise ModelNotFound(f"{repo} has no file {name}") from None
+        raise ModelNotFound(f"{what}: no such file in the repo") from None
     except KeyboardInterrupt:
-        raise Interrupted(f"download of {what} interrupted; nothing partial was kept, "
-                          "run the command again to fetch it") from None
+        raise Interrupted(f"download of {what} interrupted; {_next_run(repo, planned)}") from None
     except _HUB_FAILURES as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, OSError):  # an HTTP error status, or the disk
-            raise DownloadError(f"{what}: download failed: {detail}") from None
-        raise DownloadError(f"cannot reach the Hugging Face Hub for {what} ({detail}); models already "
-                            "in the cache work without it (HF_HUB_OFFLINE=1)") from None
+        raise DownloadError(_failure_line(exc, repo, planned)) from None
+
+
+def _failure_line(exc: BaseException, repo: str, planned: PlannedFile | None) -> str:
+    """What failed and the fix, for an HTTP status, the disk, Xet storage, the connection or anything else."""
+    what = f"{repo}: {planned.name}" if planned else repo
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    detail = _status_text(response) if status is not None else _first_line(exc)
+    if status in (401, 403):
+        return f"{what}: the Hub refused access ({detail}); {_LOGIN}"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{what}: the disk is full ({hub_cache_dir()}); free some space or set HF_HUB_CACHE to a larger "
+                f"disk; {_next_run(repo, planned)}")
+    if isinstance(exc, RuntimeError) and _raised_in(exc, "xet_get"):
+        return (f"{what}: the download from Xet storage failed ({detail}); HF_HUB_DISABLE_XET=1 downloads "
+                f"over plain HTTPS instead; {_next_run(repo, planned)}")
+    if status is not None:
+        return f"{what}: the Hub answered {detail}; {_next_run(repo, planned)}"
+    return f"{what}: the download from {hub_endpoint()} failed ({detail}); {_next_run(repo, planned)}"
+
+
+def _status_text(response: Any) -> str:
+    """`HTTP 403 Forbidden: <the Hub's own message>`, whether requests or httpx made the response."""
+    reason = getattr(response, "reason_phrase", None) or getattr(response, "reason", "")
+    message = response.headers.get("X-Error-Message")
+    return f"HTTP {response.status_code} {reason}" + (f": {message}" if message else "")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _raised_in(exc: BaseException, function: str) -> bool:
+    return any(frame.f_code.co_name == function for frame, _ in traceback.walk_tb(exc.__traceback__))
+
+
+def _next_run(repo: str, planned: PlannedFile | None) -> str:
+    """Whether the next run resumes the file or starts it over: huggingface_hub before 1.x keeps
+    `<etag>.incomplete` and resumes from it; later releases delete their partial file."""
+    if planned is None:
+        return "run the command again"
+    partials = list((repo_dir(hub_cache_dir(), repo) / "blobs").glob("*.incomplete"))
+    done = max((p.stat().st_size for p in partials), default=0)
+    if done:
+        return f"the next run resumes from {format_size(done)} of {format_size(planned.size)}"
+    return f"the next run starts over and fetches all {format_size(planned.size)} again"
+
+
+def repo_dir(cache_dir: Path, repo: str) -> Path:
+    return cache_dir / f"models--{repo.replace('/', '--')}"
+
+
+# --- integrity ----------------------------------------------------------------------------
+
+
+def lock_path() -> Path:
+    """The lock file, beside the Hugging Face cache (inside it, huggingface_hub's scan would
+    take it for a broken repo)."""
+    cache_dir = hub_cache_dir()
+    return cache_dir.parent / f"{cache_dir.name}.specrun-lock.json"
+
+
+def _read_lock() -> dict[str, dict]:
+    try:
+        return json.loads(lock_path().read_text(encoding="utf-8"))["files"]
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise IntegrityError(f"cannot read the lock file {lock_path()} ({exc}); move it away and run "
+                             "`specrun models verify` to record the cached models again") from None
+
+
+def _write_lock(files: Mapping[str, dict]) -> None:
+    with replaced_atomically(lock_path()) as temporary:
+        temporary.write_text(json.dumps({"about": "sha256 of each model file as specrun checked it: the pin in "
+                                         "models.toml, else the Hub's hash at the first download",
+                                         "files": dict(sorted(files.items()))}, indent=1) + "\n", encoding="utf-8")
+
+
+def check_integrity(repo: str, name: str, path: Path, label: str, *, pin: str | None, progress: bool,
+                    rehash: bool) -> dict:
+    """Refuse `path` unless its sha256 is the expected one; returns its lock record.
+
+    Expected: the catalog's pin, else the lock file's record, else the Hub's LFS hash, which
+    huggingface_hub names the blob by. A file whose size and mtime are those recorded at the last
+    check is not hashed again (a 42 GB file takes minutes) unless `rehash`."""
+    blob = path.resolve()
+    stat = blob.stat()
+    key = f"{repo}/{name}"
+    lock = _read_lock()
+    recorded = lock.get(key, {})
+    expected, source = _expected_sha256(pin, recorded, blob.name)
+    unchanged = (recorded.get("size"), recorded.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns)
+    if not rehash and unchanged and recorded.get("sha256") == expected:
+        return recorded
+    if progress:
+        print(f"Checking sha256 of {name} ({format_size(stat.st_size)})", file=sys.stderr, flush=True)
+    actual = _sha256(blob)
+    if expected is not None and actual != expected:
+        where = f", as recorded in {lock_path()}" if not pin and recorded.get("sha256") else ""
+        raise IntegrityError(f"{key} has sha256 {actual}, not {expected} ({source}{where}); it is not used: "
+                             f"remove it with `specrun models rm {label}` and pull it again")
+    lock[key] = {"sha256": actual, "source": source, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    _write_lock(lock)
+    return lock[key]
+
+
+def _expected_sha256(pin: str | None, recorded: Mapping[str, str], blob_name: str) -> tuple[str | None, str]:
+    """The digest the file must have, and where it came from (kept in the lock record)."""
+    if pin:
+        return pin.lower(), "the pin in models.toml"
+    if recorded.get("sha256"):
+        return recorded["sha256"], recorded.get("source", "an earlier check")
+    if re.fullmatch(r"[0-9a-f]{64}", blob_name):  # an LFS file: huggingface_hub names it by its ETag, the sha256
+        return blob_name, "the Hub's LFS hash"
+    return None, "first download"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _forget(repo: str, names: Iterable[str]) -> None:
+    """Drop the lock's records of removed files, so the next download is trusted afresh."""
+    lock = _read_lock()
+    keys = [f"{repo}/{name}" for name in names if f"{repo}/{name}" in lock]
+    if keys:
+        _write_lock({key: value for key, value in lock.items() if key not in keys})
 
 
 # --- removal ------------------------------------------------------------------------------
 
 
 def delete_cached(ref: HubRef, label: str) -> int:
-    """Delete `ref`'s files from the Hugging Face cache; returns the bytes freed."""
+    """Delete `ref`'s files from every cached snapshot of its repo; returns the bytes freed.
+
+    A blob another snapshot file still links to stays, as with huggingface_hub's own delete."""
     cache_dir = hub_cache_dir()
     names = set(split_parts(ref.file) if ref.file else _pick_quant(ref, _cached_names(cache_dir, ref.repo)) or ())
-    try:
-        cache = scan_cache_dir(cache_dir)
-    except CacheNotFound:
-        cache = None
-    files = [] if cache is None else [
-        cached for repo in cache.repos if repo.repo_id == ref.repo and repo.repo_type == "model"
-        for revision in repo.revisions for cached in revision.files
-        if cached.file_path.relative_to(revision.snapshot_path).as_posix() in names]
-    if cache is None or not files:
+    snapshots = repo_dir(cache_dir, ref.repo) / "snapshots"
+    files = [path for snapshot in snapshots.glob("*") for name in names if (path := snapshot / name).is_file()]
+    if not files:
         raise NotCached(f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove")
-    strategy = cache.delete_files(*files)
-    strategy.execute()
-    return strategy.expected_freed_size
+    kept = {path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in files}
+    blobs = {path.resolve() for path in files} - kept
+    freed = sum(blob.stat().st_size for blob in blobs)
+    for path in [*files, *blobs]:
+        path.unlink(missing_ok=True)  # a snapshot file that is no link was its own blob
+    _forget(ref.repo, names)
+    return freed

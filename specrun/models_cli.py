@@ -1,4 +1,4 @@
-"""`specrun models`: list, pull, show and rm the catalog's models.
+"""`specrun models`: list, pull, verify, show and rm the catalog's models.
 
 Tables and answers go to stdout, downloads' progress and errors to stderr.
 """
@@ -13,13 +13,22 @@ from typing import Iterator, Optional
 
 import typer
 
-from specrun.catalog import Catalog, ModelSpec, cached_model, fetch_model, load_catalog, parse_spec, remove_cached
+from specrun.catalog import (
+    Catalog,
+    ModelSpec,
+    cached_model,
+    fetch_model,
+    load_catalog,
+    parse_spec,
+    remove_cached,
+    verify_model,
+)
 from specrun.errors import SpecrunError, report
 from specrun.formatting import format_or_dash, format_size
 from specrun.ggufinfo import read_gguf_info
 from specrun.hub import hub_offline, plan_fetch
 
-app = typer.Typer(help="List, download, inspect and remove the catalog's models.", no_args_is_help=True)
+app = typer.Typer(help="List, download, verify, inspect and remove the catalog's models.", no_args_is_help=True)
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,22 @@ def _print_plan(spec: ModelSpec) -> None:
         print(f"  would download {format_size(sum(f.size or 0 for f in plan.missing))}")
     elif spec.entry and spec.entry.size_gb is not None:
         print(f"  would download about {spec.entry.size_gb:.2f} GB (catalog figure; the Hub was not asked)")
+
+
+@app.command()
+def verify(ctx: typer.Context, specs: list[str] = typer.Argument(
+        None, metavar="[ALIAS...]", help="Aliases (or REPO:QUANT, REPO/FILE.gguf); default: every cached download.")) -> None:
+    """Hash downloaded models again and compare with their pins or the sha256 recorded at download."""
+    with _reported_errors():
+        catalog = _catalog(ctx)
+        parsed = [parse_spec(spec, catalog) for spec in specs] if specs else [
+            spec for spec in (parse_spec(alias, catalog) for alias in catalog.entries)
+            if spec.hub is not None and cached_model(spec) is not None]
+        if not parsed:
+            print("no downloaded model in the cache; nothing to verify")
+        for spec in parsed:
+            for name, record in verify_model(spec):
+                print(f"{spec.text}: {name}: sha256 {record['sha256']} ok ({record['source']})")
 
 
 @app.command()

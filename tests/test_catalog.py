@@ -16,14 +16,12 @@ from specrun.catalog import (
     resolve_model,
     resolve_pair,
 )
-from specrun.errors import Interrupted
 from specrun.hub import (
     DownloadError,
     FetchPlan,
     ModelNotFound,
     NotCached,
     PlannedFile,
-    _hub_errors,
     free_bytes,
     hub_cache_dir,
     split_parts,
@@ -95,6 +93,10 @@ def test_syntax_error_names_file_and_line(hf_cache, tmp_path):
     ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ncontext = "long"', "'context' has the wrong type"),
     ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["nope"]', "recommends draft 'nope'"),
     ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["llama-1b-q4"]', "of family llama3"),
+    ('alias = "a"\nfamily = "x"\nrepo = "o/n"\nfile = "f.gguf"\nsha256 = "abc"', "must be 1 hex digest"),
+    ('alias = "a"\nfamily = "x"\nrepo = "o/n"\nquant = "Q4_0"\nsha256 = "' + "0" * 64 + '"', "'file', which is missing"),
+    ('alias = "a"\nfamily = "x"\nrepo = "o/n"\nfile = "f-00001-of-00003.gguf"\nsha256 = ["' + "0" * 64 + '"]',
+     "must be 3 hex digest"),
 ])
 def test_malformed_entries_are_reported(hf_cache, tmp_path, body, expected):
     bad = tmp_path / "bad.toml"
@@ -241,13 +243,6 @@ def test_a_snapshot_link_to_a_missing_blob_is_not_used(hf_cache):
     link.resolve().rename(link.resolve().with_suffix(".incomplete"))
     with pytest.raises(NotCached):
         resolve_model("llama-1b-q4", catalog=load_catalog())
-
-
-def test_ctrl_c_during_a_download_is_one_clear_line():
-    with pytest.raises(Interrupted, match="download of o/n: f.gguf interrupted; nothing partial was kept") as raised:
-        with _hub_errors("o/n", "f.gguf"):
-            raise KeyboardInterrupt
-    assert raised.value.exit_code == 130  # as for Ctrl-C anywhere else
 
 
 # --- pairs -----------------------------------------------------------------------------------
