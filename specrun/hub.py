@@ -173,8 +173,9 @@ def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict]]:
     plan = plan_fetch(ref, label, network=False)
     if plan.missing:
         raise _not_cached(ref, label, [f.name for f in plan.missing])
-    paths = [f.cached for f in plan.files if f.cached]
-    return list(zip([f.name for f in plan.files], _check_parts(ref, plan, paths, label, progress=True, rehash=True)))
+    paths = [f.cached for f in plan.files if f.cached]  # all of them: none is missing
+    records = _check_parts(ref, plan, paths, label, progress=True, rehash=True)
+    return list(zip([f.name for f in plan.files], records))
 
 
 def _check_parts(ref: HubRef, plan: FetchPlan, paths: Iterable[Path], label: str, *, progress: bool,

@@ -4,7 +4,7 @@
     <cache>/models--org--name/refs/main                    the commit hash, no newline
     <cache>/models--org--name/snapshots/<commit>/<file>    -> ../../blobs/<sha256>
 
-An interrupted download leaves only `blobs/<etag>.<random>.incomplete`: no snapshot link.
+Downloads themselves are tested against a Hub on loopback (hubserver.py, test_downloads.py).
 """
 
 from __future__ import annotations
@@ -43,14 +43,6 @@ def add_cached_file(cache: Path, repo: str, name: str, content: bytes | None = N
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(os.path.relpath(blob, link.parent))
     return link
-
-
-def add_incomplete_download(cache: Path, repo: str, content: bytes = b"GGUF half of it") -> Path:
-    """What a download stopped halfway leaves: a temporary blob and no snapshot link."""
-    folder = _start_repo(cache, repo)
-    partial = folder / "blobs" / f"{hashlib.sha256(content).hexdigest()}.1a2b3c4d.incomplete"
-    partial.write_bytes(content)
-    return partial
 
 
 def write_tiny_gguf(path: Path, *, architecture: str = "llama", layers: int = 2, context: int = 256,

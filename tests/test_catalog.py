@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, add_incomplete_download, write_tiny_gguf
+from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from specrun.catalog import (
     CatalogError,
     IncompatibleModels,
@@ -61,6 +61,15 @@ def test_user_file_adds_and_overrides_entries(hf_cache, tmp_path, monkeypatch):
     replaced = catalog.get("llama-1b-q4")
     assert (replaced.repo, replaced.file, replaced.quant) == ("me/other-GGUF", None, "Q5_K_M")
     assert catalog.get("llama-70b-q4") is not None  # the rest of the built-in catalog stays
+
+
+def test_sha256_pins_one_per_part_of_a_split_file(hf_cache, tmp_path):
+    pins = ["A" * 64, "b" * 64, "c" * 64]
+    extra = tmp_path / "pins.toml"
+    extra.write_text(f'[[model]]\nalias = "split"\nfamily = "x"\nrepo = "o/n"\nfile = "m-00001-of-00003.gguf"\n'
+                     f'sha256 = {pins!r}\n'.replace("'", '"'))
+    spec = parse_spec("split", load_catalog(extra))
+    assert spec.hub.sha256 == ("a" * 64, "b" * 64, "c" * 64)
 
 
 def test_explicit_catalog_file_replaces_the_user_file(hf_cache, tmp_path):
@@ -227,15 +236,6 @@ def test_no_download_allowed_says_how_to_pull(hf_cache, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     with pytest.raises(NotCached, match="run `specrun models pull llama-1b-q4`$"):
         resolve_model("llama-1b-q4", catalog=load_catalog(), download=False)
-
-
-def test_an_incomplete_download_is_not_used(hf_cache):
-    partial = add_incomplete_download(hf_cache, LLAMA_1B)
-    with pytest.raises(NotCached, match="not in the Hugging Face cache"):
-        resolve_model("llama-1b-q4", catalog=load_catalog())
-    with pytest.raises(NotCached):
-        resolve_model(f"{LLAMA_1B}:Q4_K_M", catalog=load_catalog())
-    assert partial.exists()  # left for huggingface_hub to clean up, never loaded
 
 
 def test_a_snapshot_link_to_a_missing_blob_is_not_used(hf_cache):

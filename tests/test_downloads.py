@@ -23,7 +23,7 @@ from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
 from hubserver import Fault, HubServer
 from specrun.catalog import load_catalog, resolve_model
 from specrun.errors import Interrupted
-from specrun.hub import lock_path
+from specrun.hub import NotCached, lock_path
 from specrun.models_cli import app
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
@@ -216,6 +216,8 @@ def test_a_connection_lost_for_good_says_the_next_run_starts_over(llama_1b, hub)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
     assert line.startswith(f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the download from {os.environ['HF_ENDPOINT']} failed (")
     assert re.search(next_run(f"{len(llama_1b) / 1e3:.2f} kB"), line)
+    with pytest.raises(NotCached):  # whatever partial file huggingface_hub kept is never used
+        resolve_model("llama-1b-q4", catalog=load_catalog(), download=False)
 
 
 def test_ctrl_c_mid_file_says_what_the_next_run_fetches(llama_1b, hub):
