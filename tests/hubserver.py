@@ -42,7 +42,7 @@ class HubServer:
     def start(self) -> str:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()  # quick to stop
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
