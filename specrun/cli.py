@@ -41,6 +41,7 @@ from specrun.interrupts import exit_status
 from specrun.models_cli import app as models_app
 from specrun.options import DraftOptions, LoadOptions, LookupOptions
 from specrun.sampling import SamplingParams
+from specrun.serve_cli import serve
 from specrun.textio import StdoutClosed, argument_text, guarded_stdout
 
 if TYPE_CHECKING:
@@ -224,6 +225,7 @@ def doctor(
 
 
 app.command("chat")(chat)
+app.command("serve")(serve)
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
 
 

@@ -1,0 +1,71 @@
+"""`specrun serve`: the model options of `run` and `chat`, an address, and the server
+(`specrun.serve`) on it until Ctrl-C or SIGTERM, which end the running generation and exit 0."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Optional
+
+import typer
+
+from specrun.cli_options import DRAFTING, LOAD, MODELS, SAMPLING, ModelRequest, load_engine, load_notes, note, takes
+from specrun.errors import OptionError, SpecrunError
+from specrun.options import DraftOptions, LoadOptions
+from specrun.sampling import SamplingParams
+
+API_KEY_ENV = "SPECRUN_API_KEY"
+
+
+@takes(SAMPLING, DRAFTING, LOAD, MODELS)
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback lets "
+                                                         "other machines in."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port (0: a free one, printed at start)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV, show_envvar=True,
+                                          help="Require `Authorization: Bearer KEY` (all but /health)."),
+    queue: int = typer.Option(64, "--queue", min=0, help="Requests that may wait while one generates; "
+                                                         "more get HTTP 503."),
+    *,
+    sampling: SamplingParams,
+    drafting: DraftOptions,
+    load: LoadOptions,
+    models: ModelRequest,
+) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
+    from specrun.serve import serve as run_server  # here: `specrun run` need not import the HTTP stack
+
+    if api_key == "":
+        raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    # Bound before the models load: a port in use is one line now, not after a long load.
+    with listen(host, port) as listener:
+        address, port = listener.getsockname()[:2]
+        if not ipaddress.ip_address(address).is_loopback:
+            note(f"warning: listening on {host}, reachable from other machines"
+                 + ("" if api_key else f", with no API key (--api-key or ${API_KEY_ENV})"))
+        choice = models.resolve()
+        engine = load_engine(choice, load, params=sampling, drafting=drafting)
+        try:
+            load_notes(engine.target, load)
+            url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+            run_server(engine, listener, model=choice.target.stem, api_key=api_key, queue=queue,
+                       ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"))
+        finally:
+            engine.close()
+    note("stopped")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as error:
+        raise SpecrunError(f"cannot listen on {host}: {error.strerror}") from None
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+        listener.bind((host, port))
+        listener.listen()
+    except OSError as error:
+        listener.close()
+        raise SpecrunError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return listener

@@ -1,0 +1,376 @@
+"""`specrun serve` as a client meets it: the real command on a free local port, spoken to
+with the official `openai` client, httpx, and raw sockets where a client must vanish."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import httpx
+import openai
+import pytest
+
+from specrun.stats import Stats
+
+SERVING = re.compile(r"^specrun: serving (\S+) at (http://\S+)/v1 ")
+STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, not a measurement
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # the demo model counts on for hundreds of tokens
+
+
+class Server:
+    """`specrun serve` in a subprocess on a free port; stderr is collected as it comes."""
+
+    def __init__(self, *options: str, env: dict[str, str] | None = None) -> None:
+        command = [sys.executable, "-m", "specrun", "serve", "--port", "0", "--threads", "1", *options]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        self.lines: list[str] = []
+        self.model = self.url = ""
+        ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, args=(ready,), daemon=True)
+        self.reader.start()
+        ready.wait(STARTUP_LIMIT)
+        assert self.url, "".join(self.lines)
+
+    def _read(self, ready: threading.Event) -> None:
+        for line in self.process.stderr:
+            self.lines.append(line)
+            if match := SERVING.match(line):
+                self.model, self.url = match.groups()
+                ready.set()
+        ready.set()
+
+    def client(self, api_key: str = "unused") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.url}/v1/stats").json()
+
+    def wait_for(self, condition: Callable[[dict], bool]) -> dict:
+        """Poll /v1/stats until `condition` holds (a fail-safe limit, not a timed assert)."""
+        for _ in range(6000):
+            figures = self.stats()
+            if condition(figures):
+                return figures
+            time.sleep(0.02)
+        raise AssertionError(f"never reached: {figures}")
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        status = self.process.wait(timeout=60)
+        self.reader.join()  # every line of stderr is in
+        return status
+
+
+@pytest.fixture(scope="module")
+def server(tiny_target: Path, tiny_draft: Path):
+    running = Server("-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3")
+    yield running
+    assert running.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def demo_server(demo_pair: tuple[Path, Path]):
+    """The real pair: slow enough that a generation is still running while a test acts."""
+    running = Server("-t", str(demo_pair[0]), "-d", str(demo_pair[1]), "--queue", "1")
+    yield running
+    assert running.stop() == 0
+
+
+def run_json(*args: str) -> dict:
+    result = subprocess.run([sys.executable, "-m", "specrun", "run", "--threads", "1", "--json", *args],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def chat(server: Server, content: str, **fields: object):
+    return server.client().chat.completions.create(model=server.model, messages=[{"role": "user", "content": content}],
+                                                   **fields)
+
+
+def open_stream(server: Server, body: dict) -> socket.socket:
+    """A streaming request on a raw socket, read up to its first text: a client that can vanish."""
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = socket.create_connection((host, int(port)))
+    payload = json.dumps({**body, "stream": True}).encode()
+    connection.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    received = b""
+    while b'"text": "' not in received:
+        chunk = connection.recv(4096)
+        assert chunk, received
+        received += chunk
+    return connection
+
+
+def read_to_end(connection: socket.socket) -> str:
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    return received.decode()
+
+
+# --- answers ---------------------------------------------------------------------------------
+
+
+def test_models_and_health(server):
+    assert [model.id for model in server.client().models.list()] == [server.model] == ["target"]
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+
+
+def test_greedy_chat_is_the_answer_of_run_json(server, tiny_target, tiny_draft):
+    record = run_json("-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3", "--temp", "0", "-n", "24",
+                      "the sea")
+    response = chat(server, "the sea", temperature=0, max_tokens=24)
+    assert response.choices[0].message.content == record["text"]
+    assert response.choices[0].finish_reason == record["finish_reason"]
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (record["prompt_tokens"],
+                                                                              record["generated_tokens"])
+    figures = response.model_extra["specrun"]
+    assert figures.keys() == Stats().as_dict().keys() and figures.keys() <= record.keys()  # --json's names
+    assert figures["generated_tokens"] == response.usage.completion_tokens and figures["drafted"] > 0
+
+
+def test_completions_send_the_prompt_as_is(server, tiny_target, tiny_draft):
+    record = run_json("-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3", "--temp", "0", "-n", "20",
+                      "--raw", "the cat is")
+    response = server.client().completions.create(model=server.model, prompt="the cat is", temperature=0,
+                                                  max_tokens=20)
+    assert response.choices[0].text == record["text"]
+    assert response.usage.prompt_tokens == record["prompt_tokens"]
+
+
+def test_streamed_chat_is_the_whole_answer_in_chunks(server):
+    whole = chat(server, "hello world", temperature=0, max_tokens=30)
+    chunks = list(chat(server, "hello world", temperature=0, max_tokens=30, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == whole.choices[0].message.content
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == whole.choices[0].finish_reason
+    assert last.usage.completion_tokens == whole.usage.completion_tokens
+    assert last.model_extra["specrun"]["generated_tokens"] == whole.usage.completion_tokens
+    assert all(chunk.choices[0].finish_reason is None for chunk in chunks[:-1])
+
+
+def test_a_stream_ends_with_done(server):
+    body = {"prompt": "the sea", "max_tokens": 8, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.iter_lines() if line]
+    assert events[-1] == "data: [DONE]"
+    last = json.loads(events[-2].removeprefix("data: "))
+    assert last["object"] == "text_completion" and last["choices"][0]["finish_reason"] == "length"
+    assert last["usage"]["completion_tokens"] == 8
+
+
+def test_stop_text_and_the_token_limit_set_the_finish_reason(server):
+    client = server.client()
+    full = client.completions.create(model=server.model, prompt="the sea", temperature=0, max_tokens=24)
+    assert full.choices[0].finish_reason == "length" and len(full.choices[0].text) > 6
+    stop = full.choices[0].text[4:7]
+    cut = client.completions.create(model=server.model, prompt="the sea", temperature=0, max_tokens=24, stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].text == full.choices[0].text[: full.choices[0].text.index(stop)]
+
+
+@pytest.mark.parametrize("narrowing", [{"top_k": 1}, {"top_p": 1e-6}, {"min_p": 0.999}])
+def test_sampling_fields_mean_what_the_options_mean(server, narrowing):
+    """Each narrowing leaves only the most likely token, so a hot sample is the greedy answer."""
+    greedy = chat(server, "the cat", temperature=0, max_tokens=24).choices[0].message.content
+    hot = chat(server, "the cat", temperature=1.5, seed=3, max_tokens=24, extra_body=narrowing)
+    assert hot.choices[0].message.content == greedy
+
+
+def test_a_seed_repeats_a_sampled_answer(server):
+    answers = {chat(server, "the dog", temperature=1.0, seed=11, max_tokens=24).choices[0].message.content
+               for _ in range(2)}
+    assert len(answers) == 1
+
+
+def test_the_next_turn_reuses_the_cached_prefix(server):
+    first = chat(server, "the sun and the moon", temperature=0, max_tokens=16)
+    messages = [{"role": "user", "content": "the sun and the moon"},
+                {"role": "assistant", "content": first.choices[0].message.content},
+                {"role": "user", "content": "and the tree"}]
+    second = server.client().chat.completions.create(model=server.model, messages=messages, temperature=0,
+                                                     max_tokens=16)
+    figures = second.model_extra["specrun"]
+    assert figures["prompt_evaluated"] <= figures["prompt_tokens"] - first.usage.prompt_tokens
+
+
+def test_stats_count_every_request(server):
+    before = server.stats()
+    chat(server, "the road", temperature=0, max_tokens=5)
+    after = server.stats()
+    assert after["model"] == server.model and after["running"] is None and after["queued"] == 0
+    assert after["totals"]["requests"] == before["totals"]["requests"] + 1
+    assert after["totals"]["completion_tokens"] == before["totals"]["completion_tokens"] + 5
+
+
+# --- bad requests ----------------------------------------------------------------------------
+
+CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
+HELLO = [{"role": "user", "content": "hello"}]
+BAD_REQUESTS = {
+    "malformed JSON": (CHAT_PATH, b'{"messages": [', 400, None, None),
+    "not an object": (CHAT_PATH, b"[1, 2]", 400, None, None),
+    "no messages": (CHAT_PATH, {}, 400, "messages", "missing_required_parameter"),
+    "no prompt": (COMPLETIONS_PATH, {"max_tokens": 4}, 400, "prompt", "missing_required_parameter"),
+    "messages not a list": (CHAT_PATH, {"messages": "hello"}, 400, "messages", "invalid_type"),
+    "no messages at all": (CHAT_PATH, {"messages": []}, 400, "messages", "invalid_value"),
+    "content a number": (CHAT_PATH, {"messages": [{"role": "user", "content": 5}]}, 400,
+                         "messages[0].content", "invalid_type"),
+    "unknown role": (CHAT_PATH, {"messages": [{"role": "robot", "content": "hi"}]}, 400,
+                     "messages[0].role", "invalid_value"),
+    "prompt a list": (COMPLETIONS_PATH, {"prompt": [1, 2]}, 400, "prompt", "invalid_type"),
+    "temperature a word": (CHAT_PATH, {"messages": HELLO, "temperature": "hot"}, 400, "temperature", "invalid_type"),
+    "max_tokens a fraction": (CHAT_PATH, {"messages": HELLO, "max_tokens": 1.5}, 400, "max_tokens", "invalid_type"),
+    "max_tokens a bool": (CHAT_PATH, {"messages": HELLO, "max_tokens": True}, 400, "max_tokens", "invalid_type"),
+    "stream a word": (CHAT_PATH, {"messages": HELLO, "stream": "yes"}, 400, "stream", "invalid_type"),
+    "stop a number": (CHAT_PATH, {"messages": HELLO, "stop": 3}, 400, "stop", "invalid_type"),
+    "negative temperature": (CHAT_PATH, {"messages": HELLO, "temperature": -1}, 400, "temperature", "invalid_value"),
+    "top_p zero": (CHAT_PATH, {"messages": HELLO, "top_p": 0}, 400, "top_p", "invalid_value"),
+    "top_p above one": (CHAT_PATH, {"messages": HELLO, "top_p": 1.5}, 400, "top_p", "invalid_value"),
+    "min_p one": (CHAT_PATH, {"messages": HELLO, "min_p": 1}, 400, "min_p", "invalid_value"),
+    "negative top_k": (CHAT_PATH, {"messages": HELLO, "top_k": -1}, 400, "top_k", "invalid_value"),
+    "negative seed": (CHAT_PATH, {"messages": HELLO, "seed": -1}, 400, "seed", "invalid_value"),
+    "zero max_tokens": (COMPLETIONS_PATH, {"prompt": "hi", "max_tokens": 0}, 400, "max_tokens", "invalid_value"),
+    "two answers": (CHAT_PATH, {"messages": HELLO, "n": 2}, 400, "n", "invalid_value"),
+    "prompt longer than the context": (CHAT_PATH, {"messages": [{"role": "user", "content": "the " * 1100}]}, 400,
+                                       "messages", "context_length_exceeded"),
+    "unknown model": (CHAT_PATH, {"model": "gpt-4", "messages": HELLO}, 404, "model", "model_not_found"),
+    "body over the limit": (COMPLETIONS_PATH, b'{"prompt": "' + b"a" * (4 * 2**20) + b'"}', 413, None,
+                            "body_too_large"),
+    "unknown path": ("/v1/embeddings", {"input": "hi"}, 404, None, None),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS)
+def test_a_bad_request_gets_an_openai_error_and_the_server_serves_on(server, case):
+    path, body, status, param, code = BAD_REQUESTS[case]
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    response = httpx.post(f"{server.url}{path}", content=content, headers={"Content-Type": "application/json"})
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error.keys() == {"message", "type", "param", "code"} and error["message"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
+    assert chat(server, "hello", max_tokens=2).usage.completion_tokens >= 1
+
+
+def test_a_chunked_body_over_the_limit_is_refused(server):
+    def chunks():  # no Content-Length: the size shows only while reading
+        for _ in range(5):
+            yield b" " * 2**20
+    response = httpx.post(f"{server.url}{COMPLETIONS_PATH}", content=chunks())
+    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+
+
+def test_a_wrong_method_is_an_openai_error(server):
+    response = httpx.get(f"{server.url}{CHAT_PATH}")
+    assert response.status_code == 405 and response.json()["error"]["message"] == "Method Not Allowed"
+
+
+# --- the queue, disconnects and shutdown -----------------------------------------------------
+
+
+def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo_server):
+    server = demo_server  # --queue 1: one generation runs, one request may wait
+    long_body = {"prompt": COUNTING, "max_tokens": 2000, "temperature": 0}
+    first = open_stream(server, long_body)
+    live = server.wait_for(lambda s: s["running"] and s["running"]["generated_tokens"] > 0)["running"]
+    assert live["recent_tokens_per_second"] > 0 and live["finish_reason"] is None
+
+    waiting = socket.create_connection(first.getpeername())  # a queued request whose client then leaves
+    payload = json.dumps({"prompt": "hi", "max_tokens": 4}).encode()
+    waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    server.wait_for(lambda s: s["queued"] == 1)
+
+    with pytest.raises(openai.APIStatusError) as busy:
+        server.client().completions.create(model=server.model, prompt="hi", max_tokens=4)
+    assert busy.value.status_code == 503 and busy.value.response.headers["retry-after"] == "1"
+    assert busy.value.body["type"] == "server_error" and busy.value.body["code"] == "queue_full"
+
+    waiting.close()
+    figures = server.wait_for(lambda s: s["queued"] == 0)
+    assert figures["running"]["id"] == live["id"]  # the first generation runs on
+    assert figures["totals"]["cancelled"] == 1 and figures["totals"]["rejected"] == 1
+
+    with ThreadPoolExecutor(1) as pool:
+        queued = pool.submit(server.client().completions.create, model=server.model, prompt="hi", max_tokens=4,
+                             temperature=0)
+        server.wait_for(lambda s: s["queued"] == 1)
+        first.close()  # the running generation ends at its next round; the queued one runs
+        answer = queued.result(timeout=120)
+    assert answer.choices[0].finish_reason == "length" and answer.usage.completion_tokens == 4
+    totals = server.wait_for(lambda s: s["running"] is None)["totals"]
+    assert totals["cancelled"] == 2 and totals["length"] == 1 and totals["stop"] == 0
+    assert totals["completion_tokens"] < 2000  # the long generation stopped early
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_running_generation_and_exits_0(demo_pair, signum):
+    server = Server("-t", str(demo_pair[0]), "-d", str(demo_pair[1]))
+    stream = open_stream(server, {"prompt": COUNTING, "max_tokens": 2000, "temperature": 0})
+    assert server.stop(signum) == 0
+    rest = read_to_end(stream)
+    assert '"code": "shutting_down"' in rest
+    assert rest.endswith("data: [DONE]\n\n\r\n0\r\n\r\n")  # the last event, then the end of a chunked body
+    stderr = "".join(server.lines)
+    assert "Traceback" not in stderr and stderr.rstrip().endswith("specrun: stopped")
+
+
+# --- security and the command line -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_an_api_key_is_required_when_set(tiny_target, given):
+    options, env = (["--api-key", "s3cret"], {}) if given == "flag" else ([], {"SPECRUN_API_KEY": "s3cret"})
+    server = Server("-t", str(tiny_target), *options, env=env)
+    try:
+        for wrong in ("wrong", "s3cre"):
+            with pytest.raises(openai.AuthenticationError) as refused:
+                server.client(api_key=wrong).models.list()
+            assert refused.value.status_code == 401 and refused.value.body["code"] == "invalid_api_key"
+        assert httpx.get(f"{server.url}/v1/stats").status_code == 401
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        answer = server.client(api_key="s3cret").completions.create(model=server.model, prompt="hi", max_tokens=3)
+        assert answer.usage.completion_tokens >= 1
+    finally:
+        assert server.stop() == 0
+
+
+def test_listening_beyond_loopback_warns(tiny_target):
+    server = Server("-t", str(tiny_target), "--host", "0.0.0.0")
+    assert server.stop(signal.SIGINT) == 0
+    assert any(line.startswith("specrun: warning: listening on 0.0.0.0, reachable from other machines, with no "
+                               "API key") for line in server.lines), server.lines
+
+
+def test_a_port_in_use_is_one_line_before_anything_loads(tiny_target):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "specrun", "serve", "-t", str(tiny_target), "--port", str(port)],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"specrun: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+@pytest.mark.parametrize("options, message", [(["--port", "70000"], "--port"), (["--api-key", ""], "--api-key"),
+                                              (["--queue", "-1"], "--queue")])
+def test_bad_options_are_one_line_usage_errors(tiny_target, options, message):
+    result = subprocess.run([sys.executable, "-m", "specrun", "serve", "-t", str(tiny_target), *options],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specrun: error: ") and message in lines[0], result.stderr
