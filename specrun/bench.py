@@ -231,14 +231,18 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[
             rate = statistics.median(_rate([r for r in mine if r.repetition == k]) for k in repetitions)
             plain = rate if mode.name == "plain" else plain
             drafted = sum(r.stats["drafted"] for r in mine)
-            estimates = [r.stats["estimated_speedup"] for r in mine if r.stats["estimated_speedup"] is not None]
+            # Aggregated as the measured rate is (all tokens over all time): each run's
+            # estimate weighted by its decode time.
+            estimated = [r for r in mine if r.stats["estimated_speedup"] is not None]
+            weight = sum(r.stats["decode_seconds"] for r in estimated)
             rows.append({
                 "class": prompt_class,
                 "mode": mode.name,
                 "tokens_per_second": rate,
                 "speedup": rate / plain if plain else None,
                 # What --stats says of the same runs: checked here against the measured ratio.
-                "estimated_speedup": statistics.median(estimates) if estimates else None,
+                "estimated_speedup": sum(r.stats["estimated_speedup"] * r.stats["decode_seconds"]
+                                         for r in estimated) / weight if weight else None,
                 "acceptance_rate": sum(r.stats["accepted"] for r in mine) / drafted if drafted else None,
                 "mean_accepted_length": sum(r.stats["generated_tokens"] for r in mine) / sum(r.stats["rounds"] for r in mine),
                 "mean_gamma": statistics.fmean(r.stats["mean_gamma"] or 0.0 for r in mine),
