@@ -34,7 +34,7 @@ prepare() {
     # (3.12; KIT_PYTHON=3.11 for a CPU run here).
     local PYVER=${KIT_PYTHON:-3.12}
     python3 - > "$CARRY/requirements.txt" <<'EOF'
-import re, tomllib
+import tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
 print("\n".join(d for d in deps if not d.startswith("llama-cpp-python")))
 print("typing-extensions>=4.5\ndiskcache>=5.6.1\njinja2>=2.11.3")  # llama-cpp-python's own
