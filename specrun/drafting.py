@@ -7,12 +7,13 @@ verification treats as a point mass.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
 
-from specrun.runtime import Model, Tokens
+from specrun.runtime import Continuation, Model, Tokens
 from specrun.sampling import Distribution, SamplingParams, pick
 
 
@@ -20,13 +21,16 @@ from specrun.sampling import Distribution, SamplingParams, pick
 class Proposal:
     tokens: list[int] = field(default_factory=list)
     probs: list[Distribution | None] = field(default_factory=list)  # q_i, or None for a point mass
+    # Time spent taking in tokens committed while the source did not draft (plain rounds,
+    # or a prompt not prefilled): a cost of having paused, not of drafting.
+    catch_up_seconds: float = 0.0
 
 
 class DraftSource(Protocol):
     name: str
 
     def prefill(self, ctx: Sequence[int]) -> None:
-        """Take in the prompt before the first round (may do nothing)."""
+        """Take in the prompt before the first round (may do nothing; `propose` catches up)."""
 
     def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
         """Propose up to n tokens to follow ctx."""
@@ -51,6 +55,12 @@ class ModelDraft:
     def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
         proposal = Proposal()
         ctx = ctx if isinstance(ctx, Tokens) else Tokens(ctx)
+        # After a round that drafted, the draft lacks at most the target's token and the
+        # last accepted draft; more than that, it paused: catch up in one batch, timed apart.
+        if len(ctx) - len(self.model.tokens) > 2:
+            start = time.perf_counter()
+            self.model.logits(Continuation(ctx, len(ctx) - 1, []), 0)
+            proposal.catch_up_seconds = time.perf_counter() - start
         for _ in range(n):
             # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed.
             logits = self.model.logits(ctx.then(proposal.tokens), 1)[0, : self.target_vocab]

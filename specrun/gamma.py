@@ -22,9 +22,10 @@ class RoundLike(Protocol):
     gamma: int
     drafted: int
     accepted: int
-    draft_seconds: float
+    draft_seconds: float  # proposing, without catching up
     verify_seconds: float
     overhead_seconds: float
+    catch_up_seconds: float  # the draft taking in tokens committed while it paused
 
 
 class GammaPolicy(Protocol):
@@ -98,8 +99,8 @@ class CostModel:
     def t_overhead(self) -> float | None:
         return self._means.get("overhead", (None,))[0]
 
-    def observe(self, event: RoundLike, *, draft_time: bool = True) -> None:
-        if event.drafted > 0 and draft_time:
+    def observe(self, event: RoundLike) -> None:
+        if event.drafted > 0:
             self._update(self._means, "draft", event.draft_seconds / event.drafted)
         self._update(self._means, "overhead", event.overhead_seconds)
         self._update(self._verify, event.drafted + 1, event.verify_seconds)
@@ -213,7 +214,7 @@ class AdaptiveGamma:
         if self._warmup:
             return self._warmup[0]
         if self.gamma == 0 and self._rounds_at_zero >= self._probe_interval and self._could_pay():
-            return self._best(range(1, self.gamma_max + 1), 1)  # probe the best speculative γ
+            return 1  # the cheapest probe: one drafted token is evidence enough to come back
         return self.gamma
 
     def _could_pay(self) -> bool:
@@ -230,9 +231,7 @@ class AdaptiveGamma:
         if self._first_round:
             self._first_round = False
         else:
-            # A probe's draft time includes the draft catching up on the tokens it skipped
-            # while γ was 0: not the cost of drafting, so it only counts when nothing else has.
-            self.costs.observe(event, draft_time=not (was_probe and self.costs.t_draft is not None))
+            self.costs.observe(event)
         if event.drafted > 0:
             self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
         if self._warmup:
@@ -277,11 +276,8 @@ class AdaptiveGamma:
         Where catching up alone costs more than the budget, probes stop (until the
         longest interval has passed)."""
         plain_round = self._plain_round(probe)
-        skipped = max(self._rounds_at_zero, 1)
-        drafting = probe.drafted * (self.costs.t_draft or 0.0)
-        catch_up = max(probe.draft_seconds - drafting, 0.0) / skipped  # per skipped token
-        total = probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds
-        fixed_extra = max(total - plain_round - catch_up * skipped, 0.0)
+        catch_up = probe.catch_up_seconds / max(self._rounds_at_zero, 1)  # per skipped token
+        fixed_extra = max(probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds - plain_round, 0.0)
         affordable = self.probe_budget * plain_round - catch_up  # per round waited
         if affordable <= 0:
             self._probe_interval = self._max_probe_interval

@@ -43,10 +43,11 @@ class Round:
     gamma: int  # what the policy asked for
     drafted: int  # what the draft proposed (a confidence cutoff or lookup miss may stop early)
     accepted: int  # drafted tokens the target agreed with
-    draft_seconds: float
+    draft_seconds: float  # proposing the drafts
     verify_seconds: float
     overhead_seconds: float  # sampling, detokenizing, and the consumer's time since the last round
     finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
+    catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
 
     @property
     def text(self) -> str:
@@ -54,7 +55,7 @@ class Round:
 
     @property
     def seconds(self) -> float:
-        return self.draft_seconds + self.verify_seconds + self.overhead_seconds
+        return self.catch_up_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
 
 
 Event = Prefill | Round
@@ -135,7 +136,7 @@ def generate(
     start = time.perf_counter()
     evaluated = target.n_evaluated
     target.logits(ctx[:-1], 0)  # everything but the last token, which the first round decodes
-    if draft is not None:
+    if draft is not None and policy.next_gamma() > 0:  # else the draft catches up when it is first asked
         draft.prefill(ctx[:-1])
     yield Prefill(len(ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
 
@@ -185,10 +186,11 @@ def generate(
             gamma=gamma,
             drafted=len(proposal.tokens),
             accepted=accepted,
-            draft_seconds=drafted_at - round_start,
+            draft_seconds=drafted_at - round_start - proposal.catch_up_seconds,
             verify_seconds=verified_at - drafted_at,
             overhead_seconds=(now - verified_at) + (round_start - round_end),
             finish_reason=finish,
+            catch_up_seconds=proposal.catch_up_seconds,
         )
         round_end = now
         policy.observe(event)

@@ -57,6 +57,45 @@ def test_gamma_zero_is_plain_decoding(target, draft_model):
     assert all(r.drafted == 0 and len(r.tokens) == 1 for r in rounds)
 
 
+def test_a_draft_that_is_not_asked_is_not_prefilled_and_catches_up_when_it_is(target, draft_model):
+    """auto starts with plain rounds: the draft skips the prompt, and the first round that
+    drafts takes in everything since, timed as catching up, not as drafting."""
+    prompt = target.tokenize(PROMPT)
+    plain, _ = greedy_tokens(target, prompt, max_tokens=12)
+    draft_model.reset()
+    warm_up = [0, 0, 0, 1, 1, 1]
+    events = generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab), params=GREEDY,
+                      policy=FixedSchedule(warm_up), max_tokens=12)
+    tokens, rounds, draft_cache = [], [], []
+    for event in events:
+        if isinstance(event, Round):
+            tokens += event.tokens
+            rounds.append(event)
+        draft_cache.append(len(draft_model.tokens))
+    assert tokens == plain
+    assert [r.gamma for r in rounds[:6]] == warm_up
+    assert draft_cache[:4] == [0, 0, 0, 0]  # the prefill and the plain rounds left the draft alone
+    # The first drafting round took in the prompt and the 3 plain tokens, then drafted one.
+    assert draft_cache[4] == len(prompt) + 3
+    assert rounds[3].catch_up_seconds > 0 and all(r.catch_up_seconds == 0 for r in rounds[:3])
+    assert all(r.catch_up_seconds == 0 for r in rounds[4:6])  # drafting every round: never behind
+
+
+class FixedSchedule:
+    """γ from a list, then plain decoding."""
+
+    name = "schedule"
+
+    def __init__(self, gammas: list[int]) -> None:
+        self.gammas = list(gammas)
+
+    def next_gamma(self) -> int:
+        return self.gammas[0] if self.gammas else 0
+
+    def observe(self, event: Round) -> None:
+        self.gammas = self.gammas[1:]
+
+
 def test_end_of_generation_inside_an_accepted_draft_stops_there(target, tiny_dir):
     prompt = target.tokenize(PROMPT)
     plain, _ = greedy_tokens(target, prompt, max_tokens=16)
