@@ -19,7 +19,9 @@ from specrun.stats import Stats
 from specrun_tui import SpecrunApp
 from specrun_tui.generation import Figures
 from specrun_tui.screens import ChatScreen, HelpScreen, LoadingScreen
-from specrun_tui.widgets import AssistantMessage, FiguresPanel, Notice, Transcript, UserMessage
+from specrun_tui.widgets import (
+    BLOCK_CHARS, AnswerBlock, AssistantMessage, FiguresPanel, Notice, Transcript, UserMessage,
+)
 
 GREEDY = SamplingParams(temperature=0.0, seed=1)
 
@@ -165,16 +167,33 @@ async def test_draft_colours_toggle(engine):
         answer = screen.query_one(AssistantMessage)
         assert any(from_draft for _, from_draft in answer.segments)
         await pilot.press("ctrl+o")
-        live = answer.query_one(".live", Static)
-        assert live.display and not answer.query_one(Markdown).display
-        text = answer.live_text()
+        assert answer.query_one(".live").display and not answer.query_one(Markdown).display
         draft_style = answer.get_component_rich_style("answer--draft")
         assert draft_style.color is not None
-        assert [text.plain[s.start:s.end] for s in text.spans if s.style == draft_style] == [
+        shown = [block.content for block in answer.query(AnswerBlock)]
+        assert [text.plain[s.start:s.end] for text in shown for s in text.spans if s.style == draft_style] == [
             piece for piece, from_draft in answer.segments if from_draft and piece
         ]
         await pilot.press("ctrl+o")
         assert answer.query_one(Markdown).display
+
+
+@pytest.mark.asyncio
+async def test_a_long_answer_grows_in_blocks_that_are_rendered_once(engine):
+    """Only the last block takes new text, so a refresh costs the same at any length."""
+    app = SpecrunApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        answer = await app.screen.query_one(Transcript).start_answer(show_origin=True)
+        lines = [(f"line {i} ", i % 2 == 0) for i in range(1000)]
+        for i in range(0, len(lines), 7):  # as refreshes bring them: a few segments at a time
+            answer.append([(text + "\n" if from_draft else text, from_draft) for text, from_draft in lines[i:i + 7]])
+        await pilot.pause()
+        blocks = list(answer.query(AnswerBlock))
+        assert len(blocks) > 2 and all(len(block.content.plain) <= BLOCK_CHARS + 7 * 10 for block in blocks)
+        # Every block but the last ends at a line break, which the block boundary shows.
+        assert all(block.segments[-1][0].endswith("\n") for block in blocks[:-1])
+        assert "\n".join(block.content.plain for block in blocks) == answer.text
+        assert answer.segments == [(t + "\n" if d else t, d) for t, d in lines]
 
 
 @pytest.mark.asyncio

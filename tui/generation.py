@@ -1,15 +1,15 @@
 """One answer being generated in a worker thread, read by the screen at its own pace.
 
-The worker adds the engine's events as they come; the screen's timer takes what is
-new about 20 times a second. A lock guards the hand-over: Stats is not safe to read
-while the worker adds to it.
+The worker queues the engine's events as they come; the screen's timer takes what is
+new a few times a second.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 from specrun.errors import SpecrunError
 from specrun.speculative import Event, Round, Segment
@@ -46,14 +46,19 @@ class Figures:
 
 
 class Generation:
+    """One answer: the worker thread hands the engine's events over, the screen reads them.
+
+    The worker does nothing else, so the time between rounds, which the loop counts as
+    overhead and `auto` learns from, is the engine's own and not the front end's.
+    Stats and the panel's readings are computed on the screen's side, at its pace.
+    """
+
     def __init__(self) -> None:
-        self.stats = Stats()  # read it only once the generation has finished
+        self.stats = Stats()  # fed by `take`; complete once the worker has finished and `take` ran
         self.error: str | None = None
         self._stop = threading.Event()
         self._finished = threading.Event()
-        self._lock = threading.Lock()
-        self._segments: list[Segment] = []
-        self._figures: list[Figures] = []
+        self._events: deque[Event] = deque()  # append and popleft are atomic: no lock needed
 
     def stop(self) -> None:
         """Ask the loop to end after the current round (it polls `stop_requested`)."""
@@ -67,26 +72,28 @@ class Generation:
         self.stop()
         self._finished.wait(timeout)
 
-    def consume(self, events: Iterable[Event], policy_name: Callable[[], str]) -> None:
-        """The worker thread's body: collect every event; an engine error ends the answer."""
+    def consume(self, events: Iterable[Event]) -> None:
+        """The worker thread's body: hand each event over; an engine error ends the answer."""
         try:
             for event in events:
-                with self._lock:
-                    self.stats.add(event)
-                    if isinstance(event, Round):
-                        self._segments.extend(event.segments)
-                        self._figures.append(Figures.read(self.stats, policy_name()))
+                self._events.append(event)
         except SpecrunError as error:
             self.error = str(error)
         finally:
             self._finished.set()
 
-    def take(self) -> tuple[list[Segment], list[Figures]]:
-        """What arrived since the last call: text segments and one reading per round."""
-        with self._lock:
-            segments, self._segments = self._segments, []
-            figures, self._figures = self._figures, []
-        return segments, figures
+    def take(self, policy: str) -> tuple[list[Segment], list[Figures]]:
+        """What arrived since the last call, added to `stats`: its text segments and one
+        reading per round."""
+        segments: list[Segment] = []
+        readings: list[Figures] = []
+        while self._events:
+            event = self._events.popleft()
+            self.stats.add(event)
+            if isinstance(event, Round):
+                segments.extend(event.segments)
+                readings.append(Figures.read(self.stats, policy))
+        return segments, readings
 
     @property
     def finish_reason(self) -> str | None:

@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -44,18 +45,57 @@ class Notice(Static):
         super().__init__(Text(text), markup=False, classes="error" if error else "")
 
 
+class AnswerBlock(Static):
+    """A stretch of a streaming answer. Only the last block of an answer grows, so a
+    refresh re-renders at most one block, however long the answer is."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        super().__init__(markup=False)
+        self.segments = segments
+
+    def show(self, draft_style: Style | str, *, settled: bool) -> None:
+        text = Text()
+        for piece, from_draft in self.segments:
+            text.append(piece, draft_style if from_draft else "")
+        if settled and text.plain.endswith("\n"):  # the next block starts on the next line
+            text.right_crop(1)
+        self.update(text)
+
+    @property
+    def length(self) -> int:
+        return sum(len(piece) for piece, _ in self.segments)
+
+
+BLOCK_CHARS = 1500  # a growing block this long is settled at its last line break
+
+
+def split_after_last_newline(segments: list[Segment]) -> tuple[list[Segment], list[Segment]]:
+    """Segments up to and including the last line break, and the rest."""
+    for i in range(len(segments) - 1, -1, -1):
+        piece, from_draft = segments[i]
+        cut = piece.rfind("\n") + 1
+        if cut:
+            rest = [(piece[cut:], from_draft)] if cut < len(piece) else []
+            return segments[:i] + [(piece[:cut], from_draft)], rest + segments[i + 1 :]
+    return [], segments
+
+
 class AssistantMessage(Vertical):
     """An answer: live text while it streams; Markdown once finished, unless the draft
-    colours are on, which colour the tokens that came from accepted drafts."""
+    colours are on, which colour the tokens that came from accepted drafts.
+
+    The live text is a column of blocks; new text goes into the last one, and a block
+    that grows past BLOCK_CHARS is settled, so appending costs the same at any length.
+    """
 
     COMPONENT_CLASSES = {"answer--draft"}
 
     def __init__(self, *, show_origin: bool) -> None:
         super().__init__()
-        self.segments: list[Segment] = []
         self.finished = False
         self.show_origin = show_origin
-        self._live = Static(classes="live", markup=False)
+        self._blocks = [AnswerBlock([])]
+        self._live = Vertical(*self._blocks, classes="live")
         self._markdown = Markdown(classes="done")
 
     def compose(self) -> ComposeResult:
@@ -66,12 +106,25 @@ class AssistantMessage(Vertical):
         self._show()
 
     @property
+    def segments(self) -> list[Segment]:
+        return [segment for block in self._blocks for segment in block.segments]
+
+    @property
     def text(self) -> str:
         return "".join(text for text, _ in self.segments)
 
     def append(self, segments: Iterable[Segment]) -> None:
-        self.segments.extend(segments)
-        self._live.update(self.live_text())
+        growing = self._blocks[-1]
+        growing.segments.extend(segments)
+        if growing.length > BLOCK_CHARS:
+            settled, rest = split_after_last_newline(growing.segments)
+            if settled:
+                growing.segments = settled
+                growing.show(self._draft_style, settled=True)
+                growing = AnswerBlock(rest)
+                self._blocks.append(growing)
+                self._live.mount(growing)
+        growing.show(self._draft_style, settled=False)
 
     async def finish(self) -> None:
         self.finished = True
@@ -87,15 +140,12 @@ class AssistantMessage(Vertical):
         self._live.display = not markdown
         self._markdown.display = markdown
         if not markdown:
-            self._live.update(self.live_text())
+            for block in self._blocks:
+                block.show(self._draft_style, settled=block is not self._blocks[-1])
 
-    def live_text(self) -> Text:
-        """The answer as text, drafted tokens coloured when the draft colours are on."""
-        draft_style = self.get_component_rich_style("answer--draft") if self.show_origin else ""
-        text = Text()
-        for piece, from_draft in self.segments:
-            text.append(piece, draft_style if from_draft else "")
-        return text
+    @property
+    def _draft_style(self) -> Style | str:
+        return self.get_component_rich_style("answer--draft") if self.show_origin else ""
 
 
 class Transcript(VerticalScroll):
@@ -150,7 +200,10 @@ FIGURE_ROWS = [
 
 
 class FiguresPanel(Vertical):
-    """The live figures, each with a sparkline of its recent readings (one per round)."""
+    """The live figures, each with a sparkline of its recent readings (one per round).
+
+    Readings are recorded as they come (`add`); the rows are drawn by `redraw`, which
+    the screen calls at its own pace, and only the rows whose text or line changed."""
 
     def __init__(self, policy: str, history: int = 60) -> None:
         super().__init__()
@@ -162,33 +215,40 @@ class FiguresPanel(Vertical):
             yield Label(self._label(row), classes="figure")
             yield Sparkline([])
 
-    def show(self, readings: Iterable[Figures]) -> None:
-        """Add readings (oldest first); the labels show the last one."""
+    def add(self, readings: Iterable[Figures]) -> None:
+        """Record readings (oldest first); the labels will show the last one."""
         for figures in readings:
             self.latest = figures
             for row, history in zip(FIGURE_ROWS, self.history):
                 value = row.value(figures)
                 if value is not None:
                     history.append(value)
-        self._update()
+
+    def show(self, readings: Iterable[Figures]) -> None:
+        self.add(readings)
+        self.redraw()
 
     def reset(self) -> None:
         """Forget every reading (a new conversation)."""
         self.latest = Figures.empty(self.latest.policy)
         for history in self.history:
             history.clear()
-        self._update()
+        self.redraw()
 
     def show_policy(self, policy: str) -> None:
         self.latest = replace(self.latest, policy=policy)
-        self._update()
+        self.redraw()
 
-    def _update(self) -> None:
+    def redraw(self) -> None:
         labels = self.query(".figure").results(Label)
         sparklines = self.query(Sparkline).results()
         for row, history, label, sparkline in zip(FIGURE_ROWS, self.history, labels, sparklines):
-            label.update(self._label(row))
-            sparkline.data = list(history)
+            text = self._label(row)
+            if text != label.content:
+                label.update(text, layout=False)  # one line, always
+            data = list(history)
+            if data != sparkline.data:
+                sparkline.data = data
 
     def _label(self, row: FigureRow) -> Text:
         return Text.assemble((f"{row.name:<14}", "dim"), row.shown(self.latest))
