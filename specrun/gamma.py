@@ -113,18 +113,21 @@ class CostModel:
 
     def t_verify(self, width: int) -> float | None:
         """Measured; else linear between the measured neighbours; beyond the widest measured,
-        that width's time (optimistic, so the policy tries wider drafts and learns their cost);
-        below the narrowest, extended along the first slope."""
+        extended along the last slope where it rises (a CPU's steep verify rules wide drafts
+        out before they are tried), else that width's time (flat, as on a GPU: the policy
+        tries wider drafts and learns their cost); below the narrowest, along the first slope."""
         measured = self.measured_widths
         if width in measured:
             return measured[width]
         widths = list(measured)
         if not widths:
             return None
-        if width > widths[-1]:
-            return measured[widths[-1]]
         if len(widths) == 1:
             return measured[widths[0]]
+        if width > widths[-1]:
+            last, before = widths[-1], widths[-2]
+            slope = max((measured[last] - measured[before]) / (last - before), 0.0)
+            return measured[last] + slope * (width - last)
         upper = next(w for w in widths if w > width)
         lower = max((w for w in widths if w < width), default=widths[0])
         if lower == upper:  # below the narrowest measured width
