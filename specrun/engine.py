@@ -13,6 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import llama_cpp
+
+from specrun import learned
 from specrun.backend import gpu_free_bytes
 from specrun.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.fit import Fit, plan
@@ -28,7 +31,9 @@ class Engine:
     """A target model, an optional draft source, sampling settings and a γ policy.
 
     The policy lives as long as the engine, so what it measured in one generation
-    (acceptance, costs) carries over to the next turn of a conversation.
+    (acceptance, costs) carries over to the next turn of a conversation. An engine made
+    by `load` also starts `auto` from what an earlier engine for the same pair and
+    settings learned, and leaves what it learned for the next (specrun.learned).
     """
 
     def __init__(
@@ -47,6 +52,8 @@ class Engine:
         self.policy: GammaPolicy = parse_policy(gamma, gamma_max)
         self.fit: Fit | None = None  # the placement by free memory, where there were GPUs
         self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
+        self.learned: Path | None = None  # where auto's state is kept between engines, if it is
+        self.recalled = False  # whether auto started from that state rather than its warm-up
 
     @classmethod
     def load(
@@ -96,10 +103,26 @@ class Engine:
         engine = cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
         engine.fit = placed
         engine.gpu_bytes_used = free_before - gpu_free_bytes()
+        if source is not None:
+            engine.learned = learned.state_path(engine._learning_settings())
+            engine.recalled = learned.recall(engine.policy, engine.learned)
         return engine
+
+    def _learning_settings(self) -> dict[str, object]:
+        """What the costs and acceptance that auto learns depend on."""
+        models = [self.target, *([self.draft_model] if self.draft_model else [])]
+        return {
+            "models": [learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models],
+            "draft": [self.draft.name, *_draft_settings(self.draft)],
+            "gamma_max": self.gamma_max,
+            "llama.cpp": llama_cpp.__version__,
+            "device": placement(*models)["device"],
+        }
 
     def set_gamma(self, spec: str) -> None:
         self.policy = parse_policy(spec, self.gamma_max)
+        if self.learned is not None:
+            self.recalled = learned.recall(self.policy, self.learned)
 
     def set_params(self, **changes: object) -> None:
         self.params = replace(self.params, **changes)  # validated by SamplingParams
@@ -137,6 +160,9 @@ class Engine:
         return where
 
     def close(self) -> None:
+        if self.learned is not None:
+            learned.keep(self.policy, self.learned, self._learning_settings())
+            self.learned = None  # closing twice saves once
         if self.draft_model is not None:
             self.draft_model.close()
         self.target.close()
@@ -151,3 +177,12 @@ class Engine:
 def _layers(asked: int | None, fitted: int | None) -> int | None:
     """--gpu-layers wins over the fit; None leaves llama.cpp's all-layers default to the runtime."""
     return asked if asked is not None else fitted
+
+
+def _draft_settings(source: DraftSource) -> list[object]:
+    """The draft source's own settings: what changes its proposals."""
+    if isinstance(source, HybridDraft):
+        return _draft_settings(source.lookup) + _draft_settings(source.model)
+    if isinstance(source, ModelDraft):
+        return [source.p_min]
+    return [getattr(source, name, None) for name in ("ngram_min", "ngram_max", "max_tokens")]

@@ -105,6 +105,18 @@ class CostModel:
         self._update(self._means, "overhead", event.overhead_seconds)
         self._update(self._verify, event.drafted + 1, event.verify_seconds)
 
+    def state(self) -> dict[str, object]:
+        return {"means": self._means, "verify": {str(w): v for w, v in self._verify.items()}}
+
+    def resume(self, state: dict, max_samples: int) -> None:
+        """Take over saved figures, each as if from at most `max_samples` samples, so the
+        figures measured from here on soon outweigh them."""
+        def capped(table: dict) -> dict:
+            return {key: (float(value), min(int(count), max_samples)) for key, (value, count) in table.items()}
+        self._means = capped(state["means"])
+        self._verify = {int(width): pair for width, pair in capped(state["verify"]).items()}
+        self._widths = None
+
     @property
     def measured_widths(self) -> dict[int, float]:
         if self._widths is None:
@@ -255,6 +267,24 @@ class AdaptiveGamma:
             pass  # prompt lookup found no match, at next to no cost: no evidence yet, probe again
         else:
             self._space_probes(event)
+
+    def state(self) -> dict[str, object]:
+        """What it learned, for a later run on the same pair and machine (specrun.learned)."""
+        return {"accepted": self._accepted, "rejected": self._rejected, "gamma": self.gamma,
+                "probe_interval": self._probe_interval, "costs": self.costs.state()}
+
+    def resume(self, state: dict, evidence: float = 8.0, samples: int = 3) -> None:
+        """Start from a saved state instead of the warm-up, trusting it as much as a few rounds
+        (`evidence` drafted tokens, `samples` measurements of each cost): a new text soon shows."""
+        self.costs.resume(state["costs"], samples)
+        accepted, rejected = float(state["accepted"]), float(state["rejected"])
+        scale = min(1.0, evidence / (accepted + rejected))
+        self._accepted, self._rejected = accepted * scale, rejected * scale
+        self.gamma = max(0, min(int(state["gamma"]), self.gamma_max))
+        self._probe_interval = max(1, min(int(state["probe_interval"]), self._max_probe_interval))
+        self._rounds_at_zero = 0
+        self._warmup = []
+        self._first_round = True
 
     def _add_evidence(self, accepted: float, rejected: float) -> None:
         self._accepted = self.decay * self._accepted + accepted

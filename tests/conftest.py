@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,9 @@ from hfcache import use_temporary_cache  # noqa: E402
 from tinymodels import write_tiny_model  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
+# auto's learned state (specrun.learned) goes to this session's own folder, not the user's,
+# and reaches the CLI's subprocesses too.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="specrun-state-")
 
 
 @pytest.fixture(scope="session")
