@@ -27,11 +27,12 @@ if TYPE_CHECKING:
     from specrun.engine import Engine
     from specrun.speculative import Event
 
-# How often streamed text and the figures reach the screen. Every refresh takes the
-# GIL and a core from llama.cpp's threads, so the figures, which nobody reads 10 times
-# a second, are drawn less often than the text.
-TEXT_SECONDS = 1 / 10
-FIGURES_SECONDS = 1 / 2
+# How often streamed text and the figures reach the screen. Each refresh that moves
+# the transcript repaints the screen (~15 ms of Python holding the GIL, on a core
+# llama.cpp's threads want), so text comes in 5 batches a second, and the figures,
+# which nobody reads faster, once a second.
+TEXT_SECONDS = 1 / 5
+FIGURES_SECONDS = 1.0
 
 FINISH_NOTICES = {
     "cancelled": "stopped",

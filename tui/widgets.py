@@ -59,7 +59,13 @@ class AnswerBlock(Static):
             text.append(piece, draft_style if from_draft else "")
         if settled and text.plain.endswith("\n"):  # the next block starts on the next line
             text.right_crop(1)
-        self.update(text)
+        # A layout of the screen costs several times a repaint, and most refreshes only
+        # lengthen the last line: lay out only when the block's height changes.
+        height = self.size.height
+        self.update(text, layout=False)
+        width = self.size.width
+        if not width or self.get_content_height(self.size, self.size, width) != height:
+            self.refresh(layout=True)
 
     @property
     def length(self) -> int:
