@@ -12,9 +12,9 @@ from typing import Protocol
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
-# A plain round in place of a speculative one loses at most that round's gain, so one
-# in PLAIN_SAMPLE_EVERY costs under 1% wherever speculation less than doubles the speed.
-PLAIN_SAMPLE_EVERY = 100
+# A plain round in place of a speculative one loses at most that round's gain, so a pair
+# in PLAIN_SAMPLE_EVERY rounds costs under 1% wherever speculation less than doubles the speed.
+PLAIN_SAMPLE_EVERY = 200
 
 
 class RoundLike(Protocol):
@@ -323,9 +323,10 @@ class PlainSamples:
     """Another policy, with a plain round now and then: the measured cost of plain decoding
     that the speedup figure divides by (`Stats.estimated_speedup`).
 
-    In each generation, its second round (the first pays one-time costs) and every
-    PLAIN_SAMPLE_EVERY-th after it are plain. A round that ends a generation starts the
-    count again, since figures are kept per generation."""
+    In each generation, its second and third rounds (the first pays one-time costs), and
+    each such pair PLAIN_SAMPLE_EVERY rounds later, are plain; Stats measures the second of
+    a pair, since the first pays for following a draft. A round that ends a generation
+    starts the count again, since figures are kept per generation."""
 
     def __init__(self, policy: GammaPolicy) -> None:
         self.policy = policy
@@ -333,7 +334,7 @@ class PlainSamples:
         self._round = 0
 
     def next_gamma(self) -> int:
-        if self._round % PLAIN_SAMPLE_EVERY == 1:
+        if self._round % PLAIN_SAMPLE_EVERY in (1, 2):
             return 0
         return self.policy.next_gamma()
 

@@ -27,8 +27,10 @@ class Stats:
     accepted: int = 0
     rejections: int = 0  # rounds in which the target rejected a drafted token
     decode_seconds: float = 0.0
-    # Rounds that drafted nothing, but the first (which pays one-time costs): what a plain
-    # token costs, measured. The speedup figure divides by this and nothing else.
+    # Rounds that drafted nothing right after another that drafted nothing, but never the
+    # first (it pays one-time costs): what a plain token costs, measured. Right after a
+    # drafting round the target runs slower (the draft has just had the caches), which plain
+    # decoding never pays. The speedup figure divides by this and nothing else.
     plain_rounds: int = 0
     plain_seconds: float = 0.0
     first_round_seconds: float | None = None
@@ -39,6 +41,7 @@ class Stats:
     position_accepted: list[int] = field(default_factory=list)
     costs: CostModel = field(default_factory=lambda: CostModel(decay=None))
     _recent: deque = field(default_factory=deque)
+    _last_drafted: int | None = None
 
     def add(self, event: Event) -> None:
         if isinstance(event, Prefill):
@@ -61,9 +64,10 @@ class Stats:
         self.decode_seconds += event.seconds
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
-        elif event.drafted == 0:
+        elif event.drafted == 0 and self._last_drafted == 0:
             self.plain_rounds += 1
             self.plain_seconds += event.verify_seconds + event.overhead_seconds
+        self._last_drafted = event.drafted
         self.gamma_trace.append(event.gamma)
         for i in range(event.drafted):
             if i == len(self.position_drafted):
