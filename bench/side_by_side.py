@@ -1,14 +1,25 @@
-"""Prompt lookup beside llama.cpp's own n-gram drafts, over prompt files, interleaved.
+"""specrun beside native llama.cpp, over prompt files, interleaved: issue 14's table.
 
-Rows: native plain (llama-completion), native ngram-simple and ngram-mod
-(llama-speculative-simple, no draft model), specrun --gamma 0 and specrun --draft lookup.
-Every prompt is sent raw (no chat template), so all five see the same tokens. A file's
-figure is its total tokens over its total decode seconds, per repetition; the table
-gives the median and the range. specrun lookup's text is checked against --gamma 0's.
+Rows (choose with ROWS, comma-separated; default all):
+  native plain          llama-completion
+  native draft          llama-speculative-simple with the draft model, n_max = n_min = GAMMA
+  native ngram-simple   llama-speculative-simple's n-gram drafts, no draft model
+  native ngram-mod
+  specrun gamma 0       plain decoding
+  specrun gamma N       the draft model at a fixed γ = GAMMA
+  specrun auto fresh    the draft model, auto, starting from its warm-up (no learned state)
+  specrun auto          the draft model, auto, starting from what earlier runs learned
+  specrun lookup        prompt lookup (auto, learned state kept like a user's)
+The native tools are built from the llama.cpp that the pinned llama-cpp-python vendors,
+with specrun's CPU flags (bench/native_compare.sh builds them). Every prompt is sent raw
+(no chat template), so every row sees the same tokens. A file's figure is its total
+tokens over its total decode seconds (prompt excluded, as llama.cpp reports it), per
+repetition; the table gives the median and the range. Every specrun row's text is
+checked against `gamma 0`'s.
 
-    .venv/bin/python bench/lookup_compare.py bench/prompts/extraction.jsonl bench/prompts/mixed.jsonl
-Env: REPEAT (3), TOKENS (128), THREADS (2), NATIVE_BIN (/tmp/specrun-native/build/bin, where
-bench/native_compare.sh builds the native tools), TARGET (default: the demo pair's target).
+    .venv/bin/python bench/side_by_side.py bench/prompts/mixed.jsonl bench/prompts/heldout.jsonl
+Env: REPEAT (3), TOKENS (128), THREADS (2), GAMMA (3), ROWS, NATIVE_BIN
+(/tmp/specrun-native/build/bin), TARGET and DRAFT (default: the demo pair).
 """
 
 from __future__ import annotations
@@ -19,50 +30,73 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPEAT = int(os.environ.get("REPEAT", 3))
 TOKENS = int(os.environ.get("TOKENS", 128))
 THREADS = os.environ.get("THREADS", "2")
+GAMMA = os.environ.get("GAMMA", "3")
 BIN = Path(os.environ.get("NATIVE_BIN", "/tmp/specrun-native/build/bin"))
 SPECRUN = Path(sys.executable).with_name("specrun")
-ROWS = ["native plain", "native ngram-simple", "native ngram-mod", "specrun --gamma 0", "specrun lookup"]
+ALL_ROWS = ["native plain", "native draft", "native ngram-simple", "native ngram-mod", "specrun gamma 0",
+            f"specrun gamma {GAMMA}", "specrun auto fresh", "specrun auto", "specrun lookup"]
+ROWS = [row.strip() for row in os.environ["ROWS"].split(",")] if os.environ.get("ROWS") else ALL_ROWS
+LEARNED = tempfile.mkdtemp(prefix="side-by-side-state-")  # the learned state of this run's `auto` rows
 
 
-def target() -> str:
-    if "TARGET" in os.environ:
-        return os.environ["TARGET"]
+def models() -> tuple[str, str]:
     from specrun.demo import prepare_demo_pair
-    return str(prepare_demo_pair()[0])
+    target, draft = (os.environ.get(name) for name in ("TARGET", "DRAFT"))
+    if not (target and draft):
+        pair = prepare_demo_pair()
+        target, draft = target or str(pair[0]), draft or str(pair[1])
+    return target, draft
 
 
-def native(row: str, model: str, prompt: str) -> tuple[int, float]:
+def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
     """(tokens, seconds) of the decode, from the tool's own log."""
-    common = ["-m", model, "-p", prompt, "-n", str(TOKENS), "--temp", "0", "-t", THREADS]
+    common = ["-m", target, "-p", prompt, "-n", str(TOKENS), "--temp", "0", "-t", THREADS]
     if row == "native plain":
         log = _run([str(BIN / "llama-completion"), *common, "-no-cnv"])
         ms, runs = re.findall(r" eval time =\s*([\d.]+) ms /\s*(\d+) runs", log)[-1]
         return int(runs), float(ms) / 1000
-    log = _run([str(BIN / "llama-speculative-simple"), *common, "--spec-type", row.split()[-1]])
+    if row == "native draft":
+        kind = ["-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", GAMMA,
+                "--spec-draft-n-min", GAMMA, "--spec-draft-p-min", "0"]
+    else:
+        kind = ["--spec-type", row.split()[-1]]
+    log = _run([str(BIN / "llama-speculative-simple"), *common, *kind])
     tokens, seconds = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log)[-1]
     return int(tokens), float(seconds)
 
 
-def specrun(row: str, model: str, prompt: str) -> tuple[int, float, str]:
-    draft = ["--draft", "lookup"] if row == "specrun lookup" else ["--gamma", "0"]
-    out = _run([str(SPECRUN), "run", "-t", model, *draft, "--raw", "--temp", "0", "-n", str(TOKENS),
-                "--threads", THREADS, "--json", prompt], stderr=subprocess.DEVNULL)
+def specrun(row: str, target: str, draft: str, prompt: str) -> tuple[int, float, str]:
+    mode = row.removeprefix("specrun ")
+    if mode == "lookup":
+        args = ["--draft", "lookup"]
+    elif mode.startswith("gamma"):
+        args = ["--draft", draft, "--gamma", mode.split()[-1]]
+    else:
+        args = ["--draft", draft, "--gamma", "auto"]
+    state = tempfile.mkdtemp(prefix="side-by-side-fresh-") if mode == "auto fresh" else LEARNED
+    out = _run([str(SPECRUN), "run", "-t", target, *args, "--raw", "--temp", "0", "-n", str(TOKENS),
+                "--threads", THREADS, "--json", prompt], stderr=subprocess.DEVNULL,
+               env=os.environ | {"XDG_STATE_HOME": state})
     result = json.loads(out)
     return result["generated_tokens"], result["decode_seconds"], result["text"]
 
 
-def _run(cmd: list[str], stderr: int = subprocess.STDOUT) -> str:
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, check=True).stdout
+def _run(cmd: list[str], stderr: int = subprocess.STDOUT, env: dict | None = None) -> str:
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, check=True, env=env).stdout
 
 
 def main(files: list[str]) -> None:
-    model = target()
+    target, draft = models()
     sets = {f: [json.loads(line)["prompt"] for line in open(f) if line.strip()] for f in files}
+    # What a user's `auto` would know: one earlier run, on a prompt of none of the sets.
+    if "specrun auto" in ROWS:
+        specrun("specrun auto", target, draft, "Once upon a time, in a small village by the sea, there lived")
     # totals[file][row][rep] = [tokens, seconds]
     totals = {f: {row: [[0, 0.0] for _ in range(REPEAT)] for row in ROWS} for f in files}
     texts: dict[tuple[str, int, str], str] = {}
@@ -71,22 +105,26 @@ def main(files: list[str]) -> None:
             for i, prompt in enumerate(prompts):
                 for row in ROWS:
                     if row.startswith("native"):
-                        tokens, seconds = native(row, model, prompt)
+                        tokens, seconds = native(row, target, draft, prompt)
                     else:
-                        tokens, seconds, texts[f, i, row] = specrun(row, model, prompt)
+                        tokens, seconds, texts[f, i, row] = specrun(row, target, draft, prompt)
                     totals[f][row][rep][0] += tokens
                     totals[f][row][rep][1] += seconds
-    print(f"{model}, {TOKENS} tokens a prompt, greedy, raw prompts, {THREADS} threads, median of {REPEAT} (range)")
+    print(f"{target} + {Path(draft).name}, {TOKENS} tokens a prompt, greedy, raw prompts, {THREADS} threads, "
+          f"median of {REPEAT} (range)")
     for f, prompts in sets.items():
         rates = {row: [t / s for t, s in totals[f][row]] for row in ROWS}
-        plain = statistics.median(rates["native plain"])
+        plain = statistics.median(rates["native plain"]) if "native plain" in ROWS else None
         print(f"\n{f} ({len(prompts)} prompts)")
         for row in ROWS:
             median = statistics.median(rates[row])
-            print(f"  {row:22} {median:6.1f} tok/s  {median / plain:5.2f}x native plain  "
-                  f"({min(rates[row]):.1f}-{max(rates[row]):.1f})")
-        differ = [i for i in range(len(prompts)) if texts[f, i, "specrun lookup"] != texts[f, i, "specrun --gamma 0"]]
-        print(f"  lookup text == --gamma 0 text: {'all prompts' if not differ else f'not on prompts {differ}'}")
+            versus = f"{median / plain:5.2f}x native plain  " if plain else ""
+            print(f"  {row:20} {median:6.1f} tok/s  {versus}({min(rates[row]):.1f}-{max(rates[row]):.1f})")
+        if "specrun gamma 0" in ROWS:
+            for row in (r for r in ROWS if r.startswith("specrun") and r != "specrun gamma 0"):
+                differ = [i for i in range(len(prompts)) if texts[f, i, row] != texts[f, i, "specrun gamma 0"]]
+                if differ:
+                    print(f"  {row}: text differs from gamma 0 on prompts {differ}")
 
 
 if __name__ == "__main__":
