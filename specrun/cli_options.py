@@ -138,7 +138,7 @@ def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngr
 
 
 def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int], fit: str,
-          threads: Optional[int], verbose: bool) -> LoadOptions:
+          threads: Optional[int], verbose: bool, reproducible: bool) -> LoadOptions:
     from specrun.cpus import choose_threads
     from specrun.runtime import gpu_offload_supported
 
@@ -151,7 +151,7 @@ def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optio
     if fit not in ("on", "off"):
         raise OptionError(f"--fit must be on or off, got {fit!r}")
     return LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, fit=fit == "on",
-                       threads=threads, verbose=verbose)
+                       threads=threads, verbose=verbose, reproducible=reproducible)
 
 
 LOOKUP_DEFAULTS = LookupOptions()
@@ -198,6 +198,9 @@ LOAD = OptionGroup("load", {
     "threads": (Optional[int], typer.Option(None, "--threads", min=1,
                                             help="CPU threads per model (default: one per physical core).")),
     "verbose": (bool, typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")),
+    "reproducible": (bool, typer.Option(False, "--reproducible",
+                                        help="Greedy output the same at any γ and in every run, as plain "
+                                             "decoding gives it (checked at load; may cost speed).")),
 }, _load)
 MODELS = OptionGroup("models", {
     "target": (Optional[str], typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, "
@@ -233,6 +236,8 @@ def load_notes(model: "Model", requested: LoadOptions) -> None:
         note(f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); using {model.n_ctx}")
     elif asked is not None and model.n_ctx > asked:
         note(f"--ctx {asked}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}")
+    if model.invariance is not None:
+        note(f"--reproducible: {model.invariance.describe()}")
     busy = machine_busy_warning() if requested.threads is None else None
     if busy:
         note(busy)

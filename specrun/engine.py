@@ -81,7 +81,7 @@ class Engine:
         free_before = gpu_free_bytes()
         target = Model(target_path, n_ctx=n_ctx, threads=options.threads, verbose=options.verbose,
                        gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
-                       split=placed.split if placed else None)
+                       split=placed.split if placed else None, reproducible=options.reproducible)
         source: DraftSource | None = None
         if isinstance(draft, PromptLookup):
             source = drafting.lookup.draft()

@@ -21,6 +21,9 @@ class LoadOptions:
     fit: bool = True  # place layers by free GPU memory; False: every layer llama.cpp can offload
     threads: int | None = None  # None: one per physical core
     verbose: bool = False  # llama.cpp's own log on stderr
+    # Greedy output independent of γ and of the run: the target decodes so that a
+    # position's logits do not depend on its batch (runtime.Invariance).
+    reproducible: bool = False
 
 
 @dataclass(frozen=True)

@@ -102,12 +102,15 @@ class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_overr
 
 def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
                 tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
-                split: Sequence[float] | None = None, main_gpu: int | None = None) -> llama.llama_model_params:
+                split: Sequence[float] | None = None, main_gpu: int | None = None,
+                reproducible: bool = False) -> llama.llama_model_params:
     """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
 
     Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
     GGUF tensor table, is read only then), so the guard costs no speed where REPACK applies.
-    `split` shares the layers over the GPUs; `main_gpu` keeps the whole model on one.
+    `reproducible` keeps the extra buffer types off and hands REPACK only the types whose
+    kernels are batch-invariant. `split` shares the layers over the GPUs; `main_gpu` keeps
+    the whole model on one.
     """
     params = llama.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
@@ -116,10 +119,13 @@ def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
         params.tensor_split, params.split_alive = shares, shares
     if main_gpu is not None:
         params.split_mode, params.main_gpu = llama.LLAMA_SPLIT_MODE_NONE, main_gpu
-    params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx)
+    params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx) and not reproducible
     params.progress_callback = _load_progress
     repack = repack_buffer_type() if not params.use_extra_bufts else None
-    patterns = repack_patterns(tensors(), build) if repack else []
+    table = tensors() if repack else []
+    if reproducible:
+        table = [tensor for tensor in table if tensor[1] in INVARIANT_REPACK_TYPES]
+    patterns = repack_patterns(table, build) if table else []
     if patterns:
         overrides = (_TensorOverride * (len(patterns) + 1))()  # NULL-terminated
         for override, pattern in zip(overrides, patterns):
@@ -127,6 +133,42 @@ def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
         params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
         params.overrides_alive = overrides  # llama.cpp reads them during the load only
     return params
+
+
+# REPACK's kernels that give a position the same logits alone as in a batch, measured on
+# x86 AVX2 (bench/results/invariance.txt): Q4_0's are; Q4_K's GEMM and GEMV differ.
+INVARIANT_REPACK_TYPES = frozenset({"Q4_0"})
+PROBE_POSITIONS = 6  # --reproducible's load-time check evaluates this many positions each way
+CHUNK_WIDTHS = (3, 2)  # the "chunked" widths the check tries, widest first
+
+
+@dataclass(frozen=True)
+class Invariance:
+    """How `reproducible` keeps each position's logits independent of the batch it is in,
+    chosen by `Model.probe_invariance` on this build and model, the first that holds of:
+
+    "batch": batches and single positions agree bit for bit; verifies run batched.
+    "padded": a lone position differs, batches of two or more agree: no pass is
+    narrower than two positions (a lone one re-decodes the position before it).
+    "chunked": passes of up to `width` positions agree with single ones: verifies run
+    `width` positions per pass.
+    "serial": positions with logits are decoded one per pass, the kernel of plain
+    decoding, so a draft cannot save anything.
+    """
+
+    mode: str
+    difference: float  # largest logit difference, one batch vs one position at a time
+    width: int | None = None  # "chunked": positions per pass
+
+    def describe(self) -> str:
+        differ = f"a batch's logits differ from a lone position's (up to {self.difference:.2g})"
+        if self.mode == "batch":
+            return "batches and lone positions give identical logits: verifying in batches"
+        if self.mode == "padded":
+            return f"{differ}, batches of 2 or more agree: every target pass spans at least 2 positions"
+        if self.mode == "chunked":
+            return f"{differ}, passes of up to {self.width} positions do not: verifying {self.width} per pass"
+        return f"{differ}: verifying one position per pass, so a draft saves nothing (--gamma 0 is fastest)"
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -200,6 +242,7 @@ class Model:
         verbose: bool = False,
         split: Sequence[float] | None = None,
         main_gpu: int | None = None,
+        reproducible: bool = False,
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
@@ -211,7 +254,8 @@ class Model:
 
         _log_lines.clear()
         model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed(),
-                                   tensors=lambda: tensor_table(self.path), split=split, main_gpu=main_gpu)
+                                   tensors=lambda: tensor_table(self.path), split=split, main_gpu=main_gpu,
+                                   reproducible=reproducible)
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
@@ -238,6 +282,7 @@ class Model:
         self.threads = threads
         self._memory = llama.llama_get_memory(self._ctx)
         self._init_cache(n_batch)
+        self.invariance = self.probe_invariance() if reproducible else None
 
     def _init_cache(self, n_batch: int) -> None:
         """The Python side of the cache: the batch it is fed by and the sequence it holds."""
@@ -255,6 +300,8 @@ class Model:
         self._base: Tokens | None = None
         self._seen = 0
         self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
+        self.min_width = 1  # no decode spans fewer positions ("padded")
+        self.max_width: int | None = None  # positions with logits decoded at most this many per pass
         self.piece = lru_cache(maxsize=None)(self._piece)
 
     @property
@@ -278,38 +325,69 @@ class Model:
         start = min(self._seen, len(self.tokens)) if base is not None and base is self._base else 0
         keep = start + common_prefix_length(self.tokens[start:], seq[start : len(self.tokens)])
         self._base, self._seen = base, n_base  # true from here on: the cache holds a prefix of seq
+        keep = min(keep, len(seq) - last)
+        if keep < len(seq):  # a decode narrower than `min_width` starts earlier
+            keep = min(keep, max(len(seq) - self.min_width, 0))
         # Always drop from `keep` on: after an interrupted decode the cache may hold
         # positions that `self.tokens` does not know about.
-        self._truncate(min(keep, len(seq) - last))
+        self._truncate(keep)
         keep = len(self.tokens)
 
         out = np.empty((last, self.n_vocab), dtype=np.float32)
         first_out = len(seq) - last
-        for start in range(keep, len(seq), self.n_batch):
-            chunk = seq[start : start + self.n_batch]
-            end = start + len(chunk)
-            self._fill_batch(chunk, start, first_out)
+        for start, end in self._spans(keep, len(seq), first_out):
+            chunk = seq[start:end]
+            padding, flagged, wanted = self._fill_batch(chunk, start, first_out)
             status = self._decode()
             if status != 0:
                 # A failed batch may leave part of it in the cache; forget it all.
                 self._truncate(start)
                 raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
                 raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+            if padding:
+                self._drop(end)
             self.tokens.extend(chunk)
             self.n_evaluated += len(chunk)
             raise_pending()
             if end > first_out:
-                self._read_outputs(out[max(start, first_out) - first_out : end - first_out])
+                rows = out[max(start, first_out) - first_out : end - first_out]
+                if flagged == wanted:
+                    self._read_outputs(rows)
+                else:  # logits asked for only to keep the output layer `min_width` wide
+                    extra = np.empty((len(chunk) + padding - flagged, self.n_vocab), dtype=np.float32)
+                    self._read_outputs(extra)
+                    rows[:] = extra[wanted - flagged : wanted - flagged + len(rows)]
         return out
 
-    def _fill_batch(self, chunk: list[int], start: int, first_out: int) -> None:
-        """Positions start.. of the sequence, with logits from `first_out` on."""
+    def _spans(self, keep: int, end: int, first_out: int) -> list[tuple[int, int]]:
+        """The decodes that take the cache from `keep` to `end` positions: `n_batch` wide at
+        most, those with logits `max_width`, and none narrower than `min_width` where the
+        sequence is that long."""
+        outputs_from = max(first_out, keep) if self.max_width else end
+        bounds = [*range(keep, outputs_from, self.n_batch), *range(outputs_from, end, self.max_width or 1)]
+        if len(bounds) > 1 and end - bounds[-1] < self.min_width:
+            bounds[-1] = end - self.min_width  # the last decode takes positions from the one before
+        return list(zip(bounds, [*bounds[1:], end]))
+
+    def _fill_batch(self, chunk: list[int], start: int, first_out: int) -> tuple[int, int, int]:
+        """Positions start.. of the sequence, with logits from `first_out` on.
+
+        llama.cpp runs the last layer's feed-forward and the output layer only on the
+        positions with logits, so under `min_width` at least that many get them. A chunk
+        narrower than `min_width` (a sequence that short) gets copies of its last token
+        after it, dropped after the decode. Returns the padding, the first position with
+        logits and the first wanted, both counted from `start`.
+        """
         n = len(chunk)
-        self._batch.n_tokens = n
-        self._batch_tokens[:n] = chunk
-        self._batch_pos[:n] = np.arange(start, start + n)
-        self._batch_logits[:n] = 0
-        self._batch_logits[max(first_out - start, 0) : n] = 1
+        padding = max(self.min_width - n, 0)
+        wanted = min(max(first_out - start, 0), n)
+        flagged = min(wanted, n + padding - self.min_width) if wanted < n else n + padding
+        self._batch.n_tokens = n + padding
+        self._batch_tokens[: n + padding] = chunk + chunk[-1:] * padding
+        self._batch_pos[: n + padding] = np.arange(start, start + n + padding)
+        self._batch_logits[: n + padding] = 0
+        self._batch_logits[flagged : n + padding] = 1
+        return padding, flagged, wanted
 
     # --- the native calls, a thin layer a model without weights can replace -------
 
@@ -336,6 +414,38 @@ class Model:
     def reset(self) -> None:
         self._clear()
         self.tokens.clear()
+
+    def probe_invariance(self) -> Invariance:
+        """Evaluate the last PROBE_POSITIONS positions of a fixed sequence one per pass, in
+        one batch, in two, and in each way `Invariance` names; decode from now on in the
+        first way whose logits are those of one position per pass, bit for bit (a kernel
+        that differs at all differs here)."""
+        sequence = [(7919 * i + 13) % self.n_vocab for i in range(PROBE_POSITIONS + 4)]
+        ends = range(len(sequence) - PROBE_POSITIONS + 1, len(sequence) + 1)
+
+        def evaluate(min_width: int, max_width: int | None, stops: Sequence[int] = ends[-1:]) -> np.ndarray:
+            self.reset()
+            self.min_width, self.max_width = min_width, max_width
+            rows = [self.logits(sequence[:stop], stop - start) for start, stop in zip([ends[0] - 1, *stops], stops)]
+            return np.concatenate(rows)
+
+        try:
+            single = evaluate(1, 1)
+            batch = evaluate(1, None)
+            # Widths 2 and 4: other widths, other slots. Equal, batches agree among themselves.
+            batches_agree = np.array_equal(batch, evaluate(1, None, [ends[1], ends[-1]]))
+            if batches_agree and np.array_equal(batch, single):
+                found = Invariance("batch", 0.0)
+            elif batches_agree and np.array_equal(batch, evaluate(2, None, ends)):
+                found = Invariance("padded", float(np.abs(batch - single).max()))
+            else:
+                width = next((w for w in CHUNK_WIDTHS if np.array_equal(single, evaluate(1, w))), None)
+                found = Invariance("chunked" if width else "serial", float(np.abs(batch - single).max()), width)
+        finally:
+            self.reset()
+        self.min_width = 2 if found.mode == "padded" else 1
+        self.max_width = found.width or (1 if found.mode == "serial" else None)
+        return found
 
     # --- vocabulary ----------------------------------------------------------------
 
@@ -429,8 +539,12 @@ def placement(*models: Model) -> dict[str, object]:
     """Where the models run: the device and each model's offloaded layers, for every front end."""
     # With no layer offloaded the work runs on the CPU whatever llama.cpp was built with.
     on_gpu = any(m.offloaded_layers for m in models)
-    return {"device": accelerator_name() if on_gpu else "CPU",
-            "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models]}
+    where = {"device": accelerator_name() if on_gpu else "CPU",
+             "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models]}
+    invariance = models[0].invariance  # the target's: only its logits decide the output
+    if invariance is not None:
+        where["reproducible"] = invariance.mode
+    return where
 
 
 def placement_text(where: dict[str, object]) -> str:

@@ -14,6 +14,9 @@ import numpy as np
 
 from specrun.errors import OptionError
 
+# A top-two logit gap this small may flip between batch widths (specrun.exactness).
+NEAR_TIE = 0.05
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -122,6 +125,18 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     else:
         out = np.stack([distribution(row, params).dense(rows.shape[-1]) for row in rows])
     return out.reshape(logits.shape)
+
+
+def near_ties(logits: np.ndarray, epsilon: float = NEAR_TIE) -> int:
+    """How many rows [k, n_vocab] have their top two logits within `epsilon`: greedy choices
+    that a slightly different batch width could have flipped. Two max passes per row, no sort
+    (the round loop runs this on 152k vocabularies)."""
+    ties = 0
+    for row in logits:
+        best = int(row.argmax())
+        second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
+        ties += bool(row[best] - second < epsilon)
+    return ties
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

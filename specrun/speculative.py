@@ -18,8 +18,8 @@ import numpy as np
 from specrun.drafting import DraftSource, Proposal
 from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import FixedGamma, GammaPolicy
-from specrun.runtime import Detokenizer, Model, Tokens
-from specrun.sampling import SamplingParams, verify
+from specrun.runtime import Continuation, Detokenizer, Model, Tokens
+from specrun.sampling import SamplingParams, near_ties, verify
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
 
@@ -48,6 +48,7 @@ class Round:
     overhead_seconds: float  # sampling, detokenizing, and the consumer's time since the last round
     finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
     catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
+    near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
 
     @property
     def text(self) -> str:
@@ -146,6 +147,7 @@ def generate(
     while True:
         round_start = time.perf_counter()
         if cancelled():
+            _keep_committed(target, ctx)
             yield _finish_round(stream, "cancelled", round_start - round_end)
             return
         # Room for γ drafts and the one token the target adds, inside both limits.
@@ -177,6 +179,8 @@ def generate(
             finish = "context"
         if finish and not hit_stop:
             segments += stream.flush()
+        if finish:
+            _keep_committed(target, ctx)
 
         now = time.perf_counter()
         event = Round(
@@ -191,6 +195,7 @@ def generate(
             overhead_seconds=(now - verified_at) + (round_start - round_end),
             finish_reason=finish,
             catch_up_seconds=proposal.catch_up_seconds,
+            near_ties=near_ties(logits[: len(new_tokens)]) if params.greedy else 0,
         )
         round_end = now
         policy.observe(event)
@@ -204,6 +209,13 @@ def more_room_hint(target: Model) -> str:
     if target.n_ctx < target.n_ctx_train:
         return f"; use `n_ctx` (up to {target.n_ctx_train})"
     return ""
+
+
+def _keep_committed(target: Model, ctx: Tokens) -> None:
+    """Drop what the target's cache holds past the committed sequence but its last token
+    (rejected drafts, an accepted end of generation): what plain decoding leaves, so the
+    next generation reuses only what it would (--reproducible's serial verify needs this)."""
+    target.logits(Continuation(ctx, len(ctx) - 1, []), 0)  # compares only what the last round added
 
 
 def _finish_round(stream: TextStream, reason: str, overhead: float) -> Round:

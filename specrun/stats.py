@@ -12,6 +12,7 @@ from typing import Sequence
 
 from specrun.formatting import format_or_dash
 from specrun.gamma import CostModel
+from specrun.sampling import NEAR_TIE
 from specrun.speculative import Event, Prefill, Round
 
 
@@ -26,6 +27,7 @@ class Stats:
     drafted: int = 0
     accepted: int = 0
     rejections: int = 0  # rounds in which the target rejected a drafted token
+    near_ties: int = 0  # greedy tokens chosen by a top-two logit gap below sampling.NEAR_TIE
     decode_seconds: float = 0.0
     # Rounds that drafted nothing right after another that drafted nothing, but never the
     # first (it pays one-time costs): what a plain token costs, measured. Right after a
@@ -61,6 +63,7 @@ class Stats:
         self.drafted += event.drafted
         self.accepted += event.accepted
         self.rejections += event.accepted < event.drafted
+        self.near_ties += event.near_ties
         self.decode_seconds += event.seconds
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
@@ -152,6 +155,8 @@ class Stats:
             "accepted": self.accepted,
             "acceptance_rate": self.acceptance_rate,
             "rejections": self.rejections,
+            "near_ties": self.near_ties,
+            "near_tie_epsilon": NEAR_TIE,
             "per_token_acceptance": self.per_token_acceptance,
             "mean_accepted_length": self.mean_accepted_length,
             "mean_gamma": self.mean_gamma,
@@ -175,6 +180,7 @@ class Stats:
             ("drafted", str(self.drafted)),
             ("accepted", str(self.accepted)),
             ("acceptance", format_or_dash(self.acceptance_rate and self.acceptance_rate * 100, ".1f", "%")),
+            ("near ties", f"{self.near_ties} tokens (top-two logit gap < {NEAR_TIE})"),
             ("mean accepted length", format_or_dash(self.mean_accepted_length, ".2f", " tokens/pass")),
             ("mean gamma", format_or_dash(self.mean_gamma, ".2f")),
             ("est. speedup", format_or_dash(self.estimated_speedup, ".2f", "x")),
