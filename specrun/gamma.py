@@ -103,7 +103,13 @@ class CostModel:
         if event.drafted > 0:
             self._update(self._means, "draft", event.draft_seconds / event.drafted)
         self._update(self._means, "overhead", event.overhead_seconds)
-        self._update(self._verify, event.drafted + 1, event.verify_seconds)
+        width, seconds = event.drafted + 1, event.verify_seconds
+        if width > 1 and 1 in self._verify:
+            # A batch of k positions never costs more than k single decodes; a sample that
+            # does is a stall (another process, paging), and taken as the cost it would
+            # rule speculation out for good. Half as much again is left for noise.
+            seconds = min(seconds, 1.5 * width * self._verify[1][0])
+        self._update(self._verify, width, seconds)
 
     def state(self) -> dict[str, object]:
         return {"means": self._means, "verify": {str(w): v for w, v in self._verify.items()}}

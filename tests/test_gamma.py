@@ -205,6 +205,15 @@ def test_parse_policy(spec, name):
     assert parse_policy(spec).name == name
 
 
+def test_a_stalled_verify_is_not_taken_as_the_cost_of_its_width():
+    costs = CostModel()
+    costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
+    costs.observe(SimRound(1, 1, 1, 0.004, 2.5, 0.0))  # width 2, stalled 2.5 s
+    assert costs.t_verify(2) == pytest.approx(0.030)  # at most 1.5 x 2 single decodes
+    costs.observe(SimRound(3, 3, 3, 0.004, 0.025, 0.0))  # width 4, an ordinary sample, kept
+    assert costs.t_verify(4) == 0.025
+
+
 @pytest.mark.parametrize("spec", ["fast", "-1", "99"])
 def test_parse_policy_rejects_bad_values(spec):
     with pytest.raises(SpecrunError):
