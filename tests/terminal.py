@@ -1,0 +1,99 @@
+"""A command in a pseudo-terminal, its screen kept by pyte: a person at a terminal, for tests.
+
+The command's stdin, stdout and stderr are the pty's slave end, so it sees a real
+terminal of a fixed size (as `isatty()` and the window-size ioctl report it); keys are
+bytes written to the master end, and the screen is what a VT100 would show.
+Stdlib `pty` and `pyte` only, so it runs on a bare CI machine (no tmux).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+from typing import Callable, Sequence
+
+import pyte
+
+KEYS = {"enter": b"\r", "escape": b"\x1b", "ctrl+q": b"\x11", "ctrl+o": b"\x0f", "f1": b"\x1bOP"}
+
+
+class Terminal:
+    def __init__(self, argv: Sequence[str], *, size: tuple[int, int] = (120, 40), env: dict | None = None) -> None:
+        columns, lines = size
+        self.screen = pyte.Screen(columns, lines)
+        self._stream = pyte.ByteStream(self.screen)
+        self._master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+        self.process = subprocess.Popen(
+            list(argv), stdin=slave, stdout=slave, stderr=slave, env=env,
+            start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
+        )
+        os.close(slave)
+
+    def __enter__(self) -> "Terminal":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill whatever is left of the command: its whole session (`specrun` runs its work in a child)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        os.close(self._master)
+
+    # --- keys -------------------------------------------------------------------------------
+
+    def type(self, text: str) -> None:
+        os.write(self._master, text.encode())
+
+    def press(self, *keys: str) -> None:
+        for key in keys:
+            os.write(self._master, KEYS[key])
+            self.read(0.05)  # a lone Escape must not merge with the next key into a sequence
+
+    # --- the screen -------------------------------------------------------------------------
+
+    def read(self, seconds: float) -> None:
+        """Feed the screen whatever the command writes during `seconds`."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self._master], [], [], left)
+            if not ready:
+                continue
+            try:
+                data = os.read(self._master, 65536)
+            except OSError:  # EIO: the command closed the terminal
+                return
+            if not data:
+                return
+            self._stream.feed(data)
+
+    def text(self) -> str:
+        return "\n".join(line.rstrip() for line in self.screen.display)
+
+    def wait_for(self, condition: str | Callable[[str], bool], timeout: float = 30.0) -> str:
+        """Read until the screen shows `condition` (a text, or a test of the screen's text)."""
+        test = condition if callable(condition) else (lambda screen: condition in screen)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.read(0.05)
+            if test(screen := self.text()):
+                return screen
+        raise AssertionError(f"timed out waiting for {condition!r}; the screen:\n{self.text()}")
+
+    def wait_exit(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None and time.monotonic() < deadline:
+            self.read(0.05)
+        return self.process.wait(timeout=max(0.0, deadline - time.monotonic()))

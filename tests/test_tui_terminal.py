@@ -1,0 +1,69 @@
+"""`specrun chat` as a person meets it: in a pseudo-terminal, keys typed, the screen read.
+
+The command runs as installed (`python -m specrun`, supervisor and all); stdin and
+stdout are the pty, so it opens the TUI on its own. tests/terminal.py is the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from terminal import Terminal
+
+PROMPT_BOX = "Message, or /help"
+
+
+def chat(target: Path, draft: Path, *options: str) -> Terminal:
+    env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}  # the pty's size
+    env["TERM"] = "xterm-256color"
+    return Terminal([sys.executable, "-m", "specrun", "chat", "-t", str(target), "-d", str(draft), "--temp", "0",
+                     *options], size=(120, 40), env=env)
+
+
+def say(terminal: Terminal, line: str) -> None:
+    terminal.type(line)
+    terminal.press("enter")
+
+
+def test_on_a_terminal_chat_opens_the_tui_and_ctrl_q_quits_with_0(tiny_target, tiny_draft):
+    with chat(tiny_target, tiny_draft) as terminal:
+        parts = ["target target.gguf", "draft draft.gguf", "tok/s answer", PROMPT_BOX, "^q Quit"]
+        terminal.wait_for(lambda screen: all(part in screen for part in parts))
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
+
+
+def test_set_gamma_3_takes_effect(tiny_target, tiny_draft):
+    with chat(tiny_target, tiny_draft, "-n", "24") as terminal:
+        terminal.wait_for(PROMPT_BOX)
+        say(terminal, "/set gamma 3")
+        terminal.wait_for("(fixed:3)")
+        say(terminal, "hello world")
+        terminal.wait_for("stopped at the token limit")
+        say(terminal, "/stats")
+        screen = terminal.wait_for("mean gamma")
+        assert re.search(r"γ\s+3 \(fixed:3\)", screen)  # the panel: the last round's γ and the policy
+        drafted = int(re.search(r"drafted\s+(\d+)", screen)[1])
+        mean_gamma = float(re.search(r"mean gamma\s+([\d.]+)", screen)[1])
+        assert drafted > 0 and mean_gamma >= 2  # 3, but less where the token limit leaves less room
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
+
+
+def test_escape_stops_a_long_answer(demo_pair):
+    # The demo pair, not the tiny models: those finish 900 tokens before a key arrives.
+    target, draft = demo_pair
+    with chat(target, draft, "-n", "900") as terminal:
+        terminal.wait_for(PROMPT_BOX, timeout=60)
+        say(terminal, "Write a Python function that checks whether a number is prime. Include a docstring.")
+        terminal.wait_for(re.compile(r"tok/s now\s+\d").search, timeout=60)  # the answer is under way
+        terminal.press("escape")
+        terminal.wait_for(re.compile(r"^\s*stopped\s*(│|$)", re.M).search, timeout=60)
+        say(terminal, "/stats")
+        screen = terminal.wait_for("mean gamma")
+        assert 0 < int(re.search(r"generated\s+(\d+) tokens", screen)[1]) < 900
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
