@@ -138,7 +138,7 @@ def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
 # REPACK's kernels that give a position the same logits alone as in a batch, measured on
 # x86 AVX2 (bench/results/invariance.txt): Q4_0's are; Q4_K's GEMM and GEMV differ.
 INVARIANT_REPACK_TYPES = frozenset({"Q4_0"})
-PROBE_POSITIONS = 6  # --reproducible's load-time check evaluates this many positions each way
+PROBE_POSITIONS = 9  # positions the load-time check evaluates each way: the widest verify of γ_max 8
 CHUNK_WIDTHS = (3, 2)  # the "chunked" widths the check tries, widest first
 
 
@@ -432,7 +432,7 @@ class Model:
         try:
             single = evaluate(1, 1)
             batch = evaluate(1, None)
-            # Widths 2 and 4: other widths, other slots. Equal, batches agree among themselves.
+            # Widths 2 and 7: other widths, other slots. Equal, batches agree among themselves.
             batches_agree = np.array_equal(batch, evaluate(1, None, [ends[1], ends[-1]]))
             if batches_agree and np.array_equal(batch, single):
                 found = Invariance("batch", 0.0)

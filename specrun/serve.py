@@ -352,7 +352,9 @@ class Worker:
         running = self.running
         live = running and {"id": running.id, "recent_tokens_per_second": running.stats.recent_tokens_per_second,
                             **running.stats.as_dict()}
-        return {"running": live, "queued": len(self.jobs) - (running is not None), "totals": dict(self.totals)}
+        invariance = self.engine.target.invariance  # with --reproducible: how the target decodes
+        return {"running": live, "queued": len(self.jobs) - (running is not None), "totals": dict(self.totals),
+                "reproducible": invariance and invariance.mode}
 
     async def stop(self) -> None:
         """Cancel every generation, running or waiting, and wait until the engine is free."""

@@ -111,3 +111,19 @@ def test_run_reproducible_says_how_and_reports_it(tiny_target, tiny_draft):
     assert record["reproducible"] in ("batch", "padded", "chunked", "serial")
     assert record["near_ties"] >= 0 and record["near_tie_epsilon"] == NEAR_TIE
     assert record["text"] == answers["0"].stdout.rstrip("\n")
+
+
+def test_serve_reproducible_answers_as_plain_decoding_does(tiny_target, tiny_draft):
+    from test_serve import Server, chat
+
+    plain = json.loads(specrun("run", "-t", str(tiny_target), "--reproducible", "--gamma", "0", "--temp", "0",
+                               "-n", "24", "--threads", "1", "--json", "the sea").stdout)
+    server = Server("-t", str(tiny_target), "-d", str(tiny_draft), "--reproducible", "--gamma", "3")
+    try:
+        assert server.stats()["reproducible"] == plain["reproducible"]
+        for _ in range(2):  # the second request reuses the cache the first left
+            response = chat(server, "the sea", temperature=0, max_tokens=24)
+            assert response.choices[0].message.content == plain["text"]
+            assert response.model_extra["specrun"]["drafted"] > 0
+    finally:
+        assert server.stop() == 0
