@@ -51,7 +51,8 @@ def test_recall_ignores_a_missing_corrupt_or_foreign_state(tmp_path):
     assert not learned.recall(parse_policy("3"), path)  # only auto learns
 
 
-def test_engines_leave_their_state_to_the_next_with_the_same_settings(tiny_target, tiny_draft):
+def test_engines_leave_their_state_to_the_next_with_the_same_settings(tiny_target, tiny_draft, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # no state from other tests
     def load(threads: int) -> Engine:
         return Engine.load(tiny_target, tiny_draft, options=LoadOptions(threads=threads), params=GREEDY)
 
