@@ -127,15 +127,15 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return out.reshape(logits.shape)
 
 
-def near_ties(logits: np.ndarray, epsilon: float = NEAR_TIE) -> int:
-    """How many rows [k, n_vocab] have their top two logits within `epsilon`: greedy choices
-    that a slightly different batch width could have flipped. Two max passes per row, no sort
-    (the round loop runs this on 152k vocabularies)."""
+def near_ties(logits: np.ndarray, best: Sequence[int], epsilon: float = NEAR_TIE) -> int:
+    """How many rows [k, n_vocab], each with its argmax `best` (the greedy tokens chosen
+    from them), have their top two logits within `epsilon`: choices that a slightly
+    different batch width could have flipped. One max pass per row, no sort (the round
+    loop runs this on 152k vocabularies)."""
     ties = 0
-    for row in logits:
-        best = int(row.argmax())
-        second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
-        ties += bool(row[best] - second < epsilon)
+    for row, token in zip(logits, best):
+        second = max(row[:token].max(initial=-np.inf), row[token + 1 :].max(initial=-np.inf))
+        ties += bool(row[token] - second < epsilon)
     return ties
 
 

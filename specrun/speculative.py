@@ -195,7 +195,7 @@ def generate(
             overhead_seconds=(now - verified_at) + (round_start - round_end),
             finish_reason=finish,
             catch_up_seconds=proposal.catch_up_seconds,
-            near_ties=near_ties(logits[: len(new_tokens)]) if params.greedy else 0,
+            near_ties=near_ties(logits, new_tokens) if params.greedy else 0,  # greedy: each its row's argmax
         )
         round_end = now
         policy.observe(event)

@@ -83,9 +83,11 @@ def test_near_ties_count_rows_whose_top_two_are_close():
     rows[0, 3], rows[0, 7] = 5.0, 5.0 - NEAR_TIE / 2  # a near tie
     rows[1, 0], rows[1, 9] = 5.0, 5.0 - 2 * NEAR_TIE  # not one
     rows[2, 9] = 5.0  # the best at the end, all others equal
-    assert near_ties(rows) == 1
-    assert near_ties(rows[:, ::-1].copy()) == 1
-    assert near_ties(rows, epsilon=10.0) == 3
+    best = rows.argmax(axis=1)
+    assert near_ties(rows, best) == 1
+    assert near_ties(rows[:, ::-1].copy(), rows.shape[1] - 1 - best) == 1
+    assert near_ties(rows, best, epsilon=10.0) == 3
+    assert near_ties(rows, best[:1]) == 1  # only the rows a token was chosen from
 
 
 def test_near_ties_reach_the_figures(tiny_target, tiny_draft):
