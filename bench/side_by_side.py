@@ -38,6 +38,7 @@ TOKENS = int(os.environ.get("TOKENS", 128))
 THREADS = os.environ.get("THREADS", "2")
 GAMMA = os.environ.get("GAMMA", "3")
 BIN = Path(os.environ.get("NATIVE_BIN", "/tmp/specrun-native/build/bin"))
+TIMEOUT = float(os.environ.get("TIMEOUT", 120))  # seconds a run may take (native ngram-mod has hung)
 SPECRUN = Path(sys.executable).with_name("specrun")
 ALL_ROWS = ["native plain", "native draft", "native ngram-simple", "native ngram-mod", "specrun gamma 0",
             f"specrun gamma {GAMMA}", "specrun auto fresh", "specrun auto", "specrun lookup"]
@@ -88,7 +89,8 @@ def specrun(row: str, target: str, draft: str, prompt: str) -> tuple[int, float,
 
 
 def _run(cmd: list[str], stderr: int = subprocess.STDOUT, env: dict | None = None) -> str:
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, check=True, env=env).stdout
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, errors="replace", check=True,
+                          env=env, timeout=TIMEOUT).stdout
 
 
 def main(files: list[str]) -> None:
@@ -100,16 +102,22 @@ def main(files: list[str]) -> None:
     # totals[file][row][rep] = [tokens, seconds]
     totals = {f: {row: [[0, 0.0] for _ in range(REPEAT)] for row in ROWS} for f in files}
     texts: dict[tuple[str, int, str], str] = {}
+    hung: set[tuple[str, int, str]] = set()  # runs that did not finish within TIMEOUT
     for rep in range(REPEAT):  # interleaved, so drift in the machine's speed hits every row alike
         for f, prompts in sets.items():
             for i, prompt in enumerate(prompts):
                 for row in ROWS:
-                    if row.startswith("native"):
-                        tokens, seconds = native(row, target, draft, prompt)
-                    else:
-                        tokens, seconds, texts[f, i, row] = specrun(row, target, draft, prompt)
+                    try:
+                        if row.startswith("native"):
+                            tokens, seconds = native(row, target, draft, prompt)
+                        else:
+                            tokens, seconds, texts[f, i, row] = specrun(row, target, draft, prompt)
+                    except subprocess.TimeoutExpired:
+                        hung.add((f, i, row))
+                        continue
                     totals[f][row][rep][0] += tokens
                     totals[f][row][rep][1] += seconds
+                    print(f"{rep} {Path(f).name}:{i} {row}: {tokens / seconds:.1f} tok/s", file=sys.stderr, flush=True)
     print(f"{target} + {Path(draft).name}, {TOKENS} tokens a prompt, greedy, raw prompts, {THREADS} threads, "
           f"median of {REPEAT} (range)")
     for f, prompts in sets.items():
@@ -120,9 +128,14 @@ def main(files: list[str]) -> None:
             median = statistics.median(rates[row])
             versus = f"{median / plain:5.2f}x native plain  " if plain else ""
             print(f"  {row:20} {median:6.1f} tok/s  {versus}({min(rates[row]):.1f}-{max(rates[row]):.1f})")
+        for row in ROWS:
+            stuck = sorted(i for g, i, r in hung if g == f and r == row)
+            if stuck:
+                print(f"  {row}: did not finish within {TIMEOUT:.0f} s on prompts {stuck} (left out of its figure)")
         if "specrun gamma 0" in ROWS:
             for row in (r for r in ROWS if r.startswith("specrun") and r != "specrun gamma 0"):
-                differ = [i for i in range(len(prompts)) if texts[f, i, row] != texts[f, i, "specrun gamma 0"]]
+                differ = [i for i in range(len(prompts))
+                          if (f, i, row) in texts and texts[f, i, row] != texts.get((f, i, "specrun gamma 0"))]
                 if differ:
                     print(f"  {row}: text differs from gamma 0 on prompts {differ}")
 
