@@ -23,12 +23,11 @@ from specrun.gamma import GAMMA_MAX, expected_rate, parse_policy
 from specrun.options import LookupOptions
 from specrun.prompt import prompt_tokens
 from specrun.runtime import Model, placement, placement_text
-from specrun.sampling import SamplingParams
+from specrun.sampling import NEAR_TIE, SamplingParams
 from specrun.speculative import generate
 from specrun.stats import Stats
 from specrun.textio import read_text
 
-NEAR_TIE = 0.05  # logits closer than this may flip between batch widths (specrun.exactness)
 
 BUILTIN_PROMPTS: list[dict[str, str]] = [
     {"class": "code", "prompt": "Write a Python function that checks whether a number is prime. Include a docstring."},
