@@ -13,7 +13,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specrun.runtime import Continuation, Model, Tokens
+from specrun.runtime import Model, Tokens
 from specrun.sampling import Distribution, SamplingParams, pick
 
 
@@ -59,7 +59,7 @@ class ModelDraft:
         # last accepted draft; more than that, it paused: catch up in one batch, timed apart.
         if len(ctx) - len(self.model.tokens) > 2:
             start = time.perf_counter()
-            self.model.logits(Continuation(ctx, len(ctx) - 1, []), 0)
+            self.model.logits(ctx.but_last(), 0)
             proposal.catch_up_seconds = time.perf_counter() - start
         for _ in range(n):
             # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed.

@@ -53,6 +53,7 @@ class Engine:
         self.fit: Fit | None = None  # the placement by free memory, where there were GPUs
         self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
         self.learned: Path | None = None  # where auto's state is kept between engines, if it is
+        self._learning: dict[str, object] = {}  # the settings `learned` is the key of, as loaded
         self.recalled = False  # whether auto started from that state rather than its warm-up
 
     @classmethod
@@ -104,7 +105,8 @@ class Engine:
         engine.fit = placed
         engine.gpu_bytes_used = free_before - gpu_free_bytes()
         if source is not None:
-            engine.learned = learned.state_path(engine._learning_settings())
+            engine._learning = engine._learning_settings()
+            engine.learned = learned.state_path(engine._learning)
             engine.recalled = learned.recall(engine.policy, engine.learned)
         return engine
 
@@ -161,7 +163,7 @@ class Engine:
 
     def close(self) -> None:
         if self.learned is not None:
-            learned.keep(self.policy, self.learned, self._learning_settings())
+            learned.keep(self.policy, self.learned, self._learning)
             self.learned = None  # closing twice saves once
         if self.draft_model is not None:
             self.draft_model.close()

@@ -196,6 +196,11 @@ class Tokens(Sequence[int]):
         """These tokens followed by `tail` (a draft), without copying them."""
         return Continuation(self, len(self._items), tail)
 
+    def but_last(self) -> Continuation:
+        """All but the last token, without copying: what a cache holds when the last
+        token's logits are still to be computed."""
+        return Continuation(self, len(self._items) - 1, [])
+
     def __len__(self) -> int:
         return len(self._items)
 

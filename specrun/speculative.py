@@ -18,7 +18,7 @@ import numpy as np
 from specrun.drafting import DraftSource, Proposal
 from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import FixedGamma, GammaPolicy
-from specrun.runtime import Continuation, Detokenizer, Model, Tokens
+from specrun.runtime import Detokenizer, Model, Tokens
 from specrun.sampling import SamplingParams, near_ties, verify
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
@@ -215,7 +215,7 @@ def _keep_committed(target: Model, ctx: Tokens) -> None:
     """Drop what the target's cache holds past the committed sequence but its last token
     (rejected drafts, an accepted end of generation): what plain decoding leaves, so the
     next generation reuses only what it would (--reproducible's serial verify needs this)."""
-    target.logits(Continuation(ctx, len(ctx) - 1, []), 0)  # compares only what the last round added
+    target.logits(ctx.but_last(), 0)  # compares only what the last round added
 
 
 def _finish_round(stream: TextStream, reason: str, overhead: float) -> Round:
