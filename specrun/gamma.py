@@ -131,9 +131,11 @@ class CostModel:
 
     def t_verify(self, width: int) -> float | None:
         """Measured; else linear between the measured neighbours; beyond the widest measured,
-        extended along the last slope where it rises (a CPU's steep verify rules wide drafts
-        out before they are tried), else that width's time (flat, as on a GPU: the policy
-        tries wider drafts and learns their cost); below the narrowest, along the first slope."""
+        extended along the last slope where it rises and both its ends were measured more
+        than once (a CPU's steep verify rules wide drafts out before they are tried, but one
+        sample, such as the first decode at a new width, is no slope), else that width's time
+        (flat, as on a GPU: the policy tries wider drafts and learns their cost); below the
+        narrowest, along the first slope."""
         measured = self.measured_widths
         if width in measured:
             return measured[width]
@@ -144,7 +146,8 @@ class CostModel:
             return measured[widths[0]]
         if width > widths[-1]:
             last, before = widths[-1], widths[-2]
-            slope = max((measured[last] - measured[before]) / (last - before), 0.0)
+            settled = min(self._verify[last][1], self._verify[before][1]) >= 2
+            slope = max((measured[last] - measured[before]) / (last - before), 0.0) if settled else 0.0
             return measured[last] + slope * (width - last)
         upper = next(w for w in widths if w > width)
         lower = max((w for w in widths if w < width), default=widths[0])

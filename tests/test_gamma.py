@@ -189,11 +189,14 @@ def test_cost_model_interpolates_unmeasured_widths():
     assert costs.t_verify(5) == 0.010  # one width known: assume flat
     costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))  # width 5
     assert costs.t_verify(3) == pytest.approx(0.020)  # between measured widths
-    assert costs.t_verify(7) == pytest.approx(0.040)  # beyond the widest measured: along the last slope
+    assert costs.t_verify(7) == 0.030  # beyond the widest measured, one sample each end: flat, to be explored
+    costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
+    costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))
+    assert costs.t_verify(7) == pytest.approx(0.040)  # both ends measured twice: along the last slope
     costs.observe(SimRound(2, 2, 2, 0.002, 0.015, 0.0))  # width 3
     assert costs.t_verify(2) == pytest.approx(0.0125)
     assert costs.t_draft == pytest.approx(0.001)
-    costs.observe(SimRound(0, 0, 0, 0.0, 0.020, 0.0))
+    costs.observe(SimRound(0, 0, 0, 0.0, 0.025, 0.0))
     assert costs.t_verify(1) == pytest.approx(0.015)  # a plain mean without decay
     costs.observe(SimRound(6, 6, 6, 0.006, 0.025, 0.0))  # width 7, cheaper than width 5: noise, or a GPU
     assert costs.t_verify(9) == 0.025  # a falling slope is not extended: flat, to be explored
