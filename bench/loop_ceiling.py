@@ -3,7 +3,7 @@
 The real round (speculative.generate, ModelDraft, sampling.verify) runs over the real
 runtime.Model bookkeeping; only the native calls (llama_decode, reading logits, dropping
 cache positions) are replaced by a NullModel that returns a fixed random table's row
-for the last token. Draft and target share the table, so every draft is accepted. On a
+for each position. Draft and target share the table, so every draft is accepted. On a
 GPU a 1B draft token takes 2-3 ms and a 70B verify 25 ms: these figures are what the
 Python loop adds to them.
 
@@ -32,12 +32,12 @@ CONTEXTS = (512, 4096, 32_768)
 GAMMAS = (0, 4, 8)
 SAMPLINGS = {"greedy": SamplingParams(temperature=0),
              "T=0.8": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=0)}
-TABLE_ROWS = 16  # 10 MB at 152k: it stays in cache, as logits llama.cpp has just written would
-LEAD = 6.0  # the next token's logit above unit noise: greedy follows it, sampling keeps ~40 candidates
+TABLE_ROWS = 8  # twice over, 10 MB at 152k: it stays in cache, as logits llama.cpp has just written would
+LEAD = 6.0  # one token's logit above unit noise: greedy follows it, sampling keeps ~40 candidates
 
 
 def logit_table(n_vocab: int, seed: int = 0) -> np.ndarray:
-    """Row r: the logits after any token t with t % rows == r; it leads to token r + 1."""
+    """Row r: the logits at any position p with p % rows == r; token r + 1 leads."""
     rng = np.random.default_rng(seed)
     table = rng.standard_normal((TABLE_ROWS, n_vocab), dtype=np.float32)
     table[np.arange(TABLE_ROWS), (np.arange(TABLE_ROWS) + 1) % TABLE_ROWS] += LEAD
@@ -46,11 +46,11 @@ def logit_table(n_vocab: int, seed: int = 0) -> np.ndarray:
 
 class NullModel(Model):
     """A Model whose native calls cost nothing: the logits of a position are a table row
-    chosen by its token. Every line of Python bookkeeping is Model's own."""
+    chosen by the position. Every line of Python bookkeeping is Model's own."""
 
     def __init__(self, table: np.ndarray, n_ctx: int, n_batch: int = 512, name: str = "null") -> None:
         self.name = name
-        self.table = table
+        self.table = np.concatenate([table, table])  # a run of rows past the end wraps around
         self.n_vocab = table.shape[1]
         self.n_ctx = self.n_ctx_train = n_ctx
         self.n_batch = n_batch
@@ -60,9 +60,14 @@ class NullModel(Model):
     def _decode(self) -> int:
         return 0
 
-    def _read_outputs(self, out: np.ndarray) -> None:
-        last_tokens = self._batch_tokens[self._batch.n_tokens - len(out) : self._batch.n_tokens]
-        np.take(self.table, last_tokens, axis=0, out=out, mode="wrap")  # row token % rows; "wrap" copies once
+    def _outputs(self, count: int) -> np.ndarray:
+        """Row p % TABLE_ROWS for each of the last `count` positions p. llama.cpp writes
+        its logits during the decode, which costs nothing here: like its buffer, what this
+        returns is a view (up to TABLE_ROWS + 1 rows, a round's; a copy beyond)."""
+        first = self._batch_pos[self._batch.n_tokens - count] % TABLE_ROWS
+        if first + count <= len(self.table):
+            return self.table[first : first + count]
+        return np.take(self.table, np.arange(first, first + count), axis=0, mode="wrap")
 
     def _drop(self, keep: int) -> bool:
         return True

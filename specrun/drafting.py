@@ -63,7 +63,7 @@ class ModelDraft:
             proposal.catch_up_seconds = time.perf_counter() - start
         for _ in range(n):
             # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed.
-            logits = self.model.logits(ctx.then(proposal.tokens), 1)[0, : self.target_vocab]
+            logits = self.model.logits(ctx.then(proposal.tokens), 1, view=True)[0, : self.target_vocab]
             if self.p_min > 0 and _top_probability(logits) < self.p_min:
                 break
             token, q = pick(logits, params, rng)

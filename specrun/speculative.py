@@ -156,7 +156,8 @@ def generate(
         proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal()
         drafted_at = time.perf_counter()
 
-        logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1)
+        # A view of llama.cpp's buffer, read before the target's next call.
+        logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
         verified_at = time.perf_counter()
         accepted, next_token = verify(logits, proposal.tokens, proposal.probs, params, rng)
 
@@ -168,6 +169,7 @@ def generate(
                 del new_tokens[i:], from_draft[i:]
                 finish = "stop"
                 break
+        ties = near_ties(logits, new_tokens) if params.greedy else 0  # greedy: each its row's argmax
         ctx.extend(new_tokens)
         generated += len(new_tokens)
         segments, hit_stop = stream.feed(new_tokens, from_draft)
@@ -195,7 +197,7 @@ def generate(
             overhead_seconds=(now - verified_at) + (round_start - round_end),
             finish_reason=finish,
             catch_up_seconds=proposal.catch_up_seconds,
-            near_ties=near_ties(logits, new_tokens) if params.greedy else 0,  # greedy: each its row's argmax
+            near_ties=ties,
         )
         round_end = now
         policy.observe(event)
