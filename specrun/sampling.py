@@ -78,19 +78,17 @@ class Distribution:
 
 
 def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """The ids of the k largest logits (ties broken arbitrarily), in one pass over the vocabulary.
+    """The ids of the k largest logits (ties broken arbitrarily), in two passes over the vocabulary.
 
-    Seen as a grid of k or more columns (and a short tail), the k-th largest column
-    maximum bounds the k-th largest logit from below, so the top k lie in the columns
-    that reach it, about k of them: only those and the tail are searched.
+    Seen as a grid of k or more columns, the k-th largest column maximum bounds the k-th
+    largest logit from below (k distinct elements reach it), so the top k are among the
+    logits that reach it: about k of them.
     """
     rows = max(1, min(64, len(logits) // k))
     columns = len(logits) // rows
     maxima = logits[: rows * columns].reshape(rows, columns).max(axis=0)
-    top_columns = np.flatnonzero(maxima >= np.partition(maxima, -k)[-k])
-    ids = np.concatenate([(np.arange(rows)[:, None] * columns + top_columns).ravel(),
-                          np.arange(rows * columns, len(logits))])
-    return ids[np.argpartition(logits[ids], -k)[-k:]]
+    ids = np.flatnonzero(logits >= np.partition(maxima, -k)[-k])
+    return ids if len(ids) == k else ids[np.argpartition(logits[ids], -k)[-k:]]
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
