@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -55,24 +56,23 @@ def chat(
 
     if sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty():
         from specrun_tui import SpecrunApp
+        from specrun_tui.engine_process import EngineProcess
 
         if load.verbose:  # llama.cpp writes to the terminal directly and would garble the screen
             note("--verbose is ignored in the TUI; pipe the chat to see llama.cpp's log")
             load = replace(load, verbose=False)
 
         loading = " and ".join(getattr(p, "name", "prompt lookup") for p in (choice.target, choice.draft) if p)
-        # The placement shows in the TUI's header; a line on stderr would garble the screen.
-        app = SpecrunApp(loader=lambda: load_engine(choice, load, params=sampling, drafting=drafting,
-                                                    announce=lambda line: None),
-                         loading=loading, system=system, max_tokens=max_tokens)
-        try:
+        # The engine runs in a process of its own (see specrun_tui.engine_process), whose
+        # output goes nowhere: the placement shows in the TUI's header instead.
+        with EngineProcess(partial(load_engine, choice, load, params=sampling, drafting=drafting)) as engine:
+            app = SpecrunApp(engine, loading=loading, system=system, max_tokens=max_tokens)
             with interrupts.routed_to(app.exit) as received:
                 app.run()
-        finally:
-            if app.engine is not None:
-                app.engine.close()
         if received:
             raise typer.Exit(128 + received[0])
+        if app.return_code:  # the terminal hung up
+            raise typer.Exit(app.return_code)
         return
 
     engine = load_engine(choice, load, params=sampling, drafting=drafting)

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import termios
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import pyte
@@ -36,6 +37,7 @@ class Terminal:
             start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
         )
         os.close(slave)
+        self.hung_up = False
 
     def __enter__(self) -> "Terminal":
         return self
@@ -50,7 +52,26 @@ class Terminal:
         except ProcessLookupError:
             pass
         self.process.wait()
+        if not self.hung_up:
+            os.close(self._master)
+
+    def hang_up(self) -> None:
+        """Close the terminal, as a closed window or a dropped ssh connection does."""
         os.close(self._master)
+        self.hung_up = True
+
+    def session(self) -> list[int]:
+        """The processes still alive in the command's session (it and what it started)."""
+        alive = []
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            state, _, _, session = stat[stat.rindex(")") + 2 :].split()[:4]
+            if int(session) == self.process.pid and state != "Z":
+                alive.append(int(entry))
+        return alive
 
     # --- keys -------------------------------------------------------------------------------
 
@@ -67,6 +88,9 @@ class Terminal:
     def read(self, seconds: float) -> None:
         """Feed the screen whatever the command writes during `seconds`."""
         deadline = time.monotonic() + seconds
+        if self.hung_up:
+            time.sleep(seconds)
+            return
         while (left := deadline - time.monotonic()) > 0:
             ready, _, _ = select.select([self._master], [], [], left)
             if not ready:

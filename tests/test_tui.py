@@ -1,8 +1,11 @@
-"""The Textual chat against the tiny generated models: real engine, real worker thread."""
+"""The Textual chat against the tiny generated models: real engine, in its own process."""
 
 from __future__ import annotations
 
-import threading
+import os
+import signal
+import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,13 +20,17 @@ from specrun.sampling import SamplingParams
 from specrun.speculative import Prefill, Round
 from specrun.stats import Stats
 from specrun_tui import SpecrunApp
+from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Figures
 from specrun_tui.screens import ChatScreen, HelpScreen, LoadingScreen
 from specrun_tui.widgets import (
-    BLOCK_CHARS, AnswerBlock, AssistantMessage, FiguresPanel, Notice, Transcript, UserMessage,
+    BLOCK_CHARS, AnswerBlock, AssistantMessage, FiguresPanel, ModelBar, Notice, Transcript, UserMessage,
 )
 
 GREEDY = SamplingParams(temperature=0.0, seed=1)
+
+
+# The loaders run in the engine process, so they are module-level functions (they pickle).
 
 
 def load(target: Path, draft: Path) -> Engine:
@@ -31,10 +38,34 @@ def load(target: Path, draft: Path) -> Engine:
     return Engine.load(target, draft, params=GREEDY, drafting=DraftOptions(gamma="3"))
 
 
+def load_once(gate: Path, target: Path, draft: Path) -> Engine:
+    """Load when `gate` exists: the loading screen can be seen meanwhile."""
+    for _ in range(400):
+        if gate.exists():
+            break
+        time.sleep(0.05)
+    return load(target, draft)
+
+
+def fail() -> Engine:
+    raise SpecrunError("model file not found: nowhere.gguf")
+
+
+def crash() -> Engine:
+    os.kill(os.getpid(), signal.SIGSEGV)  # as llama.cpp would die on a bad file
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture
 def engine(tiny_target: Path, tiny_draft: Path):
-    with load(tiny_target, tiny_draft) as engine:
+    with EngineProcess(partial(load, tiny_target, tiny_draft)) as engine:
         yield engine
+
+
+async def loaded(pilot: Pilot) -> ChatScreen:
+    await until(pilot, lambda: isinstance(pilot.app.screen, ChatScreen), timeout=60)
+    await pilot.pause()
+    return pilot.app.screen
 
 
 async def until(pilot: Pilot, condition, timeout: float = 20.0) -> None:
@@ -47,8 +78,7 @@ async def until(pilot: Pilot, condition, timeout: float = 20.0) -> None:
 
 async def say(pilot: Pilot, text: str) -> ChatScreen:
     """Type a line into the input box, press Enter and wait until any answer is done."""
-    screen = pilot.app.screen
-    assert isinstance(screen, ChatScreen)
+    screen = await loaded(pilot)
     screen.query_one(Input).value = text
     await pilot.press("enter")
     await until(pilot, lambda: not screen.generating)
@@ -60,9 +90,9 @@ def notices(screen: ChatScreen) -> list[str]:
     return [str(notice.render()) for notice in screen.query(Notice)]
 
 
-def greedy_answer(target: Path, draft: Path, user_text: str, max_tokens: int) -> str:
+def greedy_answer(target: Path, draft: Path, messages: list[Message], max_tokens: int) -> str:
     with load(target, draft) as engine:
-        tokens = render(engine.target, [Message("user", user_text)])
+        tokens = render(engine.target, messages)
         return "".join(e.text for e in engine.stream(tokens, max_tokens=max_tokens) if isinstance(e, Round))
 
 
@@ -74,10 +104,9 @@ async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(eng
         [user] = screen.query(UserMessage)
         [answer] = screen.query(AssistantMessage)
         assert str(user.render()) == "hello world"
-        expected = greedy_answer(tiny_target, tiny_draft, "hello world", 24)
+        expected = greedy_answer(tiny_target, tiny_draft, [Message("user", "hello world")], 24)
         assert answer.text == expected and expected
         assert answer.finished and answer.query_one(Markdown).display
-        assert screen.conversation.turns[-1] == Message("assistant", expected)
         # The panel shows the last answer's figures, as Stats computed them.
         stats = screen.last_stats
         assert stats.generated == 24 and stats.finish_reason == "length"
@@ -92,28 +121,29 @@ async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(eng
 
 
 @pytest.mark.asyncio
-async def test_a_stopped_answer_leaves_the_app_ready_for_the_next(engine):
+async def test_a_stopped_answer_leaves_the_app_ready_for_the_next(engine, tiny_target, tiny_draft):
     app = SpecrunApp(engine, max_tokens=900)
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = app.screen
-        # Stop (what Escape does) before the worker's first round: the tiny model would
-        # finish 900 tokens before a simulated key press could reach it. The loop polls the flag.
-        await screen.send("the cat")
+        screen = await loaded(pilot)
+        # Stop (what Escape does) before the engine's first round: the tiny model would
+        # finish 900 tokens before a simulated key press could reach it. The loop polls the pipe.
+        screen.send("the cat")
         screen.action_stop()
         await until(pilot, lambda: not screen.generating)
         assert screen.last_stats.finish_reason == "cancelled"
         assert notices(screen) == ["stopped"]
-        assert [m.role for m in screen.conversation.turns] == ["user", "assistant"]
 
         await pilot.press(*"/set max_tokens 8", "enter")
         await say(pilot, "the dog")
         assert screen.last_stats.finish_reason == "length" and screen.last_stats.generated == 8
-        assert len(screen.query(AssistantMessage)) == 2
-        assert [m.role for m in screen.conversation.turns] == ["user", "assistant"] * 2
+        stopped, answer = screen.query(AssistantMessage)
+        # The stopped reply stayed in the conversation, so the next turn followed it.
+        turns = [Message("user", "the cat"), Message("assistant", stopped.text), Message("user", "the dog")]
+        assert answer.text == greedy_answer(tiny_target, tiny_draft, turns, 8)
 
 
 @pytest.mark.asyncio
-async def test_slash_commands_change_the_settings(engine):
+async def test_slash_commands_change_the_settings(engine, tiny_target, tiny_draft):
     app = SpecrunApp(engine, max_tokens=8)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await say(pilot, "/set temp 0.5")
@@ -122,29 +152,33 @@ async def test_slash_commands_change_the_settings(engine):
         assert engine.params.top_k == 7
         await say(pilot, "/set seed none")
         assert engine.params.seed is None
-        await say(pilot, "/set gamma 3")
-        assert engine.policy.name == "fixed:3"
         await say(pilot, "/set gamma heuristic")
-        assert engine.policy.name == "heuristic"
+        assert engine.policy == "heuristic"
         assert screen.query_one(FiguresPanel).latest.policy == "heuristic"
-        await say(pilot, "/system Be brief.")
-        assert screen.conversation.system == "Be brief."
 
         await say(pilot, "/set top_p 2")
         await say(pilot, "/set gamma many")
         await say(pilot, "/frobnicate")
         assert len(notices(screen)) == 3
-        assert engine.params.top_p == 0.95  # refused values change nothing
+        assert engine.params.top_p == 0.95 and engine.policy == "heuristic"  # refused values change nothing
 
         await say(pilot, "/stats")
         assert notices(screen)[-1] == "/stats: no answer yet"
-        await say(pilot, "hello")
+        # The engine process carries the settings out: greedy, γ 3 and the system prompt
+        # give the answer a loaded engine gives.
+        for line in ("/set temp 0", "/set seed 1", "/set gamma 3", "/system Be brief.", "hello"):
+            await say(pilot, line)
+        assert max(screen.last_stats.gamma_trace) == 3
+        brief = [Message("system", "Be brief."), Message("user", "hello")]
+        expected = greedy_answer(tiny_target, tiny_draft, brief, 8)
+        assert screen.query_one(AssistantMessage).text == expected
         await say(pilot, "/stats")
         assert notices(screen)[-1] == "\n".join(screen.last_stats.summary_lines())
 
         await say(pilot, "/clear")
         assert not screen.query_one(Transcript).children
-        assert screen.conversation.turns == [] and screen.conversation.system == "Be brief."
+        await say(pilot, "hello")  # the conversation starts over, with the system prompt
+        assert screen.query_one(AssistantMessage).text == expected
 
 
 @pytest.mark.asyncio
@@ -183,7 +217,8 @@ async def test_a_long_answer_grows_in_blocks_that_are_rendered_once(engine):
     """Only the last block takes new text, so a refresh costs the same at any length."""
     app = SpecrunApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
-        answer = await app.screen.query_one(Transcript).start_answer(show_origin=True)
+        screen = await loaded(pilot)
+        answer = await screen.query_one(Transcript).start_answer(show_origin=True)
         lines = [(f"line {i} ", i % 2 == 0) for i in range(1000)]
         for i in range(0, len(lines), 7):  # as refreshes bring them: a few segments at a time
             answer.append([(text + "\n" if from_draft else text, from_draft) for text, from_draft in lines[i:i + 7]])
@@ -197,35 +232,32 @@ async def test_a_long_answer_grows_in_blocks_that_are_rendered_once(engine):
 
 
 @pytest.mark.asyncio
-async def test_the_loader_runs_behind_a_loading_screen(tiny_target, tiny_draft):
-    may_load = threading.Event()
-
-    def slow_load() -> Engine:
-        may_load.wait(timeout=20)
-        return load(tiny_target, tiny_draft)
-
-    app = SpecrunApp(loader=slow_load, loading="target and draft")
-    async with app.run_test() as pilot:
-        await pilot.pause()
-        assert isinstance(app.screen, LoadingScreen)  # the app is alive while the loader works
-        assert "Loading target and draft" in str(app.screen.query_one("#loading-status").render())
-        may_load.set()
-        await until(pilot, lambda: isinstance(app.screen, ChatScreen))
-        assert app.engine is not None
-        await say(pilot, "/set gamma 2")
-        assert app.engine.policy.name == "fixed:2"
-    app.engine.close()
+async def test_the_models_load_behind_a_loading_screen(tiny_target, tiny_draft, tmp_path):
+    gate = tmp_path / "load now"
+    with EngineProcess(partial(load_once, gate, tiny_target, tiny_draft)) as engine:
+        app = SpecrunApp(engine, loading="target and draft")
+        async with app.run_test() as pilot:
+            await pilot.pause(0.5)
+            assert isinstance(app.screen, LoadingScreen)  # the app is alive while the engine loads
+            assert "Loading target and draft" in str(app.screen.query_one("#loading-status").render())
+            gate.touch()
+            screen = await loaded(pilot)
+            assert "target target.gguf" in str(screen.query_one(ModelBar).render())
+            await say(pilot, "/set gamma 2")
+            assert engine.policy == "fixed:2"
 
 
 @pytest.mark.asyncio
-async def test_a_load_error_is_shown_in_the_app(tmp_path):
-    def fail() -> Engine:
-        raise SpecrunError("model file not found: nowhere.gguf")
-
-    app = SpecrunApp(loader=fail)
-    async with app.run_test() as pilot:
-        await until(pilot, lambda: "nowhere.gguf" in str(app.screen.query_one("#loading-status").render()))
-        assert isinstance(app.screen, LoadingScreen) and app.is_running
+@pytest.mark.parametrize("loader, shown", [
+    (fail, "model file not found: nowhere.gguf"),
+    (crash, "llama.cpp crashed with a segmentation fault"),
+])
+async def test_a_load_error_or_crash_is_shown_in_the_app(loader, shown):
+    with EngineProcess(loader) as engine:
+        app = SpecrunApp(engine)
+        async with app.run_test(size=(160, 30)) as pilot:
+            await until(pilot, lambda: shown in str(app.screen.query_one("#loading-status").render()))
+            assert isinstance(app.screen, LoadingScreen) and app.is_running
 
 
 # --- snapshots ------------------------------------------------------------------------------
@@ -251,18 +283,23 @@ def known_readings() -> list[Figures]:
     return readings
 
 
-@pytest.fixture
-def cpu_engine(tiny_target: Path, tiny_draft: Path):
+def load_on_cpu(target: Path, draft: Path) -> Engine:
     """No GPU layers, so the bar reads the same on any build of llama.cpp."""
     options = LoadOptions(gpu_layers=0, draft_gpu_layers=0)
-    with Engine.load(tiny_target, tiny_draft, options=options, params=GREEDY, drafting=DraftOptions(gamma="3")) as engine:
+    return Engine.load(target, draft, options=options, params=GREEDY, drafting=DraftOptions(gamma="3"))
+
+
+@pytest.fixture
+def cpu_engine(tiny_target: Path, tiny_draft: Path):
+    with EngineProcess(partial(load_on_cpu, tiny_target, tiny_draft)) as engine:
         yield engine
 
 
 def test_snapshot_of_the_chat_after_an_answer(snap_compare, cpu_engine):
     async def answer_then_fix_the_figures(pilot: Pilot) -> None:
-        pilot.app.screen.query_one(Input).cursor_blink = False
-        screen = await say(pilot, "hello world")
+        screen = await loaded(pilot)
+        screen.query_one(Input).cursor_blink = False
+        await say(pilot, "hello world")
         panel = screen.query_one(FiguresPanel)
         panel.reset()
         panel.show(known_readings())
@@ -273,7 +310,8 @@ def test_snapshot_of_the_chat_after_an_answer(snap_compare, cpu_engine):
 
 def test_snapshot_of_the_help_screen(snap_compare, cpu_engine):
     async def stop_the_cursor_blinking(pilot: Pilot) -> None:
-        pilot.app.screen.query_one(Input).cursor_blink = False
+        screen = await loaded(pilot)
+        screen.query_one(Input).cursor_blink = False
 
     app = SpecrunApp(cpu_engine)
     assert snap_compare(app, run_before=stop_the_cursor_blinking, press=["f1"], terminal_size=(110, 32))

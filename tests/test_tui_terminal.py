@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import time
 from pathlib import Path
 
 from terminal import Terminal
@@ -57,9 +59,7 @@ def test_escape_stops_a_long_answer(demo_pair):
     # The demo pair, not the tiny models: those finish 900 tokens before a key arrives.
     target, draft = demo_pair
     with chat(target, draft, "-n", "900") as terminal:
-        terminal.wait_for(PROMPT_BOX, timeout=60)
-        say(terminal, "Write a Python function that checks whether a number is prime. Include a docstring.")
-        terminal.wait_for(re.compile(r"tok/s now\s+\d").search, timeout=60)  # the answer is under way
+        start_a_long_answer(terminal)
         terminal.press("escape")
         terminal.wait_for(re.compile(r"^\s*stopped\s*(│|$)", re.M).search, timeout=60)
         say(terminal, "/stats")
@@ -67,3 +67,36 @@ def test_escape_stops_a_long_answer(demo_pair):
         assert 0 < int(re.search(r"generated\s+(\d+) tokens", screen)[1]) < 900
         terminal.press("ctrl+q")
         assert terminal.wait_exit() == 0
+
+
+def start_a_long_answer(terminal: Terminal) -> None:
+    terminal.wait_for(PROMPT_BOX, timeout=60)
+    say(terminal, "Write a Python function that checks whether a number is prime. Include a docstring.")
+    terminal.wait_for(re.compile(r"tok/s now\s+\d").search, timeout=60)  # the answer is under way
+
+
+def gone_within(terminal: Terminal, seconds: float) -> bool:
+    """Whether the command and every process it started ended within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while terminal.session() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not terminal.session()
+
+
+def test_a_closed_terminal_ends_the_chat_mid_answer(demo_pair):
+    # As a closed window or a dropped ssh connection: nobody is left to press a key.
+    target, draft = demo_pair
+    with chat(target, draft, "-n", "2000") as terminal:
+        start_a_long_answer(terminal)
+        terminal.hang_up()
+        assert gone_within(terminal, 15), terminal.session()  # was: kept running at 40-60% CPU
+        assert terminal.process.wait() == 128 + signal.SIGHUP
+
+
+def test_sigterm_ends_the_chat_mid_answer(demo_pair):
+    target, draft = demo_pair
+    with chat(target, draft, "-n", "2000") as terminal:
+        start_a_long_answer(terminal)
+        terminal.process.send_signal(signal.SIGTERM)  # to `specrun` alone, as `kill` does
+        assert gone_within(terminal, 15), terminal.session()
+        assert terminal.process.wait() == 128 + signal.SIGTERM

@@ -1,76 +1,71 @@
-"""The Textual app: loads the engine (or takes a loaded one) and opens the chat screen."""
+"""The Textual app: a loading screen until the engine process has loaded, then the chat."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import select
+import signal
+import sys
 
-from textual import work
 from textual.app import App
 from textual.binding import Binding
 
-from specrun.errors import SpecrunError
-from specrun_tui.messages import EngineLoaded, EngineLoadFailed
+from specrun_tui.engine_process import EngineProcess
+from specrun_tui.messages import Ended, Loaded, LoadFailed, SetSystem
 from specrun_tui.screens import ChatScreen, LoadingScreen
 
-if TYPE_CHECKING:
-    from specrun.engine import Engine
+# How often the app reads what the engine process sent. Each read that brings text
+# repaints the screen, a few milliseconds of CPU taken from llama.cpp's threads, so
+# text comes in 5 batches a second (the figures are redrawn once a second).
+RECEIVE_SECONDS = 1 / 5
+HANGUP_STATUS = 128 + signal.SIGHUP
 
 
 class SpecrunApp(App[None]):
-    """Chat with a speculative engine.
+    """Chat with a speculative engine that runs in its own process (EngineProcess).
 
-    Give either a loaded `engine` (tests, library use) or a `loader` that loads one;
-    the loader runs in a worker thread behind a loading screen. Whoever made the
-    engine closes it: after `run()`, `app.engine` is the loaded one (or None).
+    Whoever made the engine process closes it, after `run()`.
     """
 
     CSS_PATH = "specrun.tcss"
     TITLE = "specrun"
     BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]  # the default, shown in the footer
 
-    def __init__(
-        self,
-        engine: "Engine | None" = None,
-        *,
-        loader: "Callable[[], Engine] | None" = None,
-        loading: str = "the models",
-        system: str | None = None,
-        max_tokens: int = 256,
-    ) -> None:
-        if (engine is None) == (loader is None):
-            raise ValueError("give either an engine or a loader")
+    def __init__(self, engine: EngineProcess, *, loading: str = "the models", system: str | None = None,
+                 max_tokens: int = 256) -> None:
         super().__init__()
         self.engine = engine
-        self.loader = loader
         self.loading = loading
         self.system = system
         self.max_tokens = max_tokens
+        self.chat: ChatScreen | None = None  # once loaded; it takes the replies even under the help
 
     def on_mount(self) -> None:
-        if self.engine is not None:
-            self.push_screen(self._chat_screen(self.engine))
-        else:
-            self.push_screen(LoadingScreen(self.loading))
-            self._load()
+        self.push_screen(LoadingScreen(self.loading))
+        self.set_interval(RECEIVE_SECONDS, self.receive)
 
-    def _chat_screen(self, engine: "Engine") -> ChatScreen:
-        return ChatScreen(engine, system=self.system, max_tokens=self.max_tokens)
+    async def receive(self) -> None:
+        """Take what the engine process sent; quit if the terminal has gone."""
+        if not self.is_headless and _terminal_hung_up():
+            # Textual's input thread reads nothing from a closed terminal, again and again.
+            self.exit(return_code=HANGUP_STATUS)
+            return
+        replies = self.engine.receive()
+        for reply in replies:
+            if isinstance(reply, Loaded):
+                if self.system:
+                    self.engine.send(SetSystem(self.system))
+                self.chat = ChatScreen(self.engine, reply, max_tokens=self.max_tokens)
+                self.switch_screen(self.chat)
+            elif isinstance(reply, (LoadFailed, Ended)) and isinstance(self.screen, LoadingScreen):
+                self.screen.show_error(reply.error)
+                self.notify(reply.error, title="Cannot load the models", severity="error", timeout=30)
+        if self.chat is not None and self.chat.is_mounted:
+            await self.chat.receive([r for r in replies if not isinstance(r, (Loaded, LoadFailed))])
 
-    @work(thread=True, exclusive=True)
-    def _load(self) -> None:
-        assert self.loader is not None
-        try:
-            engine = self.loader()
-        except SpecrunError as error:
-            self.post_message(EngineLoadFailed(str(error)))
-        else:
-            self.post_message(EngineLoaded(engine))
 
-    def on_engine_loaded(self, message: EngineLoaded) -> None:
-        self.engine = message.engine
-        self.switch_screen(self._chat_screen(message.engine))
-
-    def on_engine_load_failed(self, message: EngineLoadFailed) -> None:
-        if isinstance(self.screen, LoadingScreen):
-            self.screen.show_error(message.error)
-        self.notify(message.error, title="Cannot load the models", severity="error", timeout=30)
+def _terminal_hung_up() -> bool:
+    if sys.__stdin__ is None:
+        return False
+    poller = select.poll()
+    poller.register(sys.__stdin__.fileno(), select.POLLHUP)
+    return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))

@@ -1,17 +1,10 @@
-"""One answer being generated in a worker thread, read by the screen at its own pace.
-
-The worker queues the engine's events as they come; the screen's timer takes what is
-new a few times a second.
-"""
+"""One answer as the TUI sees it: the engine's events, read off the pipe in batches."""
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import Iterable
 
-from specrun.errors import SpecrunError
 from specrun.speculative import Event, Round, Segment
 from specrun.stats import Stats
 
@@ -46,49 +39,21 @@ class Figures:
 
 
 class Generation:
-    """One answer: the worker thread hands the engine's events over, the screen reads them.
+    """One answer: the engine process's events, added to Stats as the screen reads them.
 
-    The worker does nothing else, so the time between rounds, which the loop counts as
-    overhead and `auto` learns from, is the engine's own and not the front end's.
-    Stats and the panel's readings are computed on the screen's side, at its pace.
+    The engine process only sends its events, so the time between rounds, which the
+    loop counts as overhead and `auto` learns from, is the engine's own, as in
+    `specrun run`; Stats and the panel's readings are computed here, at the TUI's pace.
     """
 
     def __init__(self) -> None:
-        self.stats = Stats()  # fed by `take`; complete once the worker has finished and `take` ran
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._finished = threading.Event()
-        self._events: deque[Event] = deque()  # append and popleft are atomic: no lock needed
+        self.stats = Stats()
 
-    def stop(self) -> None:
-        """Ask the loop to end after the current round (it polls `stop_requested`)."""
-        self._stop.set()
-
-    def stop_requested(self) -> bool:
-        return self._stop.is_set()
-
-    def stop_and_wait(self, timeout: float = 10.0) -> None:
-        """Stop, and wait for the worker to leave llama.cpp, so the models can be closed."""
-        self.stop()
-        self._finished.wait(timeout)
-
-    def consume(self, events: Iterable[Event]) -> None:
-        """The worker thread's body: hand each event over; an engine error ends the answer."""
-        try:
-            for event in events:
-                self._events.append(event)
-        except SpecrunError as error:
-            self.error = str(error)
-        finally:
-            self._finished.set()
-
-    def take(self, policy: str) -> tuple[list[Segment], list[Figures]]:
-        """What arrived since the last call, added to `stats`: its text segments and one
-        reading per round."""
+    def add(self, events: Iterable[Event], policy: str) -> tuple[list[Segment], list[Figures]]:
+        """Add `events` to `stats`; their text segments and one reading per round."""
         segments: list[Segment] = []
         readings: list[Figures] = []
-        while self._events:
-            event = self._events.popleft()
+        for event in events:
             self.stats.add(event)
             if isinstance(event, Round):
                 segments.extend(event.segments)

@@ -1,35 +1,77 @@
-"""Messages that worker threads post to the app (Textual's post_message is thread-safe).
+"""What crosses the pipe between the TUI and the engine process (engine_process.py).
 
-Only the ends of long work are messages; the tokens in between are taken by a timer
-(see generation.py), so a fast model never floods the message queue.
+Small frozen records, pickled. The engine's own events (Prefill, Round) cross as they
+are, so the TUI computes its figures from the very records `specrun run` reads.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Union
 
-from textual.message import Message
+from specrun.sampling import SamplingParams
+from specrun.speculative import Prefill, Round
+from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 
-if TYPE_CHECKING:
-    from specrun.engine import Engine
-    from specrun_tui.generation import Generation
-
-
-class EngineLoaded(Message):
-    def __init__(self, engine: "Engine") -> None:
-        super().__init__()
-        self.engine = engine
+# --- the TUI to the engine ---------------------------------------------------------------
 
 
-class EngineLoadFailed(Message):
-    def __init__(self, error: str) -> None:
-        super().__init__()
-        self.error = error
+@dataclass(frozen=True)
+class Ask:
+    text: str
+    max_tokens: int
 
 
-class GenerationFinished(Message):
-    """The worker has consumed the last event (or failed); everything is in `generation`."""
+@dataclass(frozen=True)
+class Stop:
+    """End the answer after the current round."""
 
-    def __init__(self, generation: "Generation") -> None:
-        super().__init__()
-        self.generation = generation
+
+Setting = Union[Clear, SetSystem, SetSampling, SetGamma]  # the slash commands the engine carries out
+Command = Union[Ask, Stop, Setting]
+
+# --- the engine to the TUI, besides its events -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loaded:
+    summary: str  # target, draft, device and GPU layers, for the bar at the top
+    policy: str
+    params: SamplingParams
+    gamma_max: int
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    error: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """The answer to an Ask is under way; its events follow, then Finished."""
+
+    dropped_notice: str | None  # old exchanges were dropped to fit the context
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The Ask cannot be answered (the message does not fit): nothing follows."""
+
+    error: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The answer's last event has been sent; `error` if the engine failed."""
+
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The engine process is gone: it crashed or was killed (made on the TUI's side)."""
+
+    error: str
+
+
+Reply = Union[Loaded, LoadFailed, Started, Refused, Finished, Ended, Prefill, Round]

@@ -2,37 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
-
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 
-from specrun.chat import Conversation
 from specrun.errors import SpecrunError
+from specrun.speculative import Prefill, Round
 from specrun.stats import Stats
 from specrun_tui.commands import (
     COMMAND_HELP, Clear, Command, SetGamma, SetMaxTokens, SetSampling, SetSystem, ShowHelp, ShowStats,
     parse_command,
 )
+from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Generation
-from specrun_tui.messages import GenerationFinished
-from specrun_tui.widgets import AssistantMessage, FiguresPanel, ModelBar, Transcript, engine_summary
+from specrun_tui.messages import Ask, Ended, Finished, Loaded, Refused, Reply, Started, Stop
+from specrun_tui.widgets import AssistantMessage, FiguresPanel, ModelBar, Transcript
 
-if TYPE_CHECKING:
-    from specrun.engine import Engine
-    from specrun.speculative import Event
-
-# How often streamed text and the figures reach the screen. Each refresh that moves
-# the transcript repaints the screen (~15 ms of Python holding the GIL, on a core
-# llama.cpp's threads want), so text comes in 5 batches a second, and the figures,
-# which nobody reads faster, once a second.
-TEXT_SECONDS = 1 / 5
-FIGURES_SECONDS = 1.0
+FIGURES_SECONDS = 1.0  # nobody reads the figures faster; text comes as the app receives it
 
 FINISH_NOTICES = {
     "cancelled": "stopped",
@@ -50,7 +39,7 @@ KEYS = [
 
 
 class LoadingScreen(Screen[None]):
-    """Shown while Engine.load runs in a worker thread."""
+    """Shown while the engine process loads the models."""
 
     def __init__(self, description: str) -> None:
         super().__init__()
@@ -92,8 +81,8 @@ def _table(title: str, rows: list[tuple[str, str]]) -> Text:
 class ChatScreen(Screen[None]):
     """The conversation: transcript, figures panel and input box.
 
-    A generation runs in a worker thread (Generation); a timer moves what it produced
-    into the widgets at a bounded rate, and Escape sets the flag the loop polls.
+    The engine process answers; the app hands this screen what it sent (`receive`),
+    a batch a few times a second, and Escape asks the engine to stop.
     """
 
     BINDINGS = [
@@ -102,32 +91,27 @@ class ChatScreen(Screen[None]):
         Binding("f1", "help", "Help"),
     ]
 
-    def __init__(self, engine: "Engine", *, system: str | None = None, max_tokens: int = 256) -> None:
+    def __init__(self, engine: EngineProcess, loaded: Loaded, *, max_tokens: int = 256) -> None:
         super().__init__()
         self.engine = engine
-        self.conversation = Conversation(engine.target, system=system)
+        self.loaded = loaded
         self.max_tokens = max_tokens
         self.show_origin = False
-        self.generation: Generation | None = None
-        self.answer: AssistantMessage | None = None
+        self.generation: Generation | None = None  # from the Ask until Finished or Refused
+        self.answer: AssistantMessage | None = None  # from Started
         self.last_stats: Stats | None = None
 
     def compose(self) -> ComposeResult:
-        yield ModelBar(engine_summary(self.engine), markup=False)
+        yield ModelBar(self.loaded.summary, markup=False)
         with Horizontal():
             yield Transcript()
-            yield FiguresPanel(self.engine.policy.name)
+            yield FiguresPanel(self.loaded.policy)
         yield Input(placeholder="Message, or /help")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(TEXT_SECONDS, self.refresh_answer)
         self.set_interval(FIGURES_SECONDS, self.panel.redraw)
         self.query_one(Input).focus()
-
-    def on_unmount(self) -> None:
-        if self.generation is not None:
-            self.generation.stop_and_wait()  # the worker must leave llama.cpp before the models close
 
     @property
     def transcript(self) -> Transcript:
@@ -149,51 +133,64 @@ class ChatScreen(Screen[None]):
         if text.startswith("/"):
             self.run_command(text)
         elif text:
-            await self.send(text)
+            self.send(text)
 
-    async def send(self, text: str) -> None:
-        """Start answering `text` in a worker thread."""
+    def send(self, text: str) -> None:
+        """Ask the engine process to answer `text`."""
         if self.generation is not None:
             self.notify("Still answering: Escape stops it.", severity="warning")
             return
         self.transcript.add_user(text)
-        generation = Generation()
         try:
-            turn = self.conversation.ask(self.engine, text, max_tokens=self.max_tokens,
-                                         cancelled=generation.stop_requested)
-        except SpecrunError as error:
+            self.engine.send(Ask(text, self.max_tokens))
+        except SpecrunError as error:  # the engine process is gone
             self.transcript.add_notice(str(error), error=True)
             return
-        if turn.dropped:
-            self.transcript.add_notice(turn.dropped_notice)
-        self.generation = generation
-        self.answer = await self.transcript.start_answer(show_origin=self.show_origin)
-        self._generate(generation, turn.events)
+        self.generation = Generation()
 
-    @work(thread=True, group="generation")
-    def _generate(self, generation: Generation, events: Iterator["Event"]) -> None:
-        generation.consume(events)
-        self.post_message(GenerationFinished(generation))
+    # --- what the engine sent -------------------------------------------------------------
 
-    def refresh_answer(self) -> None:
-        """Move what the worker produced since the last call into the widgets."""
-        if self.generation is None or self.answer is None:
+    async def receive(self, replies: list[Reply]) -> None:
+        """Show what the engine process sent since the last call (oldest first)."""
+        events: list[Prefill | Round] = []
+        for reply in replies:
+            if isinstance(reply, (Prefill, Round)):
+                events.append(reply)
+                continue
+            self._show(events)
+            events = []
+            if isinstance(reply, Started):
+                if reply.dropped_notice:
+                    self.transcript.add_notice(reply.dropped_notice)
+                self.answer = await self.transcript.start_answer(show_origin=self.show_origin)
+            elif isinstance(reply, Refused):
+                self.transcript.add_notice(reply.error, error=True)
+                self.generation = None
+            elif isinstance(reply, (Finished, Ended)):
+                await self._finish(reply.error)
+        self._show(events)
+
+    def _show(self, events: list[Prefill | Round]) -> None:
+        if self.generation is None or not events:
             return
-        segments, readings = self.generation.take(self.engine.policy.name)
-        if segments:
+        segments, readings = self.generation.add(events, self.engine.policy)
+        if segments and self.answer is not None:
             self.answer.append(segments)
             self.transcript.follow()
         self.panel.add(readings)
 
-    async def on_generation_finished(self, message: GenerationFinished) -> None:
-        self.refresh_answer()
+    async def _finish(self, error: str | None) -> None:
+        generation = self.generation
+        if generation is None:  # the engine ended between answers
+            if error:
+                self.transcript.add_notice(error, error=True)
+            return
         self.panel.redraw()
-        generation = message.generation
         if self.answer is not None:
             await self.answer.finish()
         self.last_stats = generation.stats
-        if generation.error:
-            self.transcript.add_notice(generation.error, error=True)
+        if error:
+            self.transcript.add_notice(error, error=True)
         elif generation.finish_reason in FINISH_NOTICES:
             self.transcript.add_notice(FINISH_NOTICES[generation.finish_reason])
         self.generation = self.answer = None  # ready for the next message
@@ -202,7 +199,7 @@ class ChatScreen(Screen[None]):
 
     def action_stop(self) -> None:
         if self.generation is not None:
-            self.generation.stop()
+            self.engine.send(Stop())
 
     def action_toggle_origin(self) -> None:
         self.show_origin = not self.show_origin
@@ -223,24 +220,24 @@ class ChatScreen(Screen[None]):
         if isinstance(command, Clear):
             if self.generation is not None:
                 raise SpecrunError("/clear: stop the answer first (Escape)")
-            self.conversation.clear()
+            self.engine.send(command)
             self.transcript.remove_children()
             self.panel.reset()
             self.last_stats = None
             self.notify("Conversation cleared.")
         elif isinstance(command, SetSystem):
-            self.conversation.system = command.text
+            self.engine.send(command)
             self.notify(f"System prompt: {command.text}" if command.text else "System prompt removed.")
         elif isinstance(command, SetSampling):
-            self.engine.set_params(**{command.field: command.value})
+            self.engine.send(command)
             self.notify(f"{command.field} = {command.value}")
         elif isinstance(command, SetMaxTokens):
             self.max_tokens = command.value
             self.notify(f"max_tokens = {command.value}")
         elif isinstance(command, SetGamma):
-            self.engine.set_gamma(command.spec)
-            self.panel.show_policy(self.engine.policy.name)
-            self.notify(f"γ policy: {self.engine.policy.name}")
+            self.engine.send(command)
+            self.panel.show_policy(self.engine.policy)
+            self.notify(f"γ policy: {self.engine.policy}")
         elif isinstance(command, ShowStats):
             if self.last_stats is None:
                 raise SpecrunError("/stats: no answer yet")

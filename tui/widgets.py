@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable
 
 from rich.style import Style
 from rich.text import Text
@@ -16,17 +16,6 @@ from textual.widgets import Label, Markdown, Sparkline, Static
 from specrun.formatting import format_or_dash
 from specrun.speculative import Segment
 from specrun_tui.generation import Figures
-
-if TYPE_CHECKING:
-    from specrun.engine import Engine
-
-
-def engine_summary(engine: "Engine") -> str:
-    """Target, draft, device and GPU layers, for the bar at the top."""
-    where = engine.placement()
-    device, layers = where["device"], " + ".join(where["gpu_layers"])
-    draft_name = engine.draft.name if engine.draft else "none"
-    return f"target {engine.target.name}  ·  draft {draft_name}  ·  {device}  ·  GPU layers {layers}"
 
 
 class ModelBar(Static):
