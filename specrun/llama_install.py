@@ -4,6 +4,7 @@ llama.cpp built with GGML_NATIVE on an Intel CPU with AMX compiles its AMX matri
 multiply, which segfaults on common weights (llama.cpp issue #20824). So on x86 the
 install turns GGML_NATIVE off and names each vector extension the host has (AVX2,
 AVX-512, VNNI, ...) explicitly, leaving AMX out; REPACK stays on (llama.cpp's default).
+The RPC backend is always on, so `specrun rpc-server` and `--rpc` work on any build.
 A user's own CMAKE_ARGS (CUDA, Metal, Vulkan) come after ours, so they win.
 
 pip caches a wheel built from an sdist by its name and version, not by the flags it
@@ -46,6 +47,8 @@ X86_FEATURES = {
 # GGML_AVX512 compiles for all five at once.
 AVX512_BASE = ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")
 AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+# On every host: specrun's rpc-server and --rpc need ggml's RPC backend.
+ALWAYS = ["-DGGML_RPC=ON"]
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:
@@ -86,7 +89,7 @@ def cpu_cmake_args(flags: set[str], machine: str | None = None) -> list[str]:
 
 def cmake_args(flags: set[str], user_args: str = "", machine: str | None = None) -> str:
     """Ours first, the user's after: CMake keeps the last value of an option."""
-    return " ".join(cpu_cmake_args(flags, machine) + user_args.split())
+    return " ".join(ALWAYS + cpu_cmake_args(flags, machine) + user_args.split())
 
 
 def build_key(version: str, args: str) -> str:

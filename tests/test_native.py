@@ -72,6 +72,11 @@ def test_the_users_cmake_args_come_last_and_so_win():
     assert args.index("-DGGML_NATIVE=OFF") < args.index("-DGGML_NATIVE=ON")
 
 
+def test_every_build_has_the_rpc_backend_and_the_user_may_still_turn_it_off():
+    assert llama_install.cmake_args(set(), "", "aarch64").split() == ["-DGGML_RPC=ON"]
+    assert llama_install.cmake_args({"avx2"}, "-DGGML_RPC=OFF", "x86_64").split()[-1] == "-DGGML_RPC=OFF"
+
+
 def test_the_build_flags_decide_which_cached_wheel_is_used():
     cpu = llama_install.cmake_args({"avx2"}, "", "x86_64")
     cuda = llama_install.cmake_args({"avx2"}, "-DGGML_CUDA=on", "x86_64")
