@@ -53,6 +53,10 @@ _dev_memory = _bind("ggml_backend_dev_memory", None, ctypes.c_void_p,
                     ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
 _dev_reg = _bind("ggml_backend_dev_backend_reg", ctypes.c_void_p, ctypes.c_void_p)
 _dev_by_type = _bind("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)
+_dev_by_name = _bind("ggml_backend_dev_by_name", ctypes.c_void_p, ctypes.c_char_p)
+_reg_by_name = _bind("ggml_backend_reg_by_name", ctypes.c_void_p, ctypes.c_char_p)
+_reg_dev_count = _bind("ggml_backend_reg_dev_count", ctypes.c_size_t, ctypes.c_void_p)
+_reg_dev_get = _bind("ggml_backend_reg_dev_get", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 _buft_name = _bind("ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p)
 
 
@@ -137,25 +141,57 @@ def _extra_buffer_types() -> tuple[str, ...]:
     return tuple(_text(_buft_name(buft)) for buft in _cpu_extra_bufts())
 
 
+def describe(dev: int) -> Device:
+    """One device by its ggml handle, with its free and total memory now."""
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    _dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    return Device(
+        name=_text(_dev_name(dev)), description=_text(_dev_description(dev)).strip(),
+        kind=DEVICE_TYPES.get(_dev_type(dev), "other"),
+        backend=backend_name(_text(_reg_name(_dev_reg(dev)))),
+        free_bytes=free.value, total_bytes=total.value,
+    )
+
+
+def _handles() -> list[int]:
+    llama.llama_backend_init()
+    return [_dev_get(i) for i in range(_dev_count())]
+
+
 def devices() -> list[Device]:
     """Every device llama.cpp sees, with its free and total memory now."""
-    llama.llama_backend_init()
-    found = []
-    for i in range(_dev_count()):
-        dev = _dev_get(i)
-        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        _dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        found.append(Device(
-            name=_text(_dev_name(dev)), description=_text(_dev_description(dev)).strip(),
-            kind=DEVICE_TYPES.get(_dev_type(dev), "other"),
-            backend=backend_name(_text(_reg_name(_dev_reg(dev)))),
-            free_bytes=free.value, total_bytes=total.value,
-        ))
-    return found
+    return [describe(dev) for dev in _handles()]
+
+
+def _is_gpu(dev: int) -> bool:
+    return DEVICE_TYPES.get(_dev_type(dev)) in ("GPU", "iGPU")
 
 
 def gpu_devices() -> list[Device]:
-    return [d for d in devices() if d.kind in ("GPU", "iGPU")]
+    return [describe(dev) for dev in _handles() if _is_gpu(dev)]
+
+
+def gpu_handles() -> list[int]:
+    """The handles of `gpu_devices()`, in their order: for a model's own list of devices."""
+    return [dev for dev in _handles() if _is_gpu(dev)]
+
+
+def device_handle(name: str) -> int | None:
+    """A local device by llama.cpp's name for it ("CPU", "CUDA0"); None where there is none."""
+    llama.llama_backend_init()
+    return _dev_by_name(name.encode()) or None
+
+
+def backend_function(registry: str, name: str) -> int | None:
+    """The address of a function a backend exports through its registry (RPC's server, say)."""
+    llama.llama_backend_init()
+    reg = _reg_by_name(registry.encode())
+    return (_reg_proc(reg, name.encode()) or None) if reg else None
+
+
+def registry_devices(reg: int) -> list[int]:
+    """The device handles of a registry that is not in ggml's list (an RPC server's)."""
+    return [_reg_dev_get(reg, i) for i in range(_reg_dev_count(reg))]
 
 
 def gpu_free_bytes() -> int:

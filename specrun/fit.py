@@ -1,6 +1,9 @@
 """Where the layers go, decided before anything loads: the draft wholly on the GPU first,
 then as many target layers as the GPUs' free memory holds, the rest on the CPU.
 
+The devices of RPC servers (`--rpc`) count as GPUs for the target only: the draft stays
+on this machine, where a round does not wait on the network γ times.
+
 The draft runs γ times a round, so a draft on the CPU seldom pays: it gets the GPU
 first, whole. The target's layers follow llama.cpp's offload order (n_gpu_layers = N
 puts the last N repeating layers on the GPU, and the output layer too when
@@ -27,9 +30,14 @@ class FitError(SpecrunError):
 
 @dataclass(frozen=True)
 class Gpu:
-    name: str  # llama.cpp's device name, e.g. "CUDA0"
+    name: str  # llama.cpp's device name, e.g. "CUDA0", "RPC0"
     free_bytes: int
     total_bytes: int
+    endpoint: str = ""  # HOST:PORT of the RPC server it belongs to; "" on this machine
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.endpoint}" if self.endpoint else self.name
 
 
 @dataclass(frozen=True)
@@ -37,7 +45,7 @@ class Fit:
     target_layers: int  # n_gpu_layers for the target: 0..n_layer+1
     draft_layers: int  # n_gpu_layers for the draft
     split: tuple[float, ...] | None  # the target's share per GPU (llama.cpp's tensor_split), None for one GPU
-    draft_gpu: int | None  # with several GPUs: the one (by index) that holds the whole draft
+    draft_gpu: int | None  # with several local GPUs: the one (by index among them) that holds the whole draft
     gpu_bytes: int  # estimated bytes the plan puts on the GPUs
     cpu_bytes: int  # estimated bytes left in system memory
     line: str  # what was chosen, in one line
@@ -73,7 +81,8 @@ def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: i
     """The placement rule; raises FitError with the numbers when no placement works."""
     budgets = {gpu.name: max(0, gpu.free_bytes - margin) for gpu in gpus}
     draft_layers = 0
-    main = max(gpus, key=lambda g: g.free_bytes) if gpus else None
+    local = [gpu for gpu in gpus if not gpu.endpoint]
+    main = max(local, key=lambda g: g.free_bytes) if local else None
     if draft is not None and main is not None:
         need = gpu_bytes(draft, all_layers(draft))
         if need > budgets[main.name]:
@@ -92,7 +101,7 @@ def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: i
                        f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`")
     split = _split(budgets) if len(gpus) > 1 and target_layers else None
     used = gpu_bytes(target, target_layers) + (gpu_bytes(draft, draft_layers) if draft is not None else 0)
-    draft_gpu = gpus.index(main) if draft is not None and main is not None and len(gpus) > 1 else None
+    draft_gpu = local.index(main) if draft is not None and main is not None and len(local) > 1 else None
     return Fit(target_layers, draft_layers, split, draft_gpu, used, on_cpu,
                describe(target, draft, target_layers, draft_layers, gpus, main, split))
 
@@ -104,10 +113,11 @@ def _split(budgets: dict[str, int]) -> tuple[float, ...]:
 
 def describe(target: Footprint, draft: Footprint | None, target_layers: int, draft_layers: int,
              gpus: list[Gpu], main: Gpu | None, split: tuple[float, ...] | None) -> str:
-    """e.g. `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`."""
-    if main is None:
+    """e.g. `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`;
+    a remote device shows its server, `RPC0@10.0.0.2:50052`."""
+    if not gpus:
         return "no GPU: everything runs on the CPU"
-    where = " + ".join(gpu.name for gpu in gpus)
+    where = " + ".join(gpu.label for gpu in gpus)
     free = ", ".join(("" if len(gpus) == 1 else f"{gpu.name}: ")
                      + f"{gigabytes(gpu.free_bytes)} of {gigabytes(gpu.total_bytes)} GB free" for gpu in gpus)
     layers = min(target_layers, target.n_layer)
@@ -117,7 +127,8 @@ def describe(target: Footprint, draft: Footprint | None, target_layers: int, dra
     if split:
         text += " split " + ":".join(f"{share:.2f}" for share in split)
     if draft is not None:
-        text += f"; draft: {min(draft_layers, draft.n_layer)}/{draft.n_layer} on {main.name}"
+        text += (f"; draft: {min(draft_layers, draft.n_layer)}/{draft.n_layer} on {main.name}" if main
+                 else "; draft: on this machine's CPU")
     return text
 
 
@@ -125,9 +136,10 @@ def gpus_now() -> list[Gpu]:
     return [Gpu(d.name, d.free_bytes, d.total_bytes) for d in gpu_devices()]
 
 
-def plan(target: Path, draft: Path | None, n_ctx: int) -> Fit | None:
-    """The fit on this machine's GPUs now; None where there is no GPU (all runs on the CPU)."""
-    gpus = gpus_now()
+def plan(target: Path, draft: Path | None, n_ctx: int, remote: list[Gpu] | None = None) -> Fit | None:
+    """The fit on the `remote` devices and this machine's GPUs now, in that order (llama.cpp's:
+    the first layers remote, the output layer here); None where there is no GPU at all."""
+    gpus = (remote or []) + gpus_now()
     if not gpus:
         return None
     return fit(estimate(target, n_ctx=n_ctx), estimate(draft, n_ctx=n_ctx) if draft else None, gpus,

@@ -28,6 +28,7 @@ from specrun.backend import (
     accelerator_name,
     amx_allowed,
     build_info,
+    gpu_handles,
     repack_buffer_type,
     repack_patterns,
     use_extra_buffer_types,
@@ -80,7 +81,8 @@ def set_verbose(verbose: bool) -> None:
 
 
 def gpu_offload_supported() -> bool:
-    return bool(llama.llama_supports_gpu_offload())
+    """A GPU on this machine (llama.cpp's own answer is yes wherever its RPC backend is built in)."""
+    return bool(gpu_handles())
 
 
 def check_gguf_header(path: Path) -> None:
@@ -103,14 +105,15 @@ class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_overr
 def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
                 tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
                 split: Sequence[float] | None = None, main_gpu: int | None = None,
-                reproducible: bool = False) -> llama.llama_model_params:
+                devices: Sequence[int] | None = None, reproducible: bool = False) -> llama.llama_model_params:
     """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
 
     Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
     GGUF tensor table, is read only then), so the guard costs no speed where REPACK applies.
     `reproducible` keeps the extra buffer types off and hands REPACK only the types whose
     kernels are batch-invariant. `split` shares the layers over the GPUs; `main_gpu` keeps
-    the whole model on one.
+    the whole model on one. `devices` (ggml handles, RPC servers' among them) replaces the
+    GPUs llama.cpp would pick, in the order `split` follows.
     """
     params = llama.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
@@ -119,6 +122,9 @@ def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
         params.tensor_split, params.split_alive = shares, shares
     if main_gpu is not None:
         params.split_mode, params.main_gpu = llama.LLAMA_SPLIT_MODE_NONE, main_gpu
+    if devices is not None:
+        handles = (ctypes.c_void_p * (len(devices) + 1))(*devices)  # NULL-terminated
+        params.devices, params.devices_alive = ctypes.cast(handles, ctypes.c_void_p), handles
     params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx) and not reproducible
     params.progress_callback = _load_progress
     repack = repack_buffer_type() if not params.use_extra_bufts else None
@@ -247,20 +253,22 @@ class Model:
         verbose: bool = False,
         split: Sequence[float] | None = None,
         main_gpu: int | None = None,
+        devices: Sequence[int] | None = None,
         reproducible: bool = False,
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
         check_gguf_header(self.path)
         set_verbose(verbose)
+        self.devices = tuple(devices or ())  # given: where its offloaded layers go, RPC servers included
         if gpu_layers is None:  # all layers where llama.cpp can offload, else none
-            gpu_layers = 999 if gpu_offload_supported() else 0
+            gpu_layers = 999 if gpu_offload_supported() or self.devices else 0
         self.gpu_layers = gpu_layers
 
         _log_lines.clear()
         model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed(),
                                    tensors=lambda: tensor_table(self.path), split=split, main_gpu=main_gpu,
-                                   reproducible=reproducible)
+                                   devices=devices, reproducible=reproducible)
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
@@ -312,7 +320,7 @@ class Model:
     @property
     def offloaded_layers(self) -> int:
         """Repeating layers on the GPU: what llama.cpp does with n_gpu_layers."""
-        return min(self.gpu_layers, self.n_layer) if gpu_offload_supported() else 0
+        return min(self.gpu_layers, self.n_layer) if gpu_offload_supported() or self.devices else 0
 
     # --- the one operation the loop needs -------------------------------------------
 

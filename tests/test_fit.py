@@ -50,6 +50,25 @@ def test_two_gpus_split_the_target_by_free_memory():
     assert placed.split == pytest.approx((5 / 8, 3 / 8)) and placed.draft_gpu == 0
 
 
+def test_rpc_devices_take_target_layers_and_the_draft_stays_here():
+    # The remote device has the most free memory, yet the draft goes on CUDA0 (4 GB of room,
+    # 3 left); the target gets 20 + 3 GB of room, enough for all of it (12.0 GB), split 20:3.
+    remote = Gpu("RPC0", 20 * GB + MARGIN, 24 * GB, endpoint="10.0.0.2:50052")
+    placed = fit(TARGET, DRAFT, [remote, Gpu("CUDA0", 4 * GB + MARGIN, 8 * GB)], cpu_free=64 * GB)
+    assert (placed.target_layers, placed.draft_layers, placed.draft_gpu) == (11, 5, None)
+    assert placed.split == pytest.approx((20 / 23, 3 / 23))
+    assert placed.line.startswith("target: 10/10 layers on RPC0@10.0.0.2:50052 + CUDA0 (RPC0: 21.1 of 24.0 GB free")
+    assert placed.line.endswith("; draft: 4/4 on CUDA0")
+
+
+def test_with_only_remote_devices_the_draft_runs_on_this_machines_cpu():
+    # 8 GB of room, all the target's: 0.5 + 6 * 1.1 = 7.1 <= 8 < 8.2 -> 6 layers.
+    placed = fit(TARGET, DRAFT, [Gpu("RPC0", 8 * GB + MARGIN, 16 * GB, endpoint="h:1")], cpu_free=64 * GB)
+    assert (placed.target_layers, placed.draft_layers) == (6, 0)
+    assert placed.line == ("target: 6/10 layers on RPC0@h:1 (9.1 of 16.0 GB free), 4 on CPU; "
+                           "draft: on this machine's CPU")
+
+
 def test_a_draft_that_cannot_fit_is_said_before_loading():
     with pytest.raises(FitError, match=r"the draft draft.gguf needs 1.0 GB on the GPU and CUDA0 has 1.5 GB free"):
         fit(TARGET, DRAFT, [Gpu("CUDA0", int(1.5 * GB), 24 * GB)], cpu_free=64 * GB)
