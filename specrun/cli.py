@@ -40,6 +40,7 @@ from specrun.errors import OptionError, SpecrunError, report
 from specrun.interrupts import exit_status
 from specrun.models_cli import app as models_app
 from specrun.options import DraftOptions, LoadOptions, LookupOptions
+from specrun.rpc_cli import rpc_server
 from specrun.sampling import SamplingParams
 from specrun.serve_cli import serve
 from specrun.textio import StdoutClosed, argument_text, guarded_stdout
@@ -226,6 +227,7 @@ def doctor(
 
 app.command("chat")(chat)
 app.command("serve")(serve)
+app.command("rpc-server")(rpc_server)
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
 
 

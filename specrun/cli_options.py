@@ -41,7 +41,7 @@ LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 FLAGS = {"n_ctx": "--ctx", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
          "seed": "--seed", "max_tokens": "--max-tokens", "gamma": "--gamma", "gamma_max": "--gamma-max",
          "ngram": "--lookup-ngram", "min_ngram": "--lookup-min", "raw": "--raw", "threads": "--threads",
-         "gpu_layers": "--gpu-layers", "draft_gpu_layers": "--draft-gpu-layers"}
+         "gpu_layers": "--gpu-layers", "draft_gpu_layers": "--draft-gpu-layers", "rpc": "--rpc"}
 
 
 def in_flag_terms(message: str) -> str:
@@ -138,20 +138,22 @@ def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngr
 
 
 def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int], fit: str,
-          threads: Optional[int], verbose: bool, reproducible: bool) -> LoadOptions:
+          threads: Optional[int], verbose: bool, reproducible: bool, rpc: Optional[str]) -> LoadOptions:
     from specrun.cpus import choose_threads
+    from specrun.rpc import parse_endpoints
     from specrun.runtime import gpu_offload_supported
 
     if threads is not None:
         threads, capped = choose_threads(threads)
         if capped:
             note(in_flag_terms(capped))
-    if (gpu_layers or draft_gpu_layers) and not gpu_offload_supported():
+    if (gpu_layers or draft_gpu_layers) and not gpu_offload_supported() and not rpc:
         note("--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)")
     if fit not in ("on", "off"):
         raise OptionError(f"--fit must be on or off, got {fit!r}")
     return LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, fit=fit == "on",
-                       threads=threads, verbose=verbose, reproducible=reproducible)
+                       threads=threads, verbose=verbose, reproducible=reproducible,
+                       rpc=parse_endpoints(rpc) if rpc is not None else ())
 
 
 LOOKUP_DEFAULTS = LookupOptions()
@@ -201,6 +203,9 @@ LOAD = OptionGroup("load", {
     "reproducible": (bool, typer.Option(False, "--reproducible",
                                         help="Greedy output the same at any γ and in every run, as plain "
                                              "decoding gives it (checked at load; may cost speed).")),
+    "rpc": (Optional[str], typer.Option(None, "--rpc", metavar="HOST:PORT[,HOST:PORT...]",
+                                        help="Also place target layers on these machines' devices "
+                                             "(`specrun rpc-server` there); the draft stays here.")),
 }, _load)
 MODELS = OptionGroup("models", {
     "target": (Optional[str], typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, "

@@ -15,10 +15,10 @@ from typing import Callable, Iterator, Sequence
 
 import llama_cpp
 
-from specrun import learned
-from specrun.backend import gpu_free_bytes
+from specrun import learned, rpc
+from specrun.backend import gpu_free_bytes, gpu_handles
 from specrun.drafting import DraftSource, HybridDraft, ModelDraft
-from specrun.fit import Fit, plan
+from specrun.fit import Fit, Gpu, plan
 from specrun.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.options import DraftOptions, LoadOptions, PromptLookup
 from specrun.prompt import prompt_tokens
@@ -51,6 +51,7 @@ class Engine:
         self.gamma_max = gamma_max
         self.policy: GammaPolicy = parse_policy(gamma, gamma_max)
         self.fit: Fit | None = None  # the placement by free memory, where there were GPUs
+        self.remotes: list[rpc.Remote] = []  # the RPC servers' devices the target's layers may use
         self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
         self.learned: Path | None = None  # where auto's state is kept between engines, if it is
         self._learning: dict[str, object] = {}  # the settings `learned` is the key of, as loaded
@@ -72,17 +73,21 @@ class Engine:
         `draft` is a GGUF file, or `PROMPT_LOOKUP` for prompt lookup alone; a file with
         `drafting.hybrid` gives the hybrid (lookup first, the model when nothing matches).
         With GPUs, the layers are placed by free memory first (`specrun.fit`), and
-        `announce` hears the one line that says where they went.
+        `announce` hears the one line that says where they went. `options.rpc` adds RPC
+        servers' devices for the target, ahead of this machine's GPUs (specrun.rpc).
         """
         n_ctx = options.n_ctx or DEFAULT_CTX
         draft_file = None if draft is None or isinstance(draft, PromptLookup) else Path(draft)
-        placed = plan(Path(target_path), draft_file, n_ctx) if options.fit else None
+        remotes = rpc.connect(options.rpc) if options.rpc else []
+        remote_gpus = [Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint) for r in remotes]
+        placed = plan(Path(target_path), draft_file, n_ctx, remote_gpus) if options.fit else None
         if placed is not None:
             announce(placed.line)
-        free_before = gpu_free_bytes()
+        free_before = gpu_free_bytes() + rpc.free_bytes(remotes)
         target = Model(target_path, n_ctx=n_ctx, threads=options.threads, verbose=options.verbose,
                        gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
-                       split=placed.split if placed else None, reproducible=options.reproducible)
+                       split=placed.split if placed else None, reproducible=options.reproducible,
+                       devices=[r.handle for r in remotes] + gpu_handles() if remotes else None)
         source: DraftSource | None = None
         if isinstance(draft, PromptLookup):
             source = drafting.lookup.draft()
@@ -102,8 +107,8 @@ class Engine:
             if drafting.hybrid:
                 source = HybridDraft(drafting.lookup.draft(), source)
         engine = cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
-        engine.fit = placed
-        engine.gpu_bytes_used = free_before - gpu_free_bytes()
+        engine.fit, engine.remotes = placed, remotes
+        engine.gpu_bytes_used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
         if source is not None:
             engine._learning = engine._learning_settings()
             engine.learned = learned.state_path(engine._learning)
@@ -119,6 +124,7 @@ class Engine:
             "gamma_max": self.gamma_max,
             "llama.cpp": llama_cpp.__version__,
             "device": placement(*models)["device"],
+            **({"rpc": self.rpc_servers} if self.remotes else {}),  # costs over a network differ
         }
 
     def set_gamma(self, spec: str) -> None:
@@ -148,6 +154,10 @@ class Engine:
         )
 
     @property
+    def rpc_servers(self) -> list[str]:
+        return list(dict.fromkeys(remote.endpoint for remote in self.remotes))
+
+    @property
     def draft_model(self) -> Model | None:
         draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
         return draft.model if isinstance(draft, ModelDraft) else None
@@ -156,6 +166,8 @@ class Engine:
         """The device the models run on, the GPU layers of the target (and draft), and where
         layers were placed by free memory, the estimate beside what loading really took."""
         where = placement(self.target, *([self.draft_model] if self.draft_model else []))
+        if self.remotes:
+            where |= {"device": f"{where['device']} + RPC", "rpc": self.rpc_servers}
         if self.fit is not None:
             where |= {"fit": self.fit.line, "gpu_bytes_estimated": self.fit.gpu_bytes,
                       "gpu_bytes_measured": self.gpu_bytes_used}

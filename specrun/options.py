@@ -24,6 +24,8 @@ class LoadOptions:
     # Greedy output independent of γ and of the run: the target decodes so that a
     # position's logits do not depend on its batch (runtime.Invariance).
     reproducible: bool = False
+    # HOST:PORT of each RPC server (`specrun rpc-server`) whose devices take target layers.
+    rpc: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

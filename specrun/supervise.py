@@ -6,7 +6,8 @@ terminal, stdin and stdout (nothing it wrote is lost), and the parent only waits
 the child dies of a signal, the parent prints one line naming the likely cause and
 what to try, and exits 128 + the signal. A llama.cpp assertion reaches the parent
 through a pipe (ggml's abort callback), so its message is in that line and no native
-backtrace is printed anywhere.
+backtrace is printed anywhere. An abort that the child can explain in full (a lost RPC
+server, `specrun.rpc`) reaches the parent as the line itself.
 
 Signals: the terminal sends Ctrl-C, a hangup or Ctrl-\\ to both processes; one that a
 program sends to the parent's pid alone (`kill`, `timeout`) is passed on to the child.
@@ -32,6 +33,7 @@ NATIVE_FAULTS = {
 
 _abort_channel: int | None = None  # the child's end of the pipe to the parent
 _abort_callback = None  # kept alive: ggml holds only the function pointer
+EXPLAINED = "specrun: error: "  # an abort message the child wrote as the whole line
 
 
 def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
@@ -39,6 +41,8 @@ def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
     if signum == signal.SIGKILL:
         return ("specrun: error: the process was killed (SIGKILL): most often the system ran out of memory; "
                 "try a smaller model or --ctx, or see `specrun doctor`")
+    if message.startswith(EXPLAINED):
+        return message
     what = NATIVE_FAULTS.get(signum, f"signal {signum}")
     if "mem_buffer != NULL" in message:  # ggml_init's allocation failed
         return (f"specrun: error: llama.cpp ran out of memory ({message}): lower --gpu-layers or --ctx, "
@@ -71,12 +75,19 @@ def install_abort_reporter() -> None:
         location, separator, text = first_line.partition(b": ")
         if separator:
             first_line = os.path.basename(location) + separator + text
-        os.write(_abort_channel, first_line[:400])
+        explained = _explain(first_line.decode("utf-8", errors="replace"))
+        os.write(_abort_channel, (EXPLAINED + explained).encode() if explained else first_line[:400])
 
     _abort_callback = callback_type(report)
     setter = libggml.ggml_set_abort_callback
     setter.restype, setter.argtypes = ctypes.c_void_p, [callback_type]
     setter(_abort_callback)
+
+
+def _explain(message: str) -> str | None:
+    """The whole error line for an abort the child knows more about than ggml says."""
+    rpc = sys.modules.get("specrun.rpc")  # loaded wherever RPC servers are used; no import in an abort
+    return rpc.explain_abort(message) if rpc else None
 
 
 def supervise(work: Callable[[], int]) -> int:
