@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input, Markdown, Sparkline, Static
+from textual.widgets import Input, Sparkline
 
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
@@ -24,7 +24,7 @@ from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Figures
 from specrun_tui.screens import ChatScreen, HelpScreen, LoadingScreen
 from specrun_tui.widgets import (
-    BLOCK_CHARS, AnswerBlock, AssistantMessage, FiguresPanel, ModelBar, Notice, Transcript, UserMessage,
+    Answer, Entry, FiguresPanel, ModelBar, Transcript,
 )
 
 GREEDY = SamplingParams(temperature=0.0, seed=1)
@@ -87,7 +87,15 @@ async def say(pilot: Pilot, text: str) -> ChatScreen:
 
 
 def notices(screen: ChatScreen) -> list[str]:
-    return [str(notice.render()) for notice in screen.query(Notice)]
+    return [e.text.plain for e in screen.transcript.entries if isinstance(e, Entry) and e.kind != "user"]
+
+
+def answers(screen: ChatScreen) -> list[Answer]:
+    return [entry for entry in screen.transcript.entries if isinstance(entry, Answer)]
+
+
+def shown(transcript: Transcript) -> str:
+    return "\n".join(line.text.rstrip() for line in transcript.lines)
 
 
 def greedy_answer(target: Path, draft: Path, messages: list[Message], max_tokens: int) -> str:
@@ -101,12 +109,11 @@ async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(eng
     app = SpecrunApp(engine, max_tokens=24)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await say(pilot, "hello world")
-        [user] = screen.query(UserMessage)
-        [answer] = screen.query(AssistantMessage)
-        assert str(user.render()) == "hello world"
+        [user, answer, _] = screen.transcript.entries
+        assert user.kind == "user" and user.text.plain == "hello world"
+        assert "▌ hello world" in shown(screen.transcript)
         expected = greedy_answer(tiny_target, tiny_draft, [Message("user", "hello world")], 24)
-        assert answer.text == expected and expected
-        assert answer.finished and answer.query_one(Markdown).display
+        assert answer.text == expected and expected and answer.finished
         # The panel shows the last answer's figures, as Stats computed them.
         stats = screen.last_stats
         assert stats.generated == 24 and stats.finish_reason == "length"
@@ -136,7 +143,7 @@ async def test_a_stopped_answer_leaves_the_app_ready_for_the_next(engine, tiny_t
         await pilot.press(*"/set max_tokens 8", "enter")
         await say(pilot, "the dog")
         assert screen.last_stats.finish_reason == "length" and screen.last_stats.generated == 8
-        stopped, answer = screen.query(AssistantMessage)
+        stopped, answer = answers(screen)
         # The stopped reply stayed in the conversation, so the next turn followed it.
         turns = [Message("user", "the cat"), Message("assistant", stopped.text), Message("user", "the dog")]
         assert answer.text == greedy_answer(tiny_target, tiny_draft, turns, 8)
@@ -171,14 +178,14 @@ async def test_slash_commands_change_the_settings(engine, tiny_target, tiny_draf
         assert max(screen.last_stats.gamma_trace) == 3
         brief = [Message("system", "Be brief."), Message("user", "hello")]
         expected = greedy_answer(tiny_target, tiny_draft, brief, 8)
-        assert screen.query_one(AssistantMessage).text == expected
+        assert answers(screen)[-1].text == expected
         await say(pilot, "/stats")
         assert notices(screen)[-1] == "\n".join(screen.last_stats.summary_lines())
 
         await say(pilot, "/clear")
-        assert not screen.query_one(Transcript).children
+        assert not screen.transcript.entries and not screen.transcript.lines
         await say(pilot, "hello")  # the conversation starts over, with the system prompt
-        assert screen.query_one(AssistantMessage).text == expected
+        assert answers(screen)[-1].text == expected
 
 
 @pytest.mark.asyncio
@@ -198,37 +205,63 @@ async def test_draft_colours_toggle(engine):
     app = SpecrunApp(engine, max_tokens=24)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await say(pilot, "hello world")
-        answer = screen.query_one(AssistantMessage)
-        assert any(from_draft for _, from_draft in answer.segments)
-        await pilot.press("ctrl+o")
-        assert answer.query_one(".live").display and not answer.query_one(Markdown).display
-        draft_style = answer.get_component_rich_style("answer--draft")
+        [answer] = answers(screen)
+        drafted = "".join(piece for piece, from_draft in answer.segments if from_draft)
+        assert drafted
+        draft_style = screen.transcript.get_component_rich_style("transcript--draft")
         assert draft_style.color is not None
-        shown = [block.content for block in answer.query(AnswerBlock)]
-        assert [text.plain[s.start:s.end] for text in shown for s in text.spans if s.style == draft_style] == [
-            piece for piece, from_draft in answer.segments if from_draft and piece
-        ]
+
+        def coloured() -> str:
+            cells = [cell for line in screen.transcript.lines for cell in line]
+            return "".join(cell.text for cell in cells if cell.style and cell.style.color == draft_style.color)
+
+        assert not coloured()
         await pilot.press("ctrl+o")
-        assert answer.query_one(Markdown).display
+        assert "".join(coloured().split()) == "".join(drafted.split())  # wrapping takes the spaces at line ends
+        await pilot.press("ctrl+o")
+        assert not coloured()
 
 
 @pytest.mark.asyncio
-async def test_a_long_answer_grows_in_blocks_that_are_rendered_once(engine):
-    """Only the last block takes new text, so a refresh costs the same at any length."""
+async def test_a_long_answer_renders_only_its_last_line_per_refresh(engine):
+    """Lines up to the last line break are rendered once, so new text costs the same at any length."""
     app = SpecrunApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = await loaded(pilot)
-        answer = await screen.query_one(Transcript).start_answer(show_origin=True)
+        transcript = (await loaded(pilot)).transcript
+        rendered: list[str] = []
+        render_text = transcript.render_text
+
+        def counting(renderable, width, **style):
+            rendered.append(renderable.plain)
+            return render_text(renderable, width, **style)
+
+        transcript.render_text = counting
+        answer = transcript.start_answer(show_origin=True)
         lines = [(f"line {i} ", i % 2 == 0) for i in range(1000)]
         for i in range(0, len(lines), 7):  # as refreshes bring them: a few segments at a time
+            rendered.clear()
             answer.append([(text + "\n" if from_draft else text, from_draft) for text, from_draft in lines[i:i + 7]])
+            assert sum(len(text) for text in rendered) <= 7 * 10 + 10  # what came, and the unfinished line before it
         await pilot.pause()
-        blocks = list(answer.query(AnswerBlock))
-        assert len(blocks) > 2 and all(len(block.content.plain) <= BLOCK_CHARS + 7 * 10 for block in blocks)
-        # Every block but the last ends at a line break, which the block boundary shows.
-        assert all(block.segments[-1][0].endswith("\n") for block in blocks[:-1])
-        assert "\n".join(block.content.plain for block in blocks) == answer.text
         assert answer.segments == [(t + "\n" if d else t, d) for t, d in lines]
+        assert shown(transcript).splitlines()[-500:] == [f"▌ {line}".rstrip() for line in answer.text.splitlines()[-500:]]
+        assert transcript.scroll_offset.y == transcript.max_scroll_y > 0  # it follows the answer
+
+
+@pytest.mark.asyncio
+async def test_an_answer_shows_as_markdown_once_finished(engine):
+    app = SpecrunApp(engine)
+    async with app.run_test(size=(120, 40)) as pilot:
+        transcript = (await loaded(pilot)).transcript
+        answer = transcript.start_answer(show_origin=False)
+        answer.append([("Use **bold** and `code`.\n", False), ("- one\n- two", True)])
+        assert "Use **bold** and `code`." in shown(transcript)  # live: as it came
+        answer.finish()
+        assert "Use bold and code." in shown(transcript) and "• one" in shown(transcript)
+        await pilot.resize_terminal(60, 40)
+        await pilot.pause()
+        assert all(len(line.text) <= 60 for line in transcript.lines)  # rendered again at the new width
+        assert "Use bold and code." in shown(transcript)
 
 
 @pytest.mark.asyncio

@@ -43,7 +43,7 @@ class SpecrunApp(App[None]):
         self.push_screen(LoadingScreen(self.loading))
         self.set_interval(RECEIVE_SECONDS, self.receive)
 
-    async def receive(self) -> None:
+    def receive(self) -> None:
         """Take what the engine process sent; quit if the terminal has gone."""
         if not self.is_headless and _terminal_hung_up():
             # Textual's input thread reads nothing from a closed terminal, again and again.
@@ -60,7 +60,7 @@ class SpecrunApp(App[None]):
                 self.screen.show_error(reply.error)
                 self.notify(reply.error, title="Cannot load the models", severity="error", timeout=30)
         if self.chat is not None and self.chat.is_mounted:
-            await self.chat.receive([r for r in replies if not isinstance(r, (Loaded, LoadFailed))])
+            self.chat.receive([r for r in replies if not isinstance(r, (Loaded, LoadFailed))])
 
 
 def _terminal_hung_up() -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,7 +21,7 @@ from specrun_tui.commands import (
 from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Generation
 from specrun_tui.messages import Ask, Ended, Finished, Loaded, Refused, Reply, Started, Stop
-from specrun_tui.widgets import AssistantMessage, FiguresPanel, ModelBar, Transcript
+from specrun_tui.widgets import Answer, FiguresPanel, ModelBar, Transcript
 
 FIGURES_SECONDS = 1.0  # nobody reads the figures faster; text comes as the app receives it
 
@@ -98,8 +100,10 @@ class ChatScreen(Screen[None]):
         self.max_tokens = max_tokens
         self.show_origin = False
         self.generation: Generation | None = None  # from the Ask until Finished or Refused
-        self.answer: AssistantMessage | None = None  # from Started
+        self.answer: Answer | None = None  # from Started
         self.last_stats: Stats | None = None
+        self._figures_drawn = 0.0  # monotonic time of the panel's last redraw
+        self._blink = True  # the input's cursor blink, put back after an answer
 
     def compose(self) -> ComposeResult:
         yield ModelBar(self.loaded.summary, markup=False)
@@ -110,7 +114,6 @@ class ChatScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.set_interval(FIGURES_SECONDS, self.panel.redraw)
         self.query_one(Input).focus()
 
     @property
@@ -147,10 +150,12 @@ class ChatScreen(Screen[None]):
             self.transcript.add_notice(str(error), error=True)
             return
         self.generation = Generation()
+        # Each blink repaints the screen: CPU that llama.cpp's threads want.
+        self._blink, self.query_one(Input).cursor_blink = self.query_one(Input).cursor_blink, False
 
     # --- what the engine sent -------------------------------------------------------------
 
-    async def receive(self, replies: list[Reply]) -> None:
+    def receive(self, replies: list[Reply]) -> None:
         """Show what the engine process sent since the last call (oldest first)."""
         events: list[Prefill | Round] = []
         for reply in replies:
@@ -162,12 +167,12 @@ class ChatScreen(Screen[None]):
             if isinstance(reply, Started):
                 if reply.dropped_notice:
                     self.transcript.add_notice(reply.dropped_notice)
-                self.answer = await self.transcript.start_answer(show_origin=self.show_origin)
+                self.answer = self.transcript.start_answer(show_origin=self.show_origin)
             elif isinstance(reply, Refused):
                 self.transcript.add_notice(reply.error, error=True)
                 self.generation = None
             elif isinstance(reply, (Finished, Ended)):
-                await self._finish(reply.error)
+                self._finish(reply.error)
         self._show(events)
 
     def _show(self, events: list[Prefill | Round]) -> None:
@@ -176,10 +181,13 @@ class ChatScreen(Screen[None]):
         segments, readings = self.generation.add(events, self.engine.policy)
         if segments and self.answer is not None:
             self.answer.append(segments)
-            self.transcript.follow()
         self.panel.add(readings)
+        # In the same repaint as the text: one pass of the compositor, not two.
+        if time.monotonic() - self._figures_drawn >= FIGURES_SECONDS:
+            self._figures_drawn = time.monotonic()
+            self.panel.redraw()
 
-    async def _finish(self, error: str | None) -> None:
+    def _finish(self, error: str | None) -> None:
         generation = self.generation
         if generation is None:  # the engine ended between answers
             if error:
@@ -187,13 +195,14 @@ class ChatScreen(Screen[None]):
             return
         self.panel.redraw()
         if self.answer is not None:
-            await self.answer.finish()
+            self.answer.finish()
         self.last_stats = generation.stats
         if error:
             self.transcript.add_notice(error, error=True)
         elif generation.finish_reason in FINISH_NOTICES:
             self.transcript.add_notice(FINISH_NOTICES[generation.finish_reason])
         self.generation = self.answer = None  # ready for the next message
+        self.query_one(Input).cursor_blink = self._blink
 
     # --- keys -----------------------------------------------------------------------------
 
@@ -221,7 +230,7 @@ class ChatScreen(Screen[None]):
             if self.generation is not None:
                 raise SpecrunError("/clear: stop the answer first (Escape)")
             self.engine.send(command)
-            self.transcript.remove_children()
+            self.transcript.clear()
             self.panel.reset()
             self.last_stats = None
             self.notify("Conversation cleared.")

@@ -1,4 +1,4 @@
-"""The chat screen's widgets: model bar, transcript with its messages, and the figures panel."""
+"""The chat screen's widgets: model bar, transcript, and the figures panel."""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
+from rich.console import RenderableType
+from rich.markdown import Markdown
 from rich.style import Style
+from rich.segment import Segment as Cells
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
-from textual.widget import Widget
-from textual.widgets import Label, Markdown, Sparkline, Static
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Label, Sparkline, Static
 
 from specrun.formatting import format_or_dash
 from specrun.speculative import Segment
@@ -22,151 +27,209 @@ class ModelBar(Static):
     pass
 
 
-class UserMessage(Static):
-    def __init__(self, text: str) -> None:
-        super().__init__(Text(text), markup=False)
+class Transcript(ScrollView):
+    """The conversation as lines, drawn a line at a time (Textual's line API).
 
-
-class Notice(Static):
-    """A line from the app itself: dropped turns, a stopped answer, errors, /stats."""
-
-    def __init__(self, text: str, *, error: bool = False) -> None:
-        super().__init__(Text(text), markup=False, classes="error" if error else "")
-
-
-class AnswerBlock(Static):
-    """A stretch of a streaming answer. Only the last block of an answer grows, so a
-    refresh re-renders at most one block, however long the answer is."""
-
-    def __init__(self, segments: list[Segment]) -> None:
-        super().__init__(markup=False)
-        self.segments = segments
-
-    def show(self, draft_style: Style | str, *, settled: bool) -> None:
-        text = Text()
-        for piece, from_draft in self.segments:
-            text.append(piece, draft_style if from_draft else "")
-        if settled and text.plain.endswith("\n"):  # the next block starts on the next line
-            text.right_crop(1)
-        # A layout of the screen costs several times a repaint, and most refreshes only
-        # lengthen the last line: lay out only when the block's height changes.
-        height = self.size.height
-        self.update(text, layout=False)
-        width = self.size.width
-        if not width or self.get_content_height(self.size, self.size, width) != height:
-            self.refresh(layout=True)
-
-    @property
-    def length(self) -> int:
-        return sum(len(piece) for piece, _ in self.segments)
-
-
-BLOCK_CHARS = 1500  # a growing block this long is settled at its last line break
-
-
-def split_after_last_newline(segments: list[Segment]) -> tuple[list[Segment], list[Segment]]:
-    """Segments up to and including the last line break, and the rest."""
-    for i in range(len(segments) - 1, -1, -1):
-        piece, from_draft = segments[i]
-        cut = piece.rfind("\n") + 1
-        if cut:
-            rest = [(piece[cut:], from_draft)] if cut < len(piece) else []
-            return segments[:i] + [(piece[:cut], from_draft)], rest + segments[i + 1 :]
-    return [], segments
-
-
-class AssistantMessage(Vertical):
-    """An answer: live text while it streams; Markdown once finished, unless the draft
-    colours are on, which colour the tokens that came from accepted drafts.
-
-    The live text is a column of blocks; new text goes into the last one, and a block
-    that grows past BLOCK_CHARS is settled, so appending costs the same at any length.
+    Each entry (a user message, an answer, a notice) keeps its lines rendered at the
+    current width. A streaming answer re-renders only its unfinished last line, and a
+    refresh repaints only the lines that changed: the cost of new text is the same at
+    any length of answer or conversation. Its width never changes while text streams
+    (the scrollbar is always there), so new lines move nothing else on the screen.
     """
 
-    COMPONENT_CLASSES = {"answer--draft"}
+    COMPONENT_CLASSES = {
+        "transcript--user", "transcript--user-bar", "transcript--answer-bar", "transcript--draft",
+        "transcript--notice", "transcript--error",
+    }
 
-    def __init__(self, *, show_origin: bool) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.finished = False
-        self.show_origin = show_origin
-        self._blocks = [AnswerBlock([])]
-        self._live = Vertical(*self._blocks, classes="live")
-        self._markdown = Markdown(classes="done")
-
-    def compose(self) -> ComposeResult:
-        yield self._live
-        yield self._markdown
-
-    def on_mount(self) -> None:
-        self._show()
+        self.entries: list[Entry] = []
+        self._lines: list[Strip] = []  # every entry's lines, in order
+        self._width = 0  # the width they were rendered at
+        self._styles: dict[str, Style] = {}  # the base style plus a component class's, by class
 
     @property
-    def segments(self) -> list[Segment]:
-        return [segment for block in self._blocks for segment in block.segments]
+    def lines(self) -> list[Strip]:
+        """What the transcript shows, every line of it (scrolled into view or not)."""
+        return self._lines
+
+    def add_user(self, text: str) -> None:
+        self._add(Entry("user", Text(text)))
+
+    def add_notice(self, text: str, *, error: bool = False) -> None:
+        self._add(Entry("error" if error else "notice", Text(text)))
+
+    def start_answer(self, *, show_origin: bool) -> "Answer":
+        answer = Answer(self, show_origin=show_origin)
+        self._add(answer)
+        return answer
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._relayout()
+
+    def set_show_origin(self, show_origin: bool) -> None:
+        for entry in self.entries:
+            if isinstance(entry, Answer):
+                entry.show_origin = show_origin
+        self._relayout()
+
+    def follow(self) -> None:
+        self.scroll_end(animate=False, immediate=True)
+
+    def _add(self, entry: "Entry") -> None:
+        self.entries.append(entry)
+        self.redraw(entry)
+        self.follow()
+
+    # --- drawing ----------------------------------------------------------------------------
+
+    def redraw(self, entry: "Entry") -> None:
+        """Render `entry` again (it changed) and repaint its lines and any that moved."""
+        width = self.scrollable_content_region.width
+        if width != self._width:
+            self._relayout()
+            return
+        start = sum(e.line_count for e in self.entries[: self.entries.index(entry)])
+        old_count = entry.line_count
+        lines = entry.lines(self, width)
+        self._lines[start : start + old_count] = lines
+        unchanged = entry.unchanged_lines  # an answer keeps its finished lines
+        if len(lines) != old_count:
+            self._resize()
+            self.refresh_lines(start + unchanged, len(self._lines) - start - unchanged)
+        else:
+            self.refresh_lines(start + unchanged, len(lines) - unchanged)
+
+    def _relayout(self) -> None:
+        self._width = self.scrollable_content_region.width
+        self._lines = [line for entry in self.entries for line in entry.lines(self, self._width, again=True)]
+        self._resize()
+        self.refresh()
+
+    def _resize(self) -> None:
+        # The height grows half a screen at a time: a new height lays out the whole screen
+        # (~20 ms) and scrolling repaints the whole transcript, so both happen once per
+        # half screen of text rather than once per line.
+        step = max(self.scrollable_content_region.height // 2, 1)
+        self.virtual_size = Size(self._width, -(-len(self._lines) // step) * step)
+
+    def on_resize(self) -> None:
+        if self.scrollable_content_region.width != self._width:
+            self._relayout()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+
+    def style(self, component: str = "") -> Style:
+        if component not in self._styles:
+            base = self.rich_style
+            self._styles[component] = base + self.get_component_rich_style(component) if component else base
+        return self._styles[component]
+
+    def render_line(self, y: int) -> Strip:
+        index = self.scroll_offset.y + y
+        width = self.scrollable_content_region.width
+        if index >= len(self._lines):
+            return Strip.blank(width, self.rich_style)
+        return self._lines[index].crop_extend(0, width, self.rich_style)
+
+    def render_text(self, renderable: RenderableType, width: int, *, bar: str | None, style: str = "") -> list[Strip]:
+        """`renderable` as lines `width` wide: a blank line, then the text, one column
+        in from a coloured bar (user messages, answers) or two in (notices)."""
+        base = self.style()
+        options = self.app.console.options.update_width(max(width - 3, 1))
+        rendered = self.app.console.render_lines(renderable, options, style=self.style(style))
+        left = [Cells("▌", self.style(bar)), Cells(" ", base)] if bar else [Cells("  ", base)]
+        return [Strip.blank(width, base)] + [Strip([*left, *line, Cells(" ", base)], width) for line in rendered]
+
+
+@dataclass
+class Entry:
+    """A user message or a notice: text that does not change."""
+
+    kind: str  # "user", "notice" or "error"
+    text: Text
+    line_count: int = 0
+    unchanged_lines: int = 0
+
+    def lines(self, transcript: Transcript, width: int, *, again: bool = False) -> list[Strip]:
+        bar, style = ("transcript--user-bar", "transcript--user") if self.kind == "user" else \
+            (None, f"transcript--{self.kind}")
+        lines = transcript.render_text(self.text, width, bar=bar, style=style)
+        self.line_count = len(lines)
+        return lines
+
+
+class Answer:
+    """An answer: live text while it streams, Markdown once finished, unless the draft
+    colours are on, which colour the tokens that came from accepted drafts.
+
+    While it streams, the lines up to its last line break are kept as rendered; a
+    refresh renders only the text after it."""
+
+    def __init__(self, transcript: Transcript, *, show_origin: bool) -> None:
+        self.transcript = transcript
+        self.show_origin = show_origin
+        self.finished = False
+        self.segments: list[Segment] = []
+        self.line_count = 0
+        self.unchanged_lines = 0  # of the lines last returned, those the call before had too
+        self._text = Text()  # the segments, draft ones coloured if `show_origin`
+        self._coloured = show_origin  # what `_text` was built for
+        self._line_end = 0  # characters up to the last line break of `_text`
+        self._settled: list[Strip] = []  # the blank line above, then the lines of the text up to `_settled_at`
+        self._settled_at = 0  # characters
 
     @property
     def text(self) -> str:
-        return "".join(text for text, _ in self.segments)
+        return "".join(piece for piece, _ in self.segments)
 
     def append(self, segments: Iterable[Segment]) -> None:
-        growing = self._blocks[-1]
-        growing.segments.extend(segments)
-        if growing.length > BLOCK_CHARS:
-            settled, rest = split_after_last_newline(growing.segments)
-            if settled:
-                growing.segments = settled
-                growing.show(self._draft_style, settled=True)
-                growing = AnswerBlock(rest)
-                self._blocks.append(growing)
-                self._live.mount(growing)
-        growing.show(self._draft_style, settled=False)
+        for segment in segments:
+            self.segments.append(segment)
+            self._add(*segment)
+        self.transcript.redraw(self)
+        self.transcript.follow()
 
-    async def finish(self) -> None:
+    def finish(self) -> None:
         self.finished = True
-        await self._markdown.update(self.text)
-        self._show()
+        self.transcript.redraw(self)
 
-    def set_show_origin(self, show_origin: bool) -> None:
-        self.show_origin = show_origin
-        self._show()
+    def lines(self, transcript: Transcript, width: int, *, again: bool = False) -> list[Strip]:
+        if again or self._coloured != self.show_origin:
+            self._settled, self._settled_at = [], 0
+        if self.finished and not self.show_origin:
+            lines = transcript.render_text(Markdown(self.text), width, bar="transcript--answer-bar")
+            self.unchanged_lines, self.line_count = 0, len(lines)
+            return lines
+        if self._coloured != self.show_origin:
+            self._text, self._line_end, self._coloured = Text(), 0, self.show_origin
+            for segment in self.segments:
+                self._add(*segment)
+        if not self._settled:
+            self._settled = [Strip.blank(width, transcript.style())]
+        kept = len(self._settled)
+        if self._line_end > self._settled_at:  # whole lines came: render them once
+            whole = self._text[self._settled_at : self._line_end - 1]
+            self._settled += transcript.render_text(whole, width, bar="transcript--answer-bar")[1:]
+            self._settled_at = self._line_end
+        rest = self._text[self._settled_at :]
+        tail = transcript.render_text(rest, width, bar="transcript--answer-bar")[1:] if rest or kept == 1 else []
+        self.unchanged_lines = kept
+        lines = self._settled + tail
+        self.line_count = len(lines)
+        return lines
 
-    def _show(self) -> None:
-        markdown = self.finished and not self.show_origin
-        self._live.display = not markdown
-        self._markdown.display = markdown
-        if not markdown:
-            for block in self._blocks:
-                block.show(self._draft_style, settled=block is not self._blocks[-1])
-
-    @property
-    def _draft_style(self) -> Style | str:
-        return self.get_component_rich_style("answer--draft") if self.show_origin else ""
-
-
-class Transcript(VerticalScroll):
-    def add_user(self, text: str) -> None:
-        self._add(UserMessage(text))
-
-    async def start_answer(self, *, show_origin: bool) -> AssistantMessage:
-        """Mount an empty answer; once this returns, it is ready to take text."""
-        answer = AssistantMessage(show_origin=show_origin)
-        await self.mount(answer)
-        self.call_after_refresh(self.follow)
-        return answer
-
-    def add_notice(self, text: str, *, error: bool = False) -> None:
-        self._add(Notice(text, error=error))
-
-    def set_show_origin(self, show_origin: bool) -> None:
-        for answer in self.query(AssistantMessage):
-            answer.set_show_origin(show_origin)
-
-    def follow(self) -> None:
-        self.scroll_end(animate=False)
-
-    def _add(self, widget: Widget) -> None:
-        self.mount(widget)
-        self.call_after_refresh(self.follow)
+    def _add(self, piece: str, from_draft: bool) -> None:
+        if self._coloured and from_draft:
+            self._text.append(piece, self.transcript.style("transcript--draft"))
+        else:
+            self._text.append(piece)
+        if "\n" in piece:
+            self._line_end = len(self._text) - len(piece) + piece.rfind("\n") + 1
 
 
 # --- the figures panel -----------------------------------------------------------------
