@@ -328,9 +328,9 @@ class Model:
         """Make the cache hold `seq`; return float32 logits [last, n_vocab] of its last positions.
 
         `last=0` only fills the cache (prompt prefill). `view=True` may return llama.cpp's
-        own output buffer, read-only and valid only until the next call on this model:
-        for a caller that reads the rows at once, as the round loop does, it saves copying
-        0.6 MB a row at a 152k vocabulary (the loop's largest cost there).
+        own output buffer, valid only until the next call on this model, for a caller that
+        reads the rows at once, as the round loop does: it saves copying 0.6 MB a row at a
+        152k vocabulary. Not marked read-only: numpy's argmax copies such an array first.
         """
         if len(seq) > self.n_ctx:
             raise SpecrunError(f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})")
@@ -371,7 +371,6 @@ class Model:
                 # Rows before `wanted` had logits only to keep the output layer `min_width` wide.
                 rows = self._outputs(len(chunk) + padding - flagged)[wanted - flagged :][: end - max(start, first_out)]
                 if out is None:
-                    rows.flags.writeable = False
                     return rows
                 out[max(start, first_out) - first_out : end - first_out] = rows
         return out if out is not None else np.empty((0, self.n_vocab), np.float32)

@@ -58,14 +58,14 @@ def test_cache_after_any_rollbacks_equals_fresh_evaluation(cached, fresh, start,
 
 
 def test_a_view_holds_the_same_logits_as_a_copy(cached, fresh):
-    """view=True hands out llama.cpp's buffer, read-only, where one decode makes every row
-    asked for, and otherwise (rows over several decodes of n_batch 8) assembles a copy."""
+    """view=True hands out llama.cpp's buffer where one decode makes every row asked for,
+    and otherwise (rows over several decodes of n_batch 8) assembles a copy."""
     seq = list(range(3, 40))
     for last in (1, 5, 12):  # 12 rows: two decodes
         cached.reset()
         rows = cached.logits(seq, last, view=True)
         assert rows.shape == (last, cached.n_vocab)
-        assert rows.flags.writeable == (last > cached.n_batch)
+        assert rows.flags.owndata == (last > cached.n_batch)
         assert_close(rows, fresh_logits(fresh, seq, last))
 
 
