@@ -19,7 +19,7 @@ from specrun.drafting import DraftSource, Proposal
 from specrun.errors import OptionError, SpecrunError
 from specrun.gamma import FixedGamma, GammaPolicy
 from specrun.runtime import Detokenizer, Model, Tokens
-from specrun.sampling import SamplingParams, near_ties, verify
+from specrun.sampling import SamplingParams, verify, verify_greedy
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
 
@@ -159,7 +159,10 @@ def generate(
         # A view of llama.cpp's buffer, read before the target's next call.
         logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
         verified_at = time.perf_counter()
-        accepted, next_token = verify(logits, proposal.tokens, proposal.probs, params, rng)
+        if params.greedy:
+            accepted, next_token, ties = verify_greedy(logits, proposal.tokens)
+        else:
+            (accepted, next_token), ties = verify(logits, proposal.tokens, proposal.probs, params, rng), []
 
         new_tokens = [*proposal.tokens[:accepted], next_token]
         from_draft = [True] * accepted + [False]
@@ -169,7 +172,6 @@ def generate(
                 del new_tokens[i:], from_draft[i:]
                 finish = "stop"
                 break
-        ties = near_ties(logits, new_tokens) if params.greedy else 0  # greedy: each its row's argmax
         ctx.extend(new_tokens)
         generated += len(new_tokens)
         segments, hit_stop = stream.feed(new_tokens, from_draft)
@@ -197,7 +199,7 @@ def generate(
             overhead_seconds=(now - verified_at) + (round_start - round_end),
             finish_reason=finish,
             catch_up_seconds=proposal.catch_up_seconds,
-            near_ties=ties,
+            near_ties=sum(ties[: len(new_tokens)]),
         )
         round_end = now
         policy.observe(event)

@@ -11,7 +11,7 @@ import pytest
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
 from specrun.runtime import Model
-from specrun.sampling import NEAR_TIE, SamplingParams, near_ties
+from specrun.sampling import NEAR_TIE, SamplingParams, near_tie, verify_greedy
 from specrun.speculative import Round
 from specrun.stats import Stats
 from test_cli import specrun
@@ -84,10 +84,13 @@ def test_near_ties_count_rows_whose_top_two_are_close():
     rows[1, 0], rows[1, 9] = 5.0, 5.0 - 2 * NEAR_TIE  # not one
     rows[2, 9] = 5.0  # the best at the end, all others equal
     best = rows.argmax(axis=1)
-    assert near_ties(rows, best) == 1
-    assert near_ties(rows[:, ::-1].copy(), rows.shape[1] - 1 - best) == 1
-    assert near_ties(rows, best, epsilon=10.0) == 3
-    assert near_ties(rows, best[:1]) == 1  # only the rows a token was chosen from
+    assert [near_tie(row, token) for row, token in zip(rows, best)] == [True, False, False]
+    flipped = rows[:, ::-1].copy()
+    assert [near_tie(row, token) for row, token in zip(flipped, rows.shape[1] - 1 - best)] == [True, False, False]
+    assert all(near_tie(row, token, epsilon=10.0) for row, token in zip(rows, best))
+    # Greedy verification checks the rows it reads, one per committed token, and no more.
+    assert verify_greedy(rows, [3, 0]) == (2, 9, [True, False, False])
+    assert verify_greedy(rows, [3, 5]) == (1, 0, [True, False])
 
 
 def test_near_ties_reach_the_figures(tiny_target, tiny_draft):
