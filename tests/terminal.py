@@ -103,6 +103,23 @@ class Terminal:
                 return
             self._stream.feed(data)
 
+    def drain_until(self, marker: str, timeout: float = 30.0) -> int:
+        """Read until the raw output shows `marker`, not drawing the screen meanwhile (pyte
+        costs far more CPU than the program it watches: a benchmark must not pay for it);
+        the screen is drawn after. Returns the bytes read."""
+        wanted, chunks, tail = marker.encode(), [], b""
+        deadline = time.monotonic() + timeout
+        while wanted not in tail:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {marker!r}")
+            ready, _, _ = select.select([self._master], [], [], 0.5)
+            if ready:
+                chunks.append(os.read(self._master, 65536))
+                tail = tail[-len(wanted):] + chunks[-1]
+        data = b"".join(chunks)
+        self._stream.feed(data)
+        return len(data)
+
     def text(self) -> str:
         return "\n".join(line.rstrip() for line in self.screen.display)
 
