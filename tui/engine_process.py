@@ -102,6 +102,8 @@ class EngineProcess:
         try:
             while self.ended is None and self._connection.poll():
                 replies.append(self._connection.recv())
+                if isinstance(replies[-1], LoadFailed):  # its reason, not the exit that follows, is the end
+                    self.ended = replies[-1].error
         except (EOFError, OSError):
             self._process.join(STOP_WAIT_SECONDS)
             code = self._process.exitcode
