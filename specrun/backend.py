@@ -163,17 +163,13 @@ def devices() -> list[Device]:
     return [describe(dev) for dev in _handles()]
 
 
-def _is_gpu(dev: int) -> bool:
-    return DEVICE_TYPES.get(_dev_type(dev)) in ("GPU", "iGPU")
+def gpu_handles() -> list[int]:
+    """The handles of this machine's GPUs, in llama.cpp's order: for a model's own list of devices."""
+    return [dev for dev in _handles() if DEVICE_TYPES.get(_dev_type(dev)) in ("GPU", "iGPU")]
 
 
 def gpu_devices() -> list[Device]:
-    return [describe(dev) for dev in _handles() if _is_gpu(dev)]
-
-
-def gpu_handles() -> list[int]:
-    """The handles of `gpu_devices()`, in their order: for a model's own list of devices."""
-    return [dev for dev in _handles() if _is_gpu(dev)]
+    return [describe(dev) for dev in gpu_handles()]
 
 
 def device_handle(name: str) -> int | None:

@@ -261,8 +261,9 @@ class Model:
         check_gguf_header(self.path)
         set_verbose(verbose)
         self.devices = tuple(devices or ())  # given: where its offloaded layers go, RPC servers included
+        self.can_offload = bool(self.devices) or gpu_offload_supported()
         if gpu_layers is None:  # all layers where llama.cpp can offload, else none
-            gpu_layers = 999 if gpu_offload_supported() or self.devices else 0
+            gpu_layers = 999 if self.can_offload else 0
         self.gpu_layers = gpu_layers
 
         _log_lines.clear()
@@ -320,7 +321,7 @@ class Model:
     @property
     def offloaded_layers(self) -> int:
         """Repeating layers on the GPU: what llama.cpp does with n_gpu_layers."""
-        return min(self.gpu_layers, self.n_layer) if gpu_offload_supported() or self.devices else 0
+        return min(self.gpu_layers, self.n_layer) if self.can_offload else 0
 
     # --- the one operation the loop needs -------------------------------------------
 
@@ -352,7 +353,7 @@ class Model:
         first_out = len(seq) - last
         spans = self._spans(keep, len(seq), first_out)
         # The buffer can be handed out where one decode, the last, makes every row asked for.
-        out = None if view and spans and spans[-1][0] <= first_out else np.empty((last, self.n_vocab), np.float32)
+        out = None if view and last and spans[-1][0] <= first_out else np.empty((last, self.n_vocab), np.float32)
         for start, end in spans:
             chunk = seq[start:end]
             padding, flagged, wanted = self._fill_batch(chunk, start, first_out)
@@ -373,7 +374,7 @@ class Model:
                 if out is None:
                     return rows
                 out[max(start, first_out) - first_out : end - first_out] = rows
-        return out if out is not None else np.empty((0, self.n_vocab), np.float32)
+        return out
 
     def _spans(self, keep: int, end: int, first_out: int) -> list[tuple[int, int]]:
         """The decodes that take the cache from `keep` to `end` positions: `n_batch` wide at
