@@ -12,9 +12,12 @@ from typing import Protocol
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
-# A plain round in place of a speculative one loses at most that round's gain, so a pair
-# in PLAIN_SAMPLE_EVERY rounds costs under 1% wherever speculation less than doubles the speed.
-PLAIN_SAMPLE_EVERY = 200
+# Plain samples (PlainSamples): after the first pair, another comes no sooner than
+# PLAIN_SAMPLE_SPACING rounds later (so a fixed γ stays what was asked in 12 rounds of
+# 13), and no sooner than the time since the last sample is 1/PLAIN_SAMPLE_COST times what
+# the last pair cost beyond drafting its two tokens.
+PLAIN_SAMPLE_SPACING = 24
+PLAIN_SAMPLE_COST = 0.01
 
 
 class RoundLike(Protocol):
@@ -332,24 +335,67 @@ class PlainSamples:
     """Another policy, with a plain round now and then: the measured cost of plain decoding
     that the speedup figure divides by (`Stats.estimated_speedup`).
 
-    In each generation, its second and third rounds (the first pays one-time costs), and
-    each such pair PLAIN_SAMPLE_EVERY rounds later, are plain; Stats measures the second of
-    a pair, since the first pays for following a draft. A round that ends a generation
-    starts the count again, since figures are kept per generation."""
+    A sample is a plain round right after another plain round (Stats measures those: the
+    round after a draft pays for following it). Each generation forces a pair at its second
+    and third rounds (the first pays one-time costs), then another pair whenever
+    PLAIN_SAMPLE_SPACING rounds and enough time have passed since the last sample. Spread
+    over the generation, the samples follow a plain token's cost as the context grows and
+    take in the machine's hiccups as plain decoding would; a single early sample read 2-5%
+    cheap. Enough time: a pair costs what it takes beyond drafting the same two tokens, so
+    waiting 1/PLAIN_SAMPLE_COST times that keeps the samples under 1% of the time, however
+    much speculation gains. Where it loses, a plain pair costs nothing. Plain rounds the
+    policy chooses itself (auto where nothing pays) are samples too, and nothing is forced.
+    """
 
     def __init__(self, policy: GammaPolicy) -> None:
         self.policy = policy
         self.name = policy.name
+        self._start()
+
+    def _start(self) -> None:
         self._round = 0
+        self._forced = 0  # rounds of the current forced pair still to come
+        self._pair: list[float] = []  # the seconds of the forced pair so far
+        self._last_drafted: int | None = None
+        self._pair_excess = 0.0  # what the last forced pair cost beyond drafting
+        self._since_rounds = 0  # since the last sample
+        self._since_seconds = 0.0
+        self._drafting_tokens = 0  # of drafting rounds since the last sample
+        self._drafting_seconds = 0.0
 
     def next_gamma(self) -> int:
-        if self._round % PLAIN_SAMPLE_EVERY in (1, 2):
-            return 0
-        return self.policy.next_gamma()
+        return 0 if self._forced else self.policy.next_gamma()
 
     def observe(self, event: RoundLike) -> None:
         self.policy.observe(event)
-        self._round = 0 if event.finish_reason else self._round + 1
+        if event.finish_reason:  # figures are kept per generation
+            self._start()
+            return
+        seconds = event.catch_up_seconds + event.draft_seconds + event.verify_seconds + event.overhead_seconds
+        tokens = event.accepted + 1
+        sample = self._round > 0 and event.drafted == 0 and self._last_drafted == 0
+        if self._forced:
+            self._forced -= 1
+            self._pair.append(seconds)
+        if sample:
+            if len(self._pair) == 2:
+                drafted_token = (self._drafting_seconds / self._drafting_tokens if self._drafting_tokens
+                                 else sum(self._pair) / 2)
+                self._pair_excess = max(sum(self._pair) - 2 * drafted_token, 0.0)
+                self._pair = []
+            self._since_rounds = self._since_seconds = self._drafting_tokens = self._drafting_seconds = 0
+        else:
+            self._since_rounds += 1
+            self._since_seconds += seconds
+            if event.drafted:
+                self._drafting_tokens += tokens
+                self._drafting_seconds += seconds
+        self._last_drafted = event.drafted
+        self._round += 1
+        if not self._forced and (self._round == 1 or (
+                self._since_rounds >= PLAIN_SAMPLE_SPACING
+                and self._since_seconds * PLAIN_SAMPLE_COST >= self._pair_excess)):
+            self._forced = 2
 
 
 def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
