@@ -1,7 +1,7 @@
 """`specrun bench`: every drafting mode and γ policy on the same prompts, measured in one run.
 
 Per prompt class and mode it reports the median tokens/s over repetitions, the speedup
-against plain decoding, acceptance, mean accepted length and mean γ; it measures the
+against plain decoding and what --stats estimated it to be, acceptance, mean accepted length and mean γ; it measures the
 cost curve (draft time per token, target time per verify width) and the γ the cost
 model predicts; and at temperature 0 it checks that every mode produced the same text.
 """
@@ -192,7 +192,11 @@ def run_bench(
     runs: list[Run] = []
     for repetition in range(repeat):
         for index, (prompt, tokens) in enumerate(zip(prompts, encoded)):
-            for mode in modes:  # interleaved, so drift in machine speed hits every mode alike
+            # Interleaved, so drift in machine speed hits every mode alike, and in turn: a
+            # run's place after another prompt's or mode's run changes its speed (the first
+            # mode ran a few % slow here), so each mode takes each place as often.
+            turn = (repetition * len(prompts) + index) % len(modes)
+            for mode in modes[turn:] + modes[:turn]:
                 stats, output = one_run(mode, tokens)
                 runs.append(Run(mode.name, prompt["class"], index, repetition, stats.as_dict(), output))
             progress(f"repetition {repetition + 1}/{repeat}, prompt {index + 1}/{len(prompts)}")
@@ -218,30 +222,36 @@ def _rate(runs: list[Run]) -> float:
     return sum(r.stats["generated_tokens"] for r in runs) / sum(r.stats["decode_seconds"] for r in runs)
 
 
+def _estimate(runs: list[Run]) -> float | None:
+    """What --stats estimated for a group of runs, aggregated as `_rate` aggregates the
+    measured rate (all tokens over all time): each run's estimate weighted by its decode time."""
+    estimated = [r for r in runs if r.stats["estimated_speedup"] is not None]
+    weight = sum(r.stats["decode_seconds"] for r in estimated)
+    return sum(r.stats["estimated_speedup"] * r.stats["decode_seconds"] for r in estimated) / weight if weight else None
+
+
 def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[str, object]]:
     rows = []
     for prompt_class in [*classes, "all"]:
         selected = [r for r in runs if prompt_class in ("all", r.prompt_class)]
         repetitions = sorted({r.repetition for r in selected})
-        plain = None
+        plain_runs = [r for r in selected if r.mode == "plain"]
+        plain = {k: _rate([r for r in plain_runs if r.repetition == k]) for k in repetitions} if plain_runs else {}
         for mode in modes:
             mine = [r for r in selected if r.mode == mode.name]
-            # Median over repetitions of each repetition's rate over the class's prompts.
-            rate = statistics.median(_rate([r for r in mine if r.repetition == k]) for k in repetitions)
-            plain = rate if mode.name == "plain" else plain
+            # Per repetition, the class's prompts taken together; then the median over
+            # repetitions, of the rate and of the ratio to plain in the same repetition
+            # (runs close in time, so the machine's drift cancels).
+            rates = {k: _rate([r for r in mine if r.repetition == k]) for k in repetitions}
+            estimates = [e for k in repetitions if (e := _estimate([r for r in mine if r.repetition == k])) is not None]
             drafted = sum(r.stats["drafted"] for r in mine)
-            # Aggregated as the measured rate is (all tokens over all time): each run's
-            # estimate weighted by its decode time.
-            estimated = [r for r in mine if r.stats["estimated_speedup"] is not None]
-            weight = sum(r.stats["decode_seconds"] for r in estimated)
             rows.append({
                 "class": prompt_class,
                 "mode": mode.name,
-                "tokens_per_second": rate,
-                "speedup": rate / plain if plain else None,
+                "tokens_per_second": statistics.median(rates.values()),
+                "speedup": statistics.median(rates[k] / plain[k] for k in repetitions) if plain else None,
                 # What --stats says of the same runs: checked here against the measured ratio.
-                "estimated_speedup": sum(r.stats["estimated_speedup"] * r.stats["decode_seconds"]
-                                         for r in estimated) / weight if weight else None,
+                "estimated_speedup": statistics.median(estimates) if estimates else None,
                 "acceptance_rate": sum(r.stats["accepted"] for r in mine) / drafted if drafted else None,
                 "mean_accepted_length": sum(r.stats["generated_tokens"] for r in mine) / sum(r.stats["rounds"] for r in mine),
                 "mean_gamma": statistics.fmean(r.stats["mean_gamma"] or 0.0 for r in mine),
@@ -289,7 +299,7 @@ def render_text(result: BenchResult) -> str:
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
     costs = result.costs
-    lines += ["", "speedup: measured against the plain runs; est.: what --stats estimated in the same runs",
+    lines += ["", "speedup: against plain in the same repetition; est.: what --stats estimated in the same runs",
               "", "cost curve (medians)",
               # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
               f"  placement        {placement_text(result.placement)}",
