@@ -12,6 +12,7 @@ from typing import Protocol
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
+PRIOR = 1.0  # auto's weak prior: one accepted and one rejected token (α = 0.5)
 # Plain samples (PlainSamples): after the first, more plain rounds come no sooner than
 # PLAIN_SAMPLE_SPACING rounds later (so a fixed γ stays what was asked in 8 rounds of 9),
 # and no sooner than the time since the last sample is 1/PLAIN_SAMPLE_COST times what the
@@ -208,9 +209,7 @@ class AdaptiveGamma:
         self.hysteresis = hysteresis
         self.probe_budget = probe_budget
         self.costs = CostModel()
-        # Weak prior (alpha = 0.5) that recent rounds quickly outweigh.
-        self._accepted = 1.0
-        self._rejected = 1.0
+        self._accepted = self._rejected = PRIOR
         # Plain rounds, then a one-token draft: a first measure of every cost and of α.
         # The first round after the prompt pays one-time costs and is not measured; two
         # more give plain decoding's cost, which later rounds at γ > 0 no longer update.
@@ -265,6 +264,8 @@ class AdaptiveGamma:
             self.costs.observe(event)
         if event.drafted > 0:
             self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
+        else:
+            self._fade_evidence()
         if self._warmup:
             self._warmup.pop(0)
             self.gamma = self._warmup[0] if self._warmup else self.best_gamma()
@@ -311,6 +312,14 @@ class AdaptiveGamma:
         if evidence > self.max_evidence:
             self._accepted *= self.max_evidence / evidence
             self._rejected *= self.max_evidence / evidence
+
+    def _fade_evidence(self) -> None:
+        """α is about the text now being written, and a plain round is text that went by
+        unmeasured: old evidence fades toward the prior, so after a stretch of plain rounds
+        a successful probe can bring speculation back (prompt lookup, after prose that
+        matched nothing, reaching an extraction that copies its input)."""
+        self._accepted = PRIOR + self.decay * (self._accepted - PRIOR)
+        self._rejected = PRIOR + self.decay * (self._rejected - PRIOR)
 
     def _plain_round(self, event: RoundLike) -> float:
         """Seconds of one plain-decoding round, as measured (or this round's verify)."""
