@@ -177,10 +177,14 @@ def run_bench(
     encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
     classes = list(dict.fromkeys(p["class"] for p in prompts))
 
+    # One policy per mode for the whole bench, as an engine keeps its policy across turns:
+    # auto pays its warm-up once (in the warm-up runs below), not in every generation.
+    policies = {mode.name: parse_policy(mode.gamma, gamma_max) for mode in modes}
+
     def one_run(mode: Mode, tokens: list[int]) -> tuple[Stats, list[int]]:
         stats, output = Stats(), []
         for event in generate(target, tokens, draft=_draft_source(mode, draft, target, lookup, p_min),
-                              params=params, policy=parse_policy(mode.gamma, gamma_max), max_tokens=max_tokens):
+                              params=params, policy=policies[mode.name], max_tokens=max_tokens):
             stats.add(event)
             output.extend(getattr(event, "tokens", ()))
         return stats, output
