@@ -78,16 +78,23 @@ class Distribution:
 
 
 def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """The ids of the k largest logits (ties broken arbitrarily), in two passes over the vocabulary.
+    """The ids of the k largest logits (ties broken arbitrarily), in one pass over the vocabulary.
 
     Seen as a grid of k or more columns, the k-th largest column maximum bounds the k-th
-    largest logit from below (k distinct elements reach it), so the top k are among the
-    logits that reach it: about k of them.
+    largest logit from below (k distinct elements reach it), and every logit that reaches
+    it lies in a column whose maximum does: about k columns, so only they are searched.
     """
     rows = max(1, min(64, len(logits) // k))
     columns = len(logits) // rows
-    maxima = logits[: rows * columns].reshape(rows, columns).max(axis=0)
-    ids = np.flatnonzero(logits >= np.partition(maxima, -k)[-k])
+    grid = logits[: rows * columns].reshape(rows, columns)
+    maxima = grid.max(axis=0)
+    bound = np.partition(maxima, -k)[-k]
+    reaching = np.flatnonzero(maxima >= bound)
+    row, column = np.divmod(np.flatnonzero(grid[:, reaching] >= bound), len(reaching))
+    ids = row * columns + reaching[column]
+    tail = np.flatnonzero(logits[rows * columns :] >= bound)  # the few logits past the grid
+    if len(tail):
+        ids = np.concatenate([ids, tail + rows * columns])
     return ids if len(ids) == k else ids[np.argpartition(logits[ids], -k)[-k:]]
 
 

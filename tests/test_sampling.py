@@ -146,6 +146,17 @@ def test_top_k_candidates_are_the_k_largest(n_vocab, k):
     assert set(_top_k_ids(logits, k)) == set(np.argsort(logits)[-k:])
 
 
+def test_top_k_candidates_past_the_grid_and_among_ties():
+    """The last few logits lie past the grid that bounds the search; ties fill k exactly."""
+    logits = np.random.default_rng(0).normal(size=152_069).astype(np.float32)
+    logits[-3:] = 9.0  # past 64 rows x 2376 columns
+    assert {152_066, 152_067, 152_068} <= set(_top_k_ids(logits, 40))
+    tied = np.zeros(1000, dtype=np.float32)
+    tied[[3, 500, 998]] = 1.0
+    ids = _top_k_ids(tied, 5)
+    assert len(set(ids)) == 5 and {3, 500, 998} <= set(ids)
+
+
 @pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
 def test_a_draft_distribution_verifies_as_its_dense_vector(params):
     """The sparse q (the draft's) and its dense vector: the same draws, token for token."""
