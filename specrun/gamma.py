@@ -264,7 +264,7 @@ class AdaptiveGamma:
             self.costs.observe(event)
         if event.drafted > 0:
             self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
-        else:
+        elif self.gamma == 0:
             self._fade_evidence()
         if self._warmup:
             self._warmup.pop(0)
@@ -314,10 +314,12 @@ class AdaptiveGamma:
             self._rejected *= self.max_evidence / evidence
 
     def _fade_evidence(self) -> None:
-        """α is about the text now being written, and a plain round is text that went by
-        unmeasured: old evidence fades toward the prior, so after a stretch of plain rounds
-        a successful probe can bring speculation back (prompt lookup, after prose that
-        matched nothing, reaching an extraction that copies its input)."""
+        """α is about the text now being written, and while the policy decodes plainly the
+        text goes by unmeasured: old evidence fades toward the prior, so after a stretch of
+        plain rounds a successful probe can bring speculation back (prompt lookup, after
+        prose that matched nothing, reaching an extraction that copies its input). Not
+        while drafting: a lookup round that found no match, or a plain sample, says
+        nothing about the text drafts are judged on."""
         self._accepted = PRIOR + self.decay * (self._accepted - PRIOR)
         self._rejected = PRIOR + self.decay * (self._rejected - PRIOR)
 
@@ -368,10 +370,8 @@ class PlainSamples:
     def _start(self) -> None:
         self._round = 0
         self._forced = 0  # forced plain rounds still to come
-        self._forced_seconds: list[float] = []  # of the current forced rounds so far
-        self._drafted_token: float | None = None  # what a token cost drafted, before them
+        self._forced_seconds: list[float] = []  # of the last forced rounds
         self._last_drafted: int | None = None
-        self._excess = 0.0  # what the last forced rounds cost beyond drafting
         self._since_rounds = 0  # since the last sample
         self._since_seconds = 0.0
         self._drafting_tokens = 0  # of drafting rounds since the last sample
@@ -391,24 +391,28 @@ class PlainSamples:
         if self._forced:
             self._forced -= 1
             self._forced_seconds.append(seconds)
-            if not self._forced and self._drafted_token is not None:
-                forced = self._forced_seconds
-                self._excess = max(sum(forced) - len(forced) * self._drafted_token, 0.0)
         if sample:
             self._since_rounds = self._since_seconds = self._drafting_tokens = self._drafting_seconds = 0
         else:
             self._since_rounds += 1
             self._since_seconds += seconds
-            if event.drafted:
+            if event.drafted and self._round > 0:  # the first round pays one-time costs
                 self._drafting_tokens += tokens
                 self._drafting_seconds += seconds
         self._last_drafted = event.drafted
         self._round += 1
         if not self._forced and (self._round == 1 or (
                 self._since_rounds >= PLAIN_SAMPLE_SPACING
-                and self._since_seconds * PLAIN_SAMPLE_COST >= self._excess)):
+                and self._since_seconds * PLAIN_SAMPLE_COST >= self._excess())):
             self._forced, self._forced_seconds = PLAIN_SAMPLE_ROUNDS, []
-            self._drafted_token = self._drafting_seconds / self._drafting_tokens if self._drafting_tokens else None
+
+    def _excess(self) -> float:
+        """What the last forced rounds cost beyond drafting as many tokens at the rate of
+        the drafting rounds since."""
+        if not self._drafting_tokens:
+            return 0.0
+        forced = self._forced_seconds
+        return max(sum(forced) - len(forced) * self._drafting_seconds / self._drafting_tokens, 0.0)
 
 
 def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
