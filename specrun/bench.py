@@ -198,7 +198,7 @@ def run_bench(
         for index, (prompt, tokens) in enumerate(zip(prompts, encoded)):
             # Interleaved, so drift in machine speed hits every mode alike, and in turn: a
             # run's place after another prompt's or mode's run changes its speed (the first
-            # mode ran a few % slow here), so each mode takes each place as often.
+            # mode ran about 2% slow here), so each mode takes each place as often.
             turn = (repetition * len(prompts) + index) % len(modes)
             for mode in modes[turn:] + modes[:turn]:
                 stats, output = one_run(mode, tokens)
@@ -246,8 +246,9 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[
             # Per repetition, the class's prompts taken together; then the median over
             # repetitions, of the rate and of the ratio to plain in the same repetition
             # (runs close in time, so the machine's drift cancels).
-            rates = {k: _rate([r for r in mine if r.repetition == k]) for k in repetitions}
-            estimates = [e for k in repetitions if (e := _estimate([r for r in mine if r.repetition == k])) is not None]
+            by_repetition = {k: [r for r in mine if r.repetition == k] for k in repetitions}
+            rates = {k: _rate(group) for k, group in by_repetition.items()}
+            estimates = [e for group in by_repetition.values() if (e := _estimate(group)) is not None]
             drafted = sum(r.stats["drafted"] for r in mine)
             rows.append({
                 "class": prompt_class,

@@ -1,7 +1,7 @@
 """γ policies: how many tokens the draft proposes in the next round.
 
-Pure: a policy sees only the loop's Round events (duck-typed: gamma, drafted,
-accepted and the three timings), so it is tested without a model.
+Pure: a policy sees only the loop's Round events (duck-typed: `RoundLike`), so it is
+tested without a model.
 """
 
 from __future__ import annotations
@@ -34,6 +34,17 @@ class RoundLike(Protocol):
     verify_seconds: float
     overhead_seconds: float
     catch_up_seconds: float  # the draft taking in tokens committed while it paused
+
+    @property
+    def seconds(self) -> float: ...  # all four
+
+
+def is_plain_sample(event: RoundLike, last_drafted: int | None) -> bool:
+    """Whether a round measures plain decoding's cost: it drafted nothing, and neither did
+    the round before (the round after a draft pays for following it; the first round of a
+    generation, with no round before, pays one-time costs). Stats measures these rounds,
+    PlainSamples schedules them."""
+    return event.drafted == 0 and last_drafted == 0
 
 
 class GammaPolicy(Protocol):
@@ -350,15 +361,14 @@ class PlainSamples:
     """Another policy, with a plain round now and then: the measured cost of plain decoding
     that the speedup figure divides by (`Stats.estimated_speedup`).
 
-    A sample is a plain round right after another plain round (Stats measures those: the
-    round after a draft pays for following it). Each generation forces PLAIN_SAMPLE_ROUNDS
-    plain rounds from its second (the first pays one-time costs), then again whenever
-    PLAIN_SAMPLE_SPACING rounds and enough time have passed since the last sample. Spread
-    over the generation, the samples follow a plain token's cost as the context grows and
-    take in the machine's hiccups as plain decoding would; a single early sample read 2-5%
-    cheap. Enough time: forced rounds cost what they take beyond drafting the same tokens, so
-    waiting 1/PLAIN_SAMPLE_COST times that keeps the samples under 1% of the time, however
-    much speculation gains. Where it loses, plain rounds cost nothing. Plain rounds the
+    A sample is a plain round right after another (`is_plain_sample`). Each generation
+    forces PLAIN_SAMPLE_ROUNDS plain rounds from its second (the first pays one-time
+    costs), then again whenever PLAIN_SAMPLE_SPACING rounds and enough time have passed
+    since the last sample. Spread over the generation, the samples follow a plain token's
+    cost as the context grows and take in the machine's hiccups as plain decoding would; a
+    single early sample read 2-5% cheap. Enough time: forced rounds cost what they take
+    beyond drafting the same tokens, so waiting 1/PLAIN_SAMPLE_COST times that keeps the
+    samples under 1% of the time, however much speculation gains. Where it loses, plain rounds cost nothing. Plain rounds the
     policy chooses itself (auto where nothing pays) are samples too, and nothing is forced.
     """
 
@@ -385,20 +395,17 @@ class PlainSamples:
         if event.finish_reason:  # figures are kept per generation
             self._start()
             return
-        seconds = event.catch_up_seconds + event.draft_seconds + event.verify_seconds + event.overhead_seconds
-        tokens = event.accepted + 1
-        sample = self._round > 0 and event.drafted == 0 and self._last_drafted == 0
         if self._forced:
             self._forced -= 1
-            self._forced_seconds.append(seconds)
-        if sample:
+            self._forced_seconds.append(event.seconds)
+        if is_plain_sample(event, self._last_drafted):
             self._since_rounds = self._since_seconds = self._drafting_tokens = self._drafting_seconds = 0
         else:
             self._since_rounds += 1
-            self._since_seconds += seconds
+            self._since_seconds += event.seconds
             if event.drafted and self._round > 0:  # the first round pays one-time costs
-                self._drafting_tokens += tokens
-                self._drafting_seconds += seconds
+                self._drafting_tokens += event.accepted + 1
+                self._drafting_seconds += event.seconds
         self._last_drafted = event.drafted
         self._round += 1
         if not self._forced and (self._round == 1 or (

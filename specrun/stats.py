@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from specrun.formatting import format_or_dash
-from specrun.gamma import CostModel
+from specrun.gamma import CostModel, is_plain_sample
 from specrun.sampling import NEAR_TIE
 from specrun.speculative import Event, Prefill, Round
 
@@ -67,7 +67,7 @@ class Stats:
         self.decode_seconds += event.seconds
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
-        elif event.drafted == 0 and self._last_drafted == 0:
+        elif is_plain_sample(event, self._last_drafted):
             self.plain_rounds += 1
             self.plain_seconds += event.verify_seconds + event.overhead_seconds
         self._last_drafted = event.drafted

@@ -10,7 +10,8 @@ import pytest
 
 from specrun.errors import SpecrunError
 from specrun.gamma import (
-    PLAIN_SAMPLE_COST, PLAIN_SAMPLE_ROUNDS, PLAIN_SAMPLE_SPACING, AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma, PlainSamples, expected_rate, parse_policy,
+    PLAIN_SAMPLE_COST, PLAIN_SAMPLE_ROUNDS, PLAIN_SAMPLE_SPACING, AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma,
+    PlainSamples, expected_rate, parse_policy,
 )
 from specrun.speculative import Round
 from specrun.stats import Stats
