@@ -345,7 +345,10 @@ class AdaptiveGamma:
         A probe costs a fixed extra over a plain round, plus the draft catching up on
         every token it skipped, so waiting longer also makes the next probe dearer.
         Where catching up alone costs more than the budget, probes stop (until the
-        longest interval has passed)."""
+        longest interval has passed). Otherwise the interval at most doubles from one
+        probe to the next: one probe's timings may be an outlier (the first at a new verify
+        width, or lookup indexing the prompt, costs several times the next), and a wait
+        set by it alone could stop probing for the rest of a generation."""
         plain_round = self._plain_round(probe)
         catch_up = probe.catch_up_seconds / max(self._rounds_at_zero, 1)  # per skipped token
         fixed_extra = max(probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds - plain_round, 0.0)
@@ -353,7 +356,8 @@ class AdaptiveGamma:
         if affordable <= 0:
             self._probe_interval = self._max_probe_interval
         else:
-            self._probe_interval = max(1, min(math.ceil(fixed_extra / affordable), self._max_probe_interval))
+            self._probe_interval = max(1, min(math.ceil(fixed_extra / affordable), 2 * self._probe_interval,
+                                              self._max_probe_interval))
         self._rounds_at_zero = 0
 
 
