@@ -112,7 +112,10 @@ class LookupDraft:
         if count < 2 * sum(c for _, c in rest):  # the occurrences disagree on what comes next
             return Proposal()
         best = max((s for s in starts if tokens[s] == first), key=lambda s: (self._match_length(s), s))
-        draft = tokens[best : best + n]
+        # A copy that reaches the end of the text goes on from its own start (an overlapping
+        # copy): text that repeats with a short period is drafted to full length.
+        period = len(tokens) - best
+        draft = (tokens[best : best + n] * (n // period + 1))[:n]
         self._last = (key, draft)
         return Proposal(draft, [None] * len(draft))  # point masses
 

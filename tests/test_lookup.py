@@ -22,7 +22,8 @@ from specrun.speculative import Round, generate
 def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list[int]:
     """The definition: the longest suffix key with earlier occurrences; its last CANDIDATES
     occurrences vote on the next token (a winner short of twice the rest proposes nothing);
-    of the winner's occurrences, the longest match (up to MATCH_CAP), then the most recent."""
+    of the winner's occurrences, the longest match (up to MATCH_CAP), then the most recent;
+    a copy that reaches the end goes on from its own start (period len(ctx) - best)."""
     for size in range(min(ngram_max, len(ctx)), ngram_min - 1, -1):
         suffix = ctx[-size:]
         starts = [s + size for s in range(len(ctx) - size) if ctx[s : s + size] == suffix][-CANDIDATES:]
@@ -38,7 +39,7 @@ def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list
                 return length
 
             best = max((s for s in starts if ctx[s] == first), key=lambda s: (match(s), s))
-            return ctx[best : best + n]
+            return [ctx[best + i % (len(ctx) - best)] for i in range(n)]
     return []
 
 
@@ -71,6 +72,11 @@ def test_lookup_proposes_the_continuation_of_a_repeat():
     assert propose(lookup, [5, 6, 7, 8, 9, 5, 6]) == [7, 8, 9]
     assert propose(LookupDraft(), [1, 2, 3]) == []
     assert propose(LookupDraft(), [5, 6, 7, 1, 6]) == []  # one token is no match
+
+
+def test_a_copy_that_reaches_the_end_repeats_its_period():
+    # [1, 2] last continued at index 6, three tokens before the end: "3, 1, 2" again and again.
+    assert propose(LookupDraft(ngram_max=2), [9, 1, 2, 3, 1, 2, 3, 1, 2], 8) == [3, 1, 2, 3, 1, 2, 3, 1]
 
 
 def test_the_most_frequent_continuation_wins_and_a_split_vote_proposes_nothing():
@@ -124,8 +130,8 @@ def test_a_round_reads_only_the_new_tokens():
 
 def test_a_new_conversation_or_an_edited_one_starts_over():
     lookup = LookupDraft(ngram_max=2)
-    assert propose(lookup, [1, 2, 3, 4, 1, 2]) == [3, 4, 1, 2]
-    assert propose(lookup, [7, 8, 9, 5, 6, 7, 8]) == [9, 5, 6, 7, 8]  # unrelated and longer
+    assert propose(lookup, [1, 2, 3, 4, 1, 2]) == [3, 4, 1, 2, 3, 4, 1, 2]
+    assert propose(lookup, [7, 8, 9, 5, 6, 7, 8]) == [9, 5, 6, 7, 8, 9, 5, 6]  # unrelated and longer
     edited = [7, 8, 6, 5, 6, 7, 8, 2]  # the same length and last indexed token, the middle edited
     assert propose(lookup, edited) == propose(LookupDraft(ngram_max=2), edited)
     ctx = [1, 2, 3, 4, 1, 2]
