@@ -372,8 +372,9 @@ class PlainSamples:
     cost as the context grows and take in the machine's hiccups as plain decoding would; a
     single early sample read 2-5% cheap. Enough time: forced rounds cost what they take
     beyond drafting the same tokens, so waiting 1/PLAIN_SAMPLE_COST times that keeps the
-    samples under 1% of the time, however much speculation gains. Where it loses, plain rounds cost nothing. Plain rounds the
-    policy chooses itself (auto where nothing pays) are samples too, and nothing is forced.
+    samples under 1% of the time, however much speculation gains; where it loses, plain
+    rounds cost nothing. Plain rounds the policy chooses itself (auto where nothing pays)
+    are samples too, and nothing is forced.
     """
 
     def __init__(self, policy: GammaPolicy) -> None:

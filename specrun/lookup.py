@@ -28,7 +28,10 @@ class LookupDraft:
     - longer matches preferred: among the winner's occurrences, the one whose match
       with the text extends furthest back, then the most recent;
     - track record (ngram-map-k): after a draft from a key was cut short at k accepted
-      tokens, the next draft from that key has at most k + 1.
+      tokens, the next draft from that key has at most k + 1;
+    - drafts that go on past the end of the text (ngram-mod predicts each token from the
+      ones before it, drafted ones included): a copy that reaches the end continues from
+      its own start.
     Single-token keys are mostly wrong, and a rejected proposal still widens the
     verify, so by default a key needs two tokens.
 
