@@ -34,6 +34,7 @@ class RoundLike(Protocol):
     verify_seconds: float
     overhead_seconds: float
     catch_up_seconds: float  # the draft taking in tokens committed while it paused
+    verify_first_of_shape: bool  # the target's first decode of this batch shape (one-time setup)
 
     @property
     def seconds(self) -> float: ...  # all four
@@ -122,6 +123,8 @@ class CostModel:
         if event.drafted > 0:
             self._update(self._means, "draft", event.draft_seconds / event.drafted)
         self._update(self._means, "overhead", event.overhead_seconds)
+        if event.verify_first_of_shape:
+            return  # its time includes setting up the shape's graph and buffers, paid once
         width, seconds = event.drafted + 1, event.verify_seconds
         if width > 1 and 1 in self._verify:
             # A batch of k positions never costs more than k single decodes; a sample that
@@ -152,7 +155,7 @@ class CostModel:
         """Measured; else linear between the measured neighbours; beyond the widest measured,
         extended along the last slope where it rises and both its ends were measured more
         than once (a CPU's steep verify rules wide drafts out before they are tried, but one
-        sample, such as the first decode at a new width, is no slope), else that width's time
+        sample is no slope), else that width's time
         (flat, as on a GPU: the policy tries wider drafts and learns their cost); below the
         narrowest, along the first slope."""
         measured = self.measured_widths

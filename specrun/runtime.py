@@ -314,6 +314,10 @@ class Model:
         self._base: Tokens | None = None
         self._seen = 0
         self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
+        # The first decode of a batch shape (positions, positions with logits) sets up its
+        # graph and buffers and costs up to twice a later one: not a sample of its cost.
+        self._shapes_decoded: set[tuple[int, int]] = set()
+        self.first_of_shape = False  # whether the last `logits` call decoded a new shape
         self.min_width = 1  # no decode spans fewer positions ("padded")
         self.max_width: int | None = None  # positions with logits decoded at most this many per pass
         self.piece = lru_cache(maxsize=None)(self._piece)
@@ -354,9 +358,13 @@ class Model:
         spans = self._spans(keep, len(seq), first_out)
         # The buffer can be handed out where one decode, the last, makes every row asked for.
         out = None if view and last and spans[-1][0] <= first_out else np.empty((last, self.n_vocab), np.float32)
+        self.first_of_shape = False
         for start, end in spans:
             chunk = seq[start:end]
             padding, flagged, wanted = self._fill_batch(chunk, start, first_out)
+            shape = (len(chunk) + padding, len(chunk) + padding - flagged)
+            self.first_of_shape |= shape not in self._shapes_decoded
+            self._shapes_decoded.add(shape)
             status = self._decode()
             if status != 0:
                 # A failed batch may leave part of it in the cache; forget it all.

@@ -48,6 +48,7 @@ class Round:
     overhead_seconds: float  # sampling, detokenizing, and the consumer's time since the last round
     finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
     catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
+    verify_first_of_shape: bool = False  # the target's first decode of this batch shape: one-time setup in its time
     near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
 
     @property
@@ -159,6 +160,7 @@ def generate(
         # A view of llama.cpp's buffer, read before the target's next call.
         logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
         verified_at = time.perf_counter()
+        first_of_shape = target.first_of_shape
         if params.greedy:
             accepted, next_token, ties = verify_greedy(logits, proposal.tokens)
         else:
@@ -200,6 +202,7 @@ def generate(
             finish_reason=finish,
             catch_up_seconds=proposal.catch_up_seconds,
             near_ties=sum(ties[: len(new_tokens)]),
+            verify_first_of_shape=first_of_shape,
         )
         round_end = now
         policy.observe(event)

@@ -27,6 +27,7 @@ class SimRound:
     overhead_seconds: float
     finish_reason: str | None = None
     catch_up_seconds: float = 0.0
+    verify_first_of_shape: bool = False
 
     @property
     def tokens(self) -> int:
@@ -181,6 +182,16 @@ def test_catching_up_does_not_count_as_drafting_cost():
 def test_no_probes_where_even_perfect_acceptance_would_not_pay():
     history = simulate(AdaptiveGamma(8), SAME_MODEL, 300)
     assert all(r.gamma == 0 for r in history[4:])  # after the warm-up: plain decoding only
+
+
+def test_the_first_decode_of_a_shape_is_no_sample_of_its_cost():
+    costs = CostModel(decay=None)
+    costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
+    costs.observe(SimRound(1, 1, 1, 0.001, 0.020, 0.0, verify_first_of_shape=True))  # graph setup included
+    assert costs.measured_widths == {1: 0.010}
+    assert costs.t_draft == pytest.approx(0.001)  # the draft's time and the overhead still count
+    costs.observe(SimRound(1, 1, 1, 0.001, 0.012, 0.0))
+    assert costs.t_verify(2) == pytest.approx(0.012)
 
 
 def test_cost_model_interpolates_unmeasured_widths():

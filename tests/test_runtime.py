@@ -80,6 +80,18 @@ def test_only_the_new_suffix_is_evaluated(tiny_target):
         assert model.tokens == prompt[:5] + [302]
 
 
+def test_the_first_decode_of_each_batch_shape_is_flagged(tiny_target):
+    with Model(tiny_target, n_ctx=256) as model:
+        seq = model.tokenize("the sea is blue and the sun is big")
+        model.logits(seq, 1)
+        for width, first in ((1, True), (1, False), (3, True), (1, False), (3, False), (2, True)):
+            seq = seq + [300] * width
+            model.logits(seq, width)
+            assert model.first_of_shape == first, (width, first)
+        model.logits(seq + [301, 302], 1)  # 3 positions, 1 with logits: another shape
+        assert model.first_of_shape
+
+
 def test_prompt_longer_than_context_is_refused(tiny_target):
     with Model(tiny_target, n_ctx=32) as model:  # llama.cpp rounds the context up to 256
         with pytest.raises(SpecrunError, match="exceeds the context"):
