@@ -5,6 +5,7 @@ Its proposals carry no distribution: verification treats each as a point mass.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Sequence
 
@@ -100,13 +101,22 @@ class LookupDraft:
             self._limits.pop(key, None)
 
     def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+        start, behind = time.perf_counter(), len(ctx) - len(self._tokens)
         self._update(ctx)
+        indexed = time.perf_counter() - start
+        proposal = Proposal()
         for size in range(min(self.ngram_max, len(ctx)), self.ngram_min - 1, -1):
             key = tuple(self._tokens[-size:])
             starts = self._index.get(key)
             if starts:
-                return self._draft(key, starts[-CANDIDATES:], min(n, self.max_tokens, self._limits.get(key, n)))
-        return Proposal()
+                proposal = self._draft(key, starts[-CANDIDATES:], min(n, self.max_tokens, self._limits.get(key, n)))
+                break
+        # More new tokens than one round commits: rounds went by without a draft (or the
+        # prompt was not prefilled), and indexing them is catching up, timed apart as the
+        # draft model's is, not the cost of this draft.
+        if behind > self.max_tokens + 1:
+            proposal.catch_up_seconds = indexed
+        return proposal
 
     def _draft(self, key: tuple[int, ...], starts: list[int], n: int) -> Proposal:
         tokens = self._tokens
