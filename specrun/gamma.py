@@ -349,9 +349,9 @@ class AdaptiveGamma:
         every token it skipped, so waiting longer also makes the next probe dearer.
         Where catching up alone costs more than the budget, probes stop (until the
         longest interval has passed). Otherwise the interval at most doubles from one
-        probe to the next: one probe's timings may be an outlier (the first at a new verify
-        width, or lookup indexing the prompt, costs several times the next), and a wait
-        set by it alone could stop probing for the rest of a generation."""
+        probe to the next: one probe's timings may be an outlier (the first decode at a new
+        verify width costs up to twice the next), and a wait set by it alone could stop
+        probing for the rest of a generation."""
         plain_round = self._plain_round(probe)
         catch_up = probe.catch_up_seconds / max(self._rounds_at_zero, 1)  # per skipped token
         fixed_extra = max(probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds - plain_round, 0.0)

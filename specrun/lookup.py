@@ -72,8 +72,9 @@ class LookupDraft:
             return seen == 0 or ctx[seen - 1] == self._tokens[-1]
         return list(ctx[:seen]) == self._tokens
 
-    def _update(self, ctx: Sequence[int]) -> None:
-        """Index every n-gram of ctx that has a continuation (all but the last position)."""
+    def _update(self, ctx: Sequence[int]) -> int:
+        """Index every n-gram of ctx that has a continuation (all but the last position);
+        return how many tokens were new."""
         if not self._continues(ctx):  # a new conversation or an edited one: start over
             self._restart()
         seen = len(self._tokens)
@@ -86,6 +87,7 @@ class LookupDraft:
             for n in range(self.ngram_min, self.ngram_max + 1):
                 if end + 1 >= n:
                     self._index.setdefault(tuple(tokens[end + 1 - n : end + 1]), []).append(end + 1)
+        return len(new)
 
     def _score_last_draft(self, new: list[int]) -> None:
         """The tokens that came after the last draft say how far it was right: a draft cut
@@ -101,8 +103,8 @@ class LookupDraft:
             self._limits.pop(key, None)
 
     def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
-        start, behind = time.perf_counter(), len(ctx) - len(self._tokens)
-        self._update(ctx)
+        start = time.perf_counter()
+        new = self._update(ctx)
         indexed = time.perf_counter() - start
         proposal = Proposal()
         for size in range(min(self.ngram_max, len(ctx)), self.ngram_min - 1, -1):
@@ -114,7 +116,7 @@ class LookupDraft:
         # More new tokens than one round commits: rounds went by without a draft (or the
         # prompt was not prefilled), and indexing them is catching up, timed apart as the
         # draft model's is, not the cost of this draft.
-        if behind > self.max_tokens + 1:
+        if new > self.max_tokens + 1:
             proposal.catch_up_seconds = indexed
         return proposal
 
