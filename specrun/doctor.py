@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specrun import backend, demo, llama_install
+from specrun import backend, demo, llama_install, sampling
 from specrun.hub import hub_cache_dir
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
@@ -50,6 +50,7 @@ class Report:
     caches: dict[str, dict[str, object]] = field(default_factory=dict)
     demo_pair_present: bool = False
     demo_placement: dict[str, object] = field(default_factory=dict)  # the demo pair's estimate and fit here
+    compiled_top_k: bool = True  # specrun/_topk.c built (setup.py builds it where a C compiler is)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -62,6 +63,7 @@ class Report:
             "caches": self.caches,
             "demo_pair": self.demo_pair_present,
             "demo_placement": self.demo_placement,
+            "compiled_top_k": self.compiled_top_k,
             "problems": [asdict(p) for p in problems(self)],
         }
 
@@ -116,6 +118,13 @@ def problems(report: Report) -> list[Problem]:
             f"weights may go to llama.cpp's AMX buffer type ({backend.AMX_ENV} is set), whose matrix "
             f"multiply segfaults on common weights (llama.cpp #20824)",
             f"unset {backend.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
+        ))
+    if not report.compiled_top_k:
+        found.append(Problem(
+            "specrun's top-k search in C was not built (no C compiler when specrun was installed): "
+            "sampled generation (temperature > 0) spends a few times longer choosing each token",
+            "install a C compiler (gcc, clang, Xcode's command line tools) and reinstall specrun; "
+            "in a checkout: `.venv/bin/pip install --no-deps -e .`",
         ))
     if not report.demo_pair_present:
         found.append(Problem(
@@ -194,6 +203,7 @@ def gather() -> Report:
         host_cpu_flags=llama_install.host_cpu_flags(), host_gpus=host_gpus(),
         amx_allowed=backend.amx_allowed(), caches=cache_folders(),
         demo_pair_present=present, demo_placement=demo_placement(target, draft) if present else {},
+        compiled_top_k=sampling.compiled_top_k(),
     )
 
 
@@ -211,6 +221,7 @@ def render_text(report: Report) -> list[str]:
         f"  CPU features:      {' '.join(build.cpu_features) or '-'}",
         f"  weight layouts:    {' '.join(build.extra_buffer_types) or '-'}",
         f"  AMX:               {amx}",
+        f"specrun's top-k search: {'compiled' if report.compiled_top_k else 'numpy (not compiled)'}",
         "devices",
     ]
     for d in report.devices:

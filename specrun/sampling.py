@@ -14,6 +14,11 @@ import numpy as np
 
 from specrun.errors import OptionError
 
+try:  # the top-k search in C (setup.py); numpy does the same search without it
+    from specrun import _topk
+except ImportError:
+    _topk = None
+
 # A top-two logit gap this small may flip between batch widths (specrun.exactness).
 NEAR_TIE = 0.05
 
@@ -49,11 +54,6 @@ class SamplingParams:
         return np.random.default_rng(self.seed)
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return e / e.sum()
-
-
 @dataclass(frozen=True)
 class Distribution:
     """A sampling distribution on its support: token ids in ascending order and their
@@ -77,8 +77,23 @@ class Distribution:
         return out
 
 
+def compiled_top_k() -> bool:
+    """Whether top-k runs in C (specrun/_topk.c, built by setup.py where a compiler is)."""
+    return _topk is not None
+
+
+def _top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of the k largest logits (ties broken arbitrarily), unordered, and the logits."""
+    if _topk is None or logits.dtype != np.float32:
+        ids = _top_k_ids(logits, k)
+        return ids, logits[ids]
+    ids, values = np.empty(k, np.int64), np.empty(k, np.float32)
+    _topk.top_k(logits, k, ids, values)
+    return ids, values
+
+
 def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """The ids of the k largest logits (ties broken arbitrarily), in one pass over the vocabulary.
+    """`_top_k` without the compiled search: the ids alone, in one pass over the vocabulary.
 
     Seen as a grid of k or more columns, the k-th largest column maximum bounds the k-th
     largest logit from below (k distinct elements reach it), and every logit that reaches
@@ -102,20 +117,27 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     """One row of logits at temperature > 0: llama.cpp's chain top-k -> top-p -> min-p ->
     temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off)."""
     n_vocab = logits.shape[-1]
-    ids = _top_k_ids(logits, params.top_k) if 0 < params.top_k < n_vocab else np.arange(n_vocab)
-    x = logits[ids].astype(np.float64)
-    # Sort candidates by logit, best first; top-p and min-p look at untempered probs.
+    if 0 < params.top_k < n_vocab:
+        ids, x = _top_k(np.ascontiguousarray(logits), params.top_k)
+    else:
+        ids, x = np.arange(n_vocab), logits
+    # Candidates by logit, best first; top-p and min-p look at untempered probs: exp(x - x0)
+    # up to their sum. Few numpy calls: on ~40 candidates their overhead is the cost.
     order = np.argsort(-x, kind="stable")
-    ids, x = ids[order], x[order]
-    base = _softmax(x)
+    ids, x = ids[order], x[order].astype(np.float64)
+    x -= x[0]
+    base = np.exp(x)
     keep = len(ids)
     if params.top_p < 1:
         # Smallest prefix whose mass reaches top_p (always at least one token).
-        keep = min(keep, int(np.searchsorted(np.cumsum(base), params.top_p)) + 1)
+        cdf = np.cumsum(base)
+        keep = min(keep, int(np.searchsorted(cdf, params.top_p * cdf[-1])) + 1)
     if params.min_p > 0:
-        keep = min(keep, int(np.count_nonzero(base >= params.min_p * base[0])))
+        keep = min(keep, int(np.count_nonzero(base >= params.min_p)))  # base[0] is 1
+    probs = np.exp(x[:keep] / params.temperature)
+    probs /= probs.sum()
     by_id = np.argsort(ids[:keep])
-    return Distribution(ids[:keep][by_id], _softmax(x[:keep] / params.temperature)[by_id])
+    return Distribution(ids[:keep][by_id], probs[by_id])
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:

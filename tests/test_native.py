@@ -293,6 +293,7 @@ def test_doctor_text_names_build_devices_and_caches():
     assert result.returncode == 0, result.stderr
     for heading in ("llama-cpp-python", "backends:", "devices", "caches", "demo pair:"):
         assert heading in result.stdout
+    assert "specrun's top-k search: compiled" in result.stdout  # setup.py built specrun/_topk.c
 
 
 def report_for(build: backend.BuildInfo, gpus: list[doctor.HostGpu], flags: set[str] | None = None,
@@ -324,6 +325,11 @@ def test_doctor_metal_and_no_problem_once_built_for_the_gpu():
 def test_doctor_warns_of_a_build_for_features_this_cpu_lacks():
     found = doctor.problems(report_for(AMX_BUILD, [], flags={"avx", "avx2", "fma", "f16c"}))
     assert any("AVX512" in p.problem and "illegal instruction" in p.problem for p in found)
+
+
+def test_doctor_says_how_to_build_a_missing_compiled_top_k():
+    found = doctor.problems(replace(report_for(CPU_BUILD, []), compiled_top_k=False))
+    assert len(found) == 1 and "top-k" in found[0].problem and "C compiler" in found[0].fix
 
 
 def test_doctor_warns_when_amx_is_switched_on():

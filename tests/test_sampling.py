@@ -8,7 +8,8 @@ import pytest
 from scipy.stats import chisquare
 
 from specrun.errors import SpecrunError
-from specrun.sampling import SamplingParams, _top_k_ids, distribution, pick, probabilities, sample, verify
+from specrun import sampling
+from specrun.sampling import SamplingParams, _top_k, _top_k_ids, distribution, pick, probabilities, sample, verify
 
 DRAWS = 20_000
 P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
@@ -50,8 +51,9 @@ FILTERED = SamplingParams(temperature=0.7, top_k=12, top_p=0.9, min_p=0.02)
 @pytest.mark.parametrize("n_drafts", [1, 3])
 def test_ordinary_draft_reproduces_target(params, n_drafts):
     rng = np.random.default_rng(7)
-    p_logits = rng.normal(0, 1.5, 20)
-    q_logits = p_logits + rng.normal(0, 1.0, 20)
+    # float32, as llama.cpp's logits are: top-k runs the compiled search (float64: numpy's)
+    p_logits = rng.normal(0, 1.5, 20).astype(np.float32)
+    q_logits = p_logits + rng.normal(0, 1.0, 20).astype(np.float32)
     counts = first_token_counts(p_logits, q_logits, params, n_drafts, seed=11)
     assert_follows(counts, probabilities(p_logits, params))
 
@@ -140,21 +142,49 @@ def test_invalid_sampling_values_are_user_errors(bad):
         SamplingParams(**bad)
 
 
-@pytest.mark.parametrize("n_vocab, k", [(20, 12), (341, 40), (152_064, 40), (49_157, 1)])
-def test_top_k_candidates_are_the_k_largest(n_vocab, k):
+def top_k_compiled(logits, k):
+    return _top_k(logits, k)[0]
+
+
+TOP_K_SEARCHES = [pytest.param(top_k_compiled, id="compiled"), pytest.param(_top_k_ids, id="numpy")]
+
+
+def test_the_compiled_top_k_search_is_built():
+    """setup.py builds it as optional, so an install goes on without it; here it must be there."""
+    assert sampling.compiled_top_k(), "specrun/_topk.c did not compile: run `pip install -e .` and read its output"
+
+
+@pytest.mark.parametrize("search", TOP_K_SEARCHES)
+@pytest.mark.parametrize("n_vocab, k", [(20, 12), (341, 40), (152_064, 40), (49_157, 1), (37, 37)])
+def test_top_k_candidates_are_the_k_largest(search, n_vocab, k):
     logits = np.random.default_rng(n_vocab).normal(size=n_vocab).astype(np.float32)
-    assert set(_top_k_ids(logits, k)) == set(np.argsort(logits)[-k:])
+    assert set(search(logits, k)) == set(np.argsort(logits)[-k:])
 
 
-def test_top_k_candidates_past_the_grid_and_among_ties():
-    """The last few logits lie past the grid that bounds the search; ties fill k exactly."""
+@pytest.mark.parametrize("search", TOP_K_SEARCHES)
+def test_top_k_candidates_at_the_end_and_among_ties(search):
+    """The last few logits lie past the numpy search's grid and the compiled one's last
+    whole block; ties fill k exactly; -inf (a masked token) is no better than any logit."""
     logits = np.random.default_rng(0).normal(size=152_069).astype(np.float32)
-    logits[-3:] = 9.0  # past 64 rows x 2376 columns
-    assert {152_066, 152_067, 152_068} <= set(_top_k_ids(logits, 40))
+    logits[-3:] = 9.0  # past 64 rows x 2376 columns, and past 9504 blocks of 16
+    assert {152_066, 152_067, 152_068} <= set(search(logits, 40))
     tied = np.zeros(1000, dtype=np.float32)
     tied[[3, 500, 998]] = 1.0
-    ids = _top_k_ids(tied, 5)
+    ids = search(tied, 5)
     assert len(set(ids)) == 5 and {3, 500, 998} <= set(ids)
+    masked = np.full(100, -np.inf, dtype=np.float32)
+    masked[[7, 70]] = [-30.0, 2.0]
+    assert set(search(masked, 2)) == {7, 70}
+
+
+def test_the_compiled_top_k_returns_the_logits_and_refuses_wrong_sizes():
+    logits = np.random.default_rng(3).normal(size=5000).astype(np.float32)
+    ids, values = _top_k(logits, 10)
+    np.testing.assert_array_equal(values, logits[ids])
+    with pytest.raises(ValueError):
+        sampling._topk.top_k(logits, 10, np.empty(9, np.int64), np.empty(10, np.float32))
+    with pytest.raises(ValueError):
+        sampling._topk.top_k(logits[:5], 6, np.empty(6, np.int64), np.empty(6, np.float32))
 
 
 @pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
