@@ -34,4 +34,4 @@ bench: llama
 	bench/run.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache specrun/_topk.*.so

@@ -65,6 +65,9 @@ class Distribution:
 
     def __getitem__(self, tokens: int | np.ndarray) -> float | np.ndarray:
         """The probability of a token, or of each of an array of tokens."""
+        if isinstance(tokens, (int, np.integer)):  # verify's case, twice a row: one numpy call
+            at = int(self.ids.searchsorted(tokens))
+            return float(self.probs[at]) if at < len(self.ids) and self.ids[at] == tokens else 0.0
         at = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
         return np.where(self.ids[at] == tokens, self.probs[at], 0.0)
 
@@ -122,21 +125,22 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     else:
         ids, x = np.arange(n_vocab), logits
     # Candidates by logit, best first; top-p and min-p look at untempered probs: exp(x - x0)
-    # up to their sum. Few numpy calls: on ~40 candidates their overhead is the cost.
-    order = np.argsort(-x, kind="stable")
+    # up to their sum. Few numpy calls, and methods rather than numpy's functions (which
+    # add a wrapper): on ~40 candidates the calls' overhead is the cost.
+    order = (-x).argsort(kind="stable")
     ids, x = ids[order], x[order].astype(np.float64)
     x -= x[0]
     base = np.exp(x)
     keep = len(ids)
     if params.top_p < 1:
         # Smallest prefix whose mass reaches top_p (always at least one token).
-        cdf = np.cumsum(base)
-        keep = min(keep, int(np.searchsorted(cdf, params.top_p * cdf[-1])) + 1)
+        cdf = base.cumsum()
+        keep = min(keep, int(cdf.searchsorted(params.top_p * cdf[-1])) + 1)
     if params.min_p > 0:
         keep = min(keep, int(np.count_nonzero(base >= params.min_p)))  # base[0] is 1
     probs = np.exp(x[:keep] / params.temperature)
     probs /= probs.sum()
-    by_id = np.argsort(ids[:keep])
+    by_id = ids[:keep].argsort()
     return Distribution(ids[:keep][by_id], probs[by_id])
 
 
@@ -180,8 +184,8 @@ def verify_greedy(target_logits: np.ndarray, draft_tokens: Sequence[int]) -> tup
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw an index from a probability vector (inverse CDF; robust to rounding)."""
-    cdf = np.cumsum(probs)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), len(cdf) - 1))
+    cdf = probs.cumsum()  # methods, as in `distribution`
+    return min(int(cdf.searchsorted(rng.random() * cdf[-1], side="right")), len(cdf) - 1)
 
 
 def pick(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> tuple[int, Distribution | None]:
