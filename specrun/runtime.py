@@ -321,6 +321,7 @@ class Model:
         self.min_width = 1  # no decode spans fewer positions ("padded")
         self.max_width: int | None = None  # positions with logits decoded at most this many per pass
         self.piece = lru_cache(maxsize=None)(self._piece)
+        self._logits_view: tuple[int, np.ndarray] | None = None  # llama.cpp's output buffer: (address, view)
 
     @property
     def offloaded_layers(self) -> int:
@@ -420,8 +421,17 @@ class Model:
         return llama.llama_decode(self._ctx, self._batch)
 
     def _outputs(self, count: int) -> np.ndarray:
-        """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's buffer."""
-        return np.ctypeslib.as_array(llama.llama_get_logits(self._ctx), shape=(count, self.n_vocab))
+        """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's buffer.
+
+        The view is made once for each address the buffer has (it moves only when llama.cpp
+        reallocates it), up to a batch's rows: numpy's as_array costs ~110 µs a round right
+        after a decode, with the CPU's caches cold, 0.5% of a 135M model's round.
+        """
+        pointer = llama.llama_get_logits(self._ctx)
+        address = ctypes.addressof(pointer.contents)
+        if self._logits_view is None or self._logits_view[0] != address:
+            self._logits_view = (address, np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab)))
+        return self._logits_view[1][:count]
 
     def _drop(self, keep: int) -> bool:
         return llama.llama_memory_seq_rm(self._memory, 0, keep, -1)
