@@ -11,7 +11,8 @@ import pytest
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
 from specrun.runtime import Model
-from specrun.sampling import NEAR_TIE, SamplingParams, near_tie, verify_greedy
+from specrun import sampling
+from specrun.sampling import NEAR_TIE, SamplingParams, greedy_choice, verify_greedy
 from specrun.speculative import Round
 from specrun.stats import Stats
 from test_cli import specrun
@@ -78,19 +79,24 @@ def test_reproducible_logits_do_not_depend_on_the_batch(pair):
         assert np.array_equal(batch, plain), model.invariance
 
 
-def test_near_ties_count_rows_whose_top_two_are_close():
-    rows = np.zeros((3, 10), dtype=np.float32)
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_near_ties_count_rows_whose_top_two_are_close(compiled, monkeypatch):
+    if not compiled:
+        monkeypatch.setattr(sampling, "_topk", None)
+    rows = np.zeros((5, 10), dtype=np.float32)
     rows[0, 3], rows[0, 7] = 5.0, 5.0 - NEAR_TIE / 2  # a near tie
     rows[1, 0], rows[1, 9] = 5.0, 5.0 - 2 * NEAR_TIE  # not one
     rows[2, 9] = 5.0  # the best at the end, all others equal
-    best = rows.argmax(axis=1)
-    assert [near_tie(row, token) for row, token in zip(rows, best)] == [True, False, False]
+    rows[3, [2, 6, 8]] = 5.0  # an exact tie: the first, as numpy's argmax, at no gap
+    rows[4] = np.arange(10)[::-1]  # the best at the start
+    choices = [greedy_choice(row) for row in rows]
+    assert [best for best, _ in choices] == list(rows.argmax(axis=1))
+    np.testing.assert_allclose([gap for _, gap in choices], [NEAR_TIE / 2, 2 * NEAR_TIE, 5.0, 0.0, 1.0], rtol=1e-5)
     flipped = rows[:, ::-1].copy()
-    assert [near_tie(row, token) for row, token in zip(flipped, rows.shape[1] - 1 - best)] == [True, False, False]
-    assert all(near_tie(row, token, epsilon=10.0) for row, token in zip(rows, best))
+    assert [best for best, _ in map(greedy_choice, flipped)] == list(flipped.argmax(axis=1))
     # Greedy verification checks the rows it reads, one per committed token, and no more.
-    assert verify_greedy(rows, [3, 0]) == (2, 9, [True, False, False])
-    assert verify_greedy(rows, [3, 5]) == (1, 0, [True, False])
+    assert verify_greedy(rows[:3], [3, 0]) == (2, 9, [True, False, False])
+    assert verify_greedy(rows[:3], [3, 5]) == (1, 0, [True, False])
 
 
 def test_near_ties_reach_the_figures(tiny_target, tiny_draft):
