@@ -59,6 +59,9 @@ python_env() {  # sets PY and PYTHONPATH
     fi
     PY=$WORK/venv/bin/python
     $PY -m pip install -q --no-index --find-links "$CARRY/wheels" -r "$CARRY/requirements.txt"
+    # specrun's top-k search in C, as `pip install` builds it (without it, numpy's search runs)
+    $PY setup.py -q build_ext --inplace > "$WORK/topk-build.log" 2>&1 \
+        || say "specrun/_topk.c did not compile ($WORK/topk-build.log): numpy's top-k search"
     export PYTHONPATH=$WORK/site:$PWD
 }
 
