@@ -7,7 +7,7 @@
    every block, costs one comparison per logit and no branch on each.
 
    Plain C with the buffer protocol: no numpy headers, no GIL while it runs. Built as an
-   optional extension (pyproject.toml); specrun/sampling.py falls back to numpy without it. */
+   optional extension (setup.py); specrun/sampling.py falls back to numpy without it. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
