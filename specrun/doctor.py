@@ -122,7 +122,7 @@ def problems(report: Report) -> list[Problem]:
     if not report.compiled_top_k:
         found.append(Problem(
             "specrun's top-k search in C was not built (no C compiler when specrun was installed): "
-            "sampled generation (temperature > 0) spends a few times longer choosing each token",
+            "sampled generation (temperature > 0) takes about twice as long to choose each token",
             "install a C compiler (gcc, clang, Xcode's command line tools) and reinstall specrun; "
             "in a checkout: `.venv/bin/pip install --no-deps -e .`",
         ))
