@@ -91,7 +91,7 @@ def _top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ids = _top_k_ids(logits, k)
         return ids, logits[ids]
     ids, values = np.empty(k, np.int64), np.empty(k, np.float32)
-    _topk.top_k(logits, k, ids, values)
+    _topk.top_k(np.ascontiguousarray(logits), k, ids, values)  # the C reads one flat buffer
     return ids, values
 
 
@@ -121,7 +121,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off)."""
     n_vocab = logits.shape[-1]
     if 0 < params.top_k < n_vocab:
-        ids, x = _top_k(np.ascontiguousarray(logits), params.top_k)
+        ids, x = _top_k(logits, params.top_k)
     else:
         ids, x = np.arange(n_vocab), logits
     # Candidates by logit, best first; top-p and min-p look at untempered probs: exp(x - x0)
@@ -167,7 +167,7 @@ def greedy_choice(row: np.ndarray) -> tuple[int, float]:
         best = int(row.argmax())
         second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
         return best, float(row[best] - second)
-    ids, values = _top_k(np.ascontiguousarray(row), 2)
+    ids, values = _top_k(row, 2)
     (low, high) = (0, 1) if (values[0], -ids[0]) < (values[1], -ids[1]) else (1, 0)
     return int(ids[high]), float(values[high] - values[low])
 

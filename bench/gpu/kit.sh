@@ -35,10 +35,11 @@ prepare() {
     local PYVER=${KIT_PYTHON:-3.12}
     python3 - > "$CARRY/requirements.txt" <<'EOF'
 import tomllib
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+pyproject = tomllib.load(open("pyproject.toml", "rb"))
+deps = pyproject["project"]["dependencies"]
 print("\n".join(d for d in deps if not d.startswith("llama-cpp-python")))
 print("typing-extensions>=4.5\ndiskcache>=5.6.1\njinja2>=2.11.3")  # llama-cpp-python's own
-print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))  # setup.py's
+print("\n".join(pyproject["build-system"]["requires"]))  # setup.py's, for specrun/_topk.c
 EOF
     python3 -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp --abi "cp${PYVER/./}" \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
