@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # llama-cpp-python is built by specrun/llama_install.py: for this CPU without AMX, with
 # the user's CMAKE_ARGS on top, and kept in a cache keyed by those flags (~9 minutes once).
-$(STAMP): pyproject.toml setup.py specrun/_topk.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py specrun/_sampling.c | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/python specrun/llama_install.py $(BIN)/pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -34,4 +34,4 @@ bench: llama
 	bench/run.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache specrun/_topk.*.so
+	rm -rf $(VENV) .pytest_cache specrun/_sampling.*.so

@@ -7,7 +7,7 @@ for each position. Draft and target share the table, so every draft is accepted.
 GPU a 1B draft token takes 2-3 ms and a 70B verify 25 ms: these figures are what the
 Python loop adds to them.
 
-    .venv/bin/python bench/loop_ceiling.py [--quick] [--repeats 3] [--tokens 256] [--numpy-top-k]
+    .venv/bin/python bench/loop_ceiling.py [--quick] [--repeats 3] [--tokens 256] [--numpy-sampling]
 """
 
 from __future__ import annotations
@@ -112,12 +112,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--quick", action="store_true", help="152k vocabulary, 4k context only")
-    parser.add_argument("--numpy-top-k", action="store_true",
-                        help="numpy's top-k search, as where specrun/_topk.c was not compiled")
+    parser.add_argument("--numpy-sampling", action="store_true",
+                        help="sampling in numpy, as where specrun/_sampling.c was not compiled")
     args = parser.parse_args()
-    if args.numpy_top_k:
-        sampling._topk = None
-    print(f"top-k search: {'compiled' if sampling.compiled_top_k() else 'numpy'}")
+    if args.numpy_sampling:
+        sampling._compiled = None
+    print(f"sampling: {'compiled' if sampling.compiled() else 'numpy'}")
     vocabs, contexts = ((152_064,), (4096,)) if args.quick else (VOCABS, CONTEXTS)
     print(f"median of {args.repeats} generations of {args.tokens} tokens; rounds only, prefill excluded")
     print(f"{'vocab':>7} {'context':>7} {'sampling':>8} {'γ':>2} {'µs/round':>9} {'µs/token':>9} "

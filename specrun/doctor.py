@@ -50,7 +50,7 @@ class Report:
     caches: dict[str, dict[str, object]] = field(default_factory=dict)
     demo_pair_present: bool = False
     demo_placement: dict[str, object] = field(default_factory=dict)  # the demo pair's estimate and fit here
-    compiled_top_k: bool = True  # specrun/_topk.c built (setup.py builds it where a C compiler is)
+    compiled_sampling: bool = True  # specrun/_sampling.c built (setup.py builds it where a C compiler is)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -63,7 +63,7 @@ class Report:
             "caches": self.caches,
             "demo_pair": self.demo_pair_present,
             "demo_placement": self.demo_placement,
-            "compiled_top_k": self.compiled_top_k,
+            "compiled_sampling": self.compiled_sampling,
             "problems": [asdict(p) for p in problems(self)],
         }
 
@@ -119,10 +119,10 @@ def problems(report: Report) -> list[Problem]:
             f"multiply segfaults on common weights (llama.cpp #20824)",
             f"unset {backend.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
         ))
-    if not report.compiled_top_k:
+    if not report.compiled_sampling:
         found.append(Problem(
-            "specrun's top-k search in C was not built (no C compiler when specrun was installed): "
-            "sampled generation (temperature > 0) takes about twice as long to choose each token",
+            "specrun's sampling in C was not built (no C compiler when specrun was installed): "
+            "sampled generation (temperature > 0) takes two to three times as long to choose each token",
             "install a C compiler (gcc, clang, Xcode's command line tools) and reinstall specrun; "
             "in a checkout: `.venv/bin/pip install --no-deps -e .`",
         ))
@@ -203,7 +203,7 @@ def gather() -> Report:
         host_cpu_flags=llama_install.host_cpu_flags(), host_gpus=host_gpus(),
         amx_allowed=backend.amx_allowed(), caches=cache_folders(),
         demo_pair_present=present, demo_placement=demo_placement(target, draft) if present else {},
-        compiled_top_k=sampling.compiled_top_k(),
+        compiled_sampling=sampling.compiled(),
     )
 
 
@@ -221,7 +221,7 @@ def render_text(report: Report) -> list[str]:
         f"  CPU features:      {' '.join(build.cpu_features) or '-'}",
         f"  weight layouts:    {' '.join(build.extra_buffer_types) or '-'}",
         f"  AMX:               {amx}",
-        f"specrun's top-k search: {'compiled' if report.compiled_top_k else 'numpy (not compiled)'}",
+        f"specrun's sampling: {'compiled' if report.compiled_sampling else 'numpy (not compiled)'}",
         "devices",
     ]
     for d in report.devices:

@@ -1,8 +1,7 @@
 """Sampling math: logits -> probabilities, and the exact accept/resample rule.
 
-Pure numpy, no model. The same `probabilities` transform produces both the
-target's `p` and the draft's `q`; if they differed, speculative sampling would no
-longer reproduce the target's distribution.
+numpy, no model; the sampling chain also in C (specrun/_sampling.c) where it was
+compiled. The same transform produces both the target's `p` and the draft's `q`.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ import numpy as np
 
 from specrun.errors import OptionError
 
-try:  # the top-k search in C (setup.py); numpy does the same search without it
-    from specrun import _topk
+try:  # sampling's hot path in C (setup.py); the same in numpy where it was not compiled
+    from specrun import _sampling as _compiled
 except ImportError:
-    _topk = None
+    _compiled = None
 
 # A top-two logit gap this small may flip between batch widths (specrun.exactness).
 NEAR_TIE = 0.05
@@ -80,23 +79,15 @@ class Distribution:
         return out
 
 
-def compiled_top_k() -> bool:
-    """Whether top-k runs in C (specrun/_topk.c, built by setup.py where a compiler is)."""
-    return _topk is not None
-
-
-def _top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ids of the k largest logits (ties broken arbitrarily), unordered, and the logits."""
-    if _topk is None or logits.dtype != np.float32:
-        ids = _top_k_ids(logits, k)
-        return ids, logits[ids]
-    ids, values = np.empty(k, np.int64), np.empty(k, np.float32)
-    _topk.top_k(np.ascontiguousarray(logits), k, ids, values)  # the C reads one flat buffer
-    return ids, values
+def compiled() -> bool:
+    """Whether `distribution` and `greedy_choice` run in C (specrun/_sampling.c, built by
+    setup.py where a compiler is), rather than in numpy."""
+    return _compiled is not None
 
 
 def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
-    """`_top_k` without the compiled search: the ids alone, in one pass over the vocabulary.
+    """The ids of the k largest logits, ties to the lower id (as the compiled search),
+    unordered: numpy's top-k search, in one pass over the vocabulary.
 
     Seen as a grid of k or more columns, the k-th largest column maximum bounds the k-th
     largest logit from below (k distinct elements reach it), and every logit that reaches
@@ -113,21 +104,29 @@ def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     tail = np.flatnonzero(logits[rows * columns :] >= bound)  # the few logits past the grid
     if len(tail):
         ids = np.concatenate([ids, tail + rows * columns])
-    return ids if len(ids) == k else ids[np.argpartition(logits[ids], -k)[-k:]]
+    return ids if len(ids) == k else ids[np.lexsort((ids, -logits[ids]))[:k]]
 
 
 def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     """One row of logits at temperature > 0: llama.cpp's chain top-k -> top-p -> min-p ->
-    temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off)."""
+    temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off).
+
+    specrun/_sampling.c computes the same, step for step (the sum aside, to rounding), on
+    float32 rows (llama.cpp's): in numpy the chain's calls on ~40 numbers cost more than
+    the pass over the row."""
     n_vocab = logits.shape[-1]
-    if 0 < params.top_k < n_vocab:
-        ids, x = _top_k(logits, params.top_k)
-    else:
-        ids, x = np.arange(n_vocab), logits
-    # Candidates by logit, best first; top-p and min-p look at untempered probs: exp(x - x0)
-    # up to their sum. Few numpy calls, and methods rather than numpy's functions (which
-    # add a wrapper): on ~40 candidates the calls' overhead is the cost.
-    order = (-x).argsort(kind="stable")
+    k = params.top_k if 0 < params.top_k < n_vocab else n_vocab
+    if _compiled is not None and logits.dtype == np.float32:
+        ids, probs = np.empty(k, np.int64), np.empty(k)
+        keep = _compiled.distribution(np.ascontiguousarray(logits), k, params.top_p, params.min_p,
+                                      params.temperature, ids, probs)
+        return Distribution(ids[:keep], probs[:keep])
+    ids = _top_k_ids(logits, k) if k < n_vocab else np.arange(n_vocab)
+    x = logits[ids]
+    # Candidates best first, ties to the lower id; top-p and min-p look at untempered
+    # probs: exp(x - x0) up to their sum. Methods rather than numpy's functions, which
+    # add a wrapper to each call.
+    order = np.lexsort((ids, -x))
     ids, x = ids[order], x[order].astype(np.float64)
     x -= x[0]
     base = np.exp(x)
@@ -161,15 +160,15 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 def greedy_choice(row: np.ndarray) -> tuple[int, float]:
     """A row's argmax (its first occurrence, as numpy's argmax) and how far the next-best
     logit lies below it: under NEAR_TIE, a choice that a slightly different batch width
-    could have flipped. One pass over the row: the compiled top-2 (which always holds a
-    maximum's first occurrence), else numpy's argmax and the maxima around it."""
-    if _topk is None or row.dtype != np.float32 or len(row) < 2:
+    could have flipped. One pass over the row: the compiled top 2 (best first, ties to
+    the lower id), else numpy's argmax and the maxima around it."""
+    if _compiled is None or row.dtype != np.float32 or len(row) < 2:
         best = int(row.argmax())
         second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
         return best, float(row[best] - second)
-    ids, values = _top_k(row, 2)
-    (low, high) = (0, 1) if (values[0], -ids[0]) < (values[1], -ids[1]) else (1, 0)
-    return int(ids[high]), float(values[high] - values[low])
+    ids, values = np.empty(2, np.int64), np.empty(2, np.float32)
+    _compiled.top_k(np.ascontiguousarray(row), 2, ids, values)
+    return int(ids[0]), float(values[0] - values[1])
 
 
 def verify_greedy(target_logits: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int, list[bool]]:

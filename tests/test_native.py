@@ -293,7 +293,7 @@ def test_doctor_text_names_build_devices_and_caches():
     assert result.returncode == 0, result.stderr
     for heading in ("llama-cpp-python", "backends:", "devices", "caches", "demo pair:"):
         assert heading in result.stdout
-    assert "specrun's top-k search: compiled" in result.stdout  # setup.py built specrun/_topk.c
+    assert "specrun's sampling: compiled" in result.stdout  # setup.py built specrun/_sampling.c
 
 
 def report_for(build: backend.BuildInfo, gpus: list[doctor.HostGpu], flags: set[str] | None = None,
@@ -327,9 +327,9 @@ def test_doctor_warns_of_a_build_for_features_this_cpu_lacks():
     assert any("AVX512" in p.problem and "illegal instruction" in p.problem for p in found)
 
 
-def test_doctor_says_how_to_build_a_missing_compiled_top_k():
-    found = doctor.problems(replace(report_for(CPU_BUILD, []), compiled_top_k=False))
-    assert len(found) == 1 and "top-k" in found[0].problem and "C compiler" in found[0].fix
+def test_doctor_says_how_to_build_a_missing_compiled_sampling():
+    found = doctor.problems(replace(report_for(CPU_BUILD, []), compiled_sampling=False))
+    assert len(found) == 1 and "sampling" in found[0].problem and "C compiler" in found[0].fix
 
 
 def test_doctor_warns_when_amx_is_switched_on():

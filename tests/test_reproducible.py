@@ -82,7 +82,7 @@ def test_reproducible_logits_do_not_depend_on_the_batch(pair):
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
 def test_near_ties_count_rows_whose_top_two_are_close(compiled, monkeypatch):
     if not compiled:
-        monkeypatch.setattr(sampling, "_topk", None)
+        monkeypatch.setattr(sampling, "_compiled", None)
     rows = np.zeros((5, 10), dtype=np.float32)
     rows[0, 3], rows[0, 7] = 5.0, 5.0 - NEAR_TIE / 2  # a near tie
     rows[1, 0], rows[1, 9] = 5.0, 5.0 - 2 * NEAR_TIE  # not one

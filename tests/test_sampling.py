@@ -9,7 +9,7 @@ from scipy.stats import chisquare
 
 from specrun.errors import SpecrunError
 from specrun import sampling
-from specrun.sampling import SamplingParams, _top_k, _top_k_ids, distribution, pick, probabilities, sample, verify
+from specrun.sampling import SamplingParams, _top_k_ids, distribution, pick, probabilities, sample, verify
 
 DRAWS = 20_000
 P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
@@ -143,15 +143,23 @@ def test_invalid_sampling_values_are_user_errors(bad):
 
 
 def top_k_compiled(logits, k):
-    return _top_k(logits, k)[0]
+    ids, values = np.empty(k, np.int64), np.empty(k, np.float32)
+    sampling._compiled.top_k(logits, k, ids, values)
+    np.testing.assert_array_equal(values, logits[ids])
+    return ids
 
 
 TOP_K_SEARCHES = [pytest.param(top_k_compiled, id="compiled"), pytest.param(_top_k_ids, id="numpy")]
 
 
-def test_the_compiled_top_k_search_is_built():
+def ranked(logits):
+    """Ids best first, ties to the lower id: the order both searches promise."""
+    return np.lexsort((np.arange(len(logits)), -logits))
+
+
+def test_the_compiled_sampling_is_built():
     """setup.py builds it as optional, so an install goes on without it; here it must be there."""
-    assert sampling.compiled_top_k(), "specrun/_topk.c did not compile: run `pip install -e .` and read its output"
+    assert sampling.compiled(), "specrun/_sampling.c did not compile: run `pip install -e .` and read its output"
 
 
 @pytest.mark.parametrize("search", TOP_K_SEARCHES)
@@ -164,27 +172,57 @@ def test_top_k_candidates_are_the_k_largest(search, n_vocab, k):
 @pytest.mark.parametrize("search", TOP_K_SEARCHES)
 def test_top_k_candidates_at_the_end_and_among_ties(search):
     """The last few logits lie past the numpy search's grid and the compiled one's last
-    whole block; ties fill k exactly; -inf (a masked token) is no better than any logit."""
+    whole block; ties go to the lower ids; -inf (a masked token) is no better than any logit."""
     logits = np.random.default_rng(0).normal(size=152_069).astype(np.float32)
-    logits[-3:] = 9.0  # past 64 rows x 2376 columns, and past 9504 blocks of 16
+    logits[-3:] = 9.0  # past 64 rows x 2376 columns, and past 2376 blocks of 64
     assert {152_066, 152_067, 152_068} <= set(search(logits, 40))
     tied = np.zeros(1000, dtype=np.float32)
     tied[[3, 500, 998]] = 1.0
-    ids = search(tied, 5)
-    assert len(set(ids)) == 5 and {3, 500, 998} <= set(ids)
+    assert set(search(tied, 5)) == {3, 500, 998, 0, 1}
+    rounded = np.round(np.random.default_rng(1).normal(size=5000), 1).astype(np.float32)  # ties everywhere
+    for k in (1, 7, 40):
+        assert set(search(rounded, k)) == set(ranked(rounded)[:k])
     masked = np.full(100, -np.inf, dtype=np.float32)
     masked[[7, 70]] = [-30.0, 2.0]
     assert set(search(masked, 2)) == {7, 70}
+    assert set(search(masked, 4)) == {7, 70, 0, 1}
 
 
-def test_the_compiled_top_k_returns_the_logits_and_refuses_wrong_sizes():
-    logits = np.random.default_rng(3).normal(size=5000).astype(np.float32)
-    ids, values = _top_k(logits, 10)
-    np.testing.assert_array_equal(values, logits[ids])
-    with pytest.raises(ValueError):
-        sampling._topk.top_k(logits, 10, np.empty(9, np.int64), np.empty(10, np.float32))
-    with pytest.raises(ValueError):
-        sampling._topk.top_k(logits[:5], 6, np.empty(6, np.int64), np.empty(6, np.float32))
+def test_the_compiled_top_k_is_ranked_and_refuses_wrong_sizes():
+    logits = np.round(np.random.default_rng(3).normal(size=5000), 1).astype(np.float32)
+    np.testing.assert_array_equal(top_k_compiled(logits, 60), ranked(logits)[:60])
+    with pytest.raises(ValueError, match="ids must hold k = 10"):
+        sampling._compiled.top_k(logits, 10, np.empty(9, np.int64), np.empty(10, np.float32))
+    with pytest.raises(ValueError, match="need 1 <= k"):
+        sampling._compiled.top_k(logits[:5], 6, np.empty(6, np.int64), np.empty(6, np.float32))
+    with pytest.raises(ValueError, match="temperature > 0"):
+        sampling._compiled.distribution(logits, 10, 0.9, 0.05, 0.0, np.empty(10, np.int64), np.empty(10))
+
+
+CHAINS = [
+    SamplingParams(temperature=0.8),  # llama.cpp's defaults
+    SamplingParams(temperature=1.3, top_k=100, top_p=1.0, min_p=0.0),
+    SamplingParams(temperature=0.5, top_k=7, top_p=0.5, min_p=0.2),
+    SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0),  # top-k off: the whole vocabulary
+    SamplingParams(temperature=2.0, top_k=1),
+]
+
+
+@pytest.mark.parametrize("params", CHAINS, ids=lambda p: f"T{p.temperature}-k{p.top_k}-p{p.top_p}-m{p.min_p}")
+def test_the_compiled_chain_is_numpys(params, monkeypatch):
+    """specrun/_sampling.c and the numpy chain: the same support and the same
+    probabilities to rounding, on rows with and without ties and masked tokens."""
+    rng = np.random.default_rng(8)
+    rows = [rng.normal(0, 2, 3000), np.round(rng.normal(0, 2, 3000), 1), rng.normal(0, 2, 152_064)]
+    rows[1][rng.integers(0, 3000, 500)] = -np.inf
+    rows = [row.astype(np.float32) for row in rows]
+    compiled = [distribution(row, params) for row in rows]
+    monkeypatch.setattr(sampling, "_compiled", None)
+    for row, c in zip(rows, compiled):
+        n = distribution(row, params)
+        np.testing.assert_array_equal(c.ids, n.ids)
+        np.testing.assert_allclose(c.probs, n.probs, rtol=1e-12)
+        assert abs(c.probs.sum() - 1) < 1e-12
 
 
 @pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])

@@ -39,7 +39,7 @@ pyproject = tomllib.load(open("pyproject.toml", "rb"))
 deps = pyproject["project"]["dependencies"]
 print("\n".join(d for d in deps if not d.startswith("llama-cpp-python")))
 print("typing-extensions>=4.5\ndiskcache>=5.6.1\njinja2>=2.11.3")  # llama-cpp-python's own
-print("\n".join(pyproject["build-system"]["requires"]))  # setup.py's, for specrun/_topk.c
+print("\n".join(pyproject["build-system"]["requires"]))  # setup.py's, for specrun/_sampling.c
 EOF
     python3 -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp --abi "cp${PYVER/./}" \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
@@ -61,9 +61,9 @@ python_env() {  # sets PY and PYTHONPATH
     fi
     PY=$WORK/venv/bin/python
     $PY -m pip install -q --no-index --find-links "$CARRY/wheels" -r "$CARRY/requirements.txt"
-    # specrun's top-k search in C, as `pip install` builds it (without it, numpy's search runs)
-    $PY setup.py -q build_ext --inplace > "$WORK/topk-build.log" 2>&1 \
-        || say "specrun/_topk.c did not compile ($WORK/topk-build.log): numpy's top-k search"
+    # specrun's sampling in C, as `pip install` builds it (without it, numpy's runs)
+    $PY setup.py -q build_ext --inplace > "$WORK/sampling-build.log" 2>&1 \
+        || say "specrun/_sampling.c did not compile ($WORK/sampling-build.log): sampling runs in numpy"
     export PYTHONPATH=$WORK/site:$PWD
 }
 

@@ -35,7 +35,7 @@ from specrun.bench import CostCurve, measure_costs
 from specrun.drafting import ModelDraft
 from specrun.gamma import GAMMA_MAX, FixedGamma
 from specrun.runtime import Model
-from specrun.sampling import SamplingParams, compiled_top_k
+from specrun.sampling import SamplingParams, compiled
 from specrun.speculative import Round, generate
 from specrun.stats import Stats
 
@@ -69,7 +69,7 @@ def machine() -> dict[str, str]:
                     if line.startswith("model name")), platform.processor())
         info |= {"gpu": "none", "cpu": cpu, "cores": str(os.cpu_count())}
     info["backends"] = ", ".join(build_info().backends)
-    info["top_k_search"] = "compiled" if compiled_top_k() else "numpy"
+    info["sampling"] = "compiled" if compiled() else "numpy"
     return info
 
 
