@@ -247,12 +247,13 @@ class AdaptiveGamma:
         rate = expected_rate(alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
         return rate if math.isfinite(rate) else None
 
-    def _best(self, gammas: range, default: int) -> int:
-        known = {g: r for g in gammas if (r := self.rate(g)) is not None}
-        return max(known, key=known.__getitem__) if known else default
+    def rates(self) -> dict[int, float]:
+        """The expected rate of every γ whose costs are known (measured or extrapolated)."""
+        return {g: r for g in range(self.gamma_max + 1) if (r := self.rate(g)) is not None}
 
-    def best_gamma(self) -> int:
-        return self._best(range(self.gamma_max + 1), self.gamma)
+    def best_gamma(self, rates: dict[int, float] | None = None) -> int:
+        rates = self.rates() if rates is None else rates
+        return max(rates, key=rates.__getitem__) if rates else self.gamma
 
     def next_gamma(self) -> int:
         if self._warmup:
@@ -286,8 +287,9 @@ class AdaptiveGamma:
             if not self._warmup and self.costs.t_draft is None:
                 self._rounds_at_zero = self._probe_interval  # nothing drafted yet: probe at once
             return
-        best = self.best_gamma()
-        current, candidate = self.rate(self.gamma), self.rate(best)
+        rates = self.rates()  # each γ once: the current and the best rate come from one table
+        best = self.best_gamma(rates)
+        current, candidate = rates.get(self.gamma), rates.get(best)
         if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
             self.gamma = best
         if self.gamma > 0:
