@@ -109,7 +109,10 @@ def main(files: list[str]) -> None:
     for rep in range(REPEAT):  # interleaved, so drift in the machine's speed hits every row alike
         for f, prompts in sets.items():
             for i, prompt in enumerate(prompts):
-                for row in ROWS:
+                # The rows take turns at going first: a prompt's first run follows another
+                # prompt's last, and no row should always be the one that does.
+                turn = (rep * len(prompts) + i) % len(ROWS)
+                for row in ROWS[turn:] + ROWS[:turn]:
                     try:
                         if row.startswith("native"):
                             tokens, seconds = native(row, target, draft, prompt)
