@@ -13,6 +13,7 @@ import numpy as np
 
 from specrun.drafting import Proposal
 from specrun.errors import OptionError
+from specrun.runtime import Continuation
 from specrun.sampling import SamplingParams
 
 CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
@@ -81,7 +82,9 @@ class LookupDraft:
         new = list(ctx[seen:])
         self._score_last_draft(new)
         self._tokens.extend(new)
-        self._source = ctx
+        # A prefix view of an append-only sequence (the prompt but its last token) stands
+        # for that sequence: the rounds that pass it in full then check only the seam.
+        self._source = ctx.base if isinstance(ctx, Continuation) and not ctx.tail else ctx
         tokens = self._tokens
         for end in range(max(seen - 1, 0), len(tokens) - 1):  # n-grams ending at `end`
             for n in range(self.ngram_min, self.ngram_max + 1):

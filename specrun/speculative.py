@@ -137,9 +137,11 @@ def generate(
 
     start = time.perf_counter()
     evaluated = target.n_evaluated
-    target.logits(ctx[:-1], 0)  # everything but the last token, which the first round decodes
+    # Everything but the last token, which the first round decodes; as a view of ctx, so
+    # that the first round, like every other, compares only what is new.
+    target.logits(ctx.but_last(), 0)
     if draft is not None and policy.next_gamma() > 0:  # else the draft catches up when it is first asked
-        draft.prefill(ctx[:-1])
+        draft.prefill(ctx.but_last())
     yield Prefill(len(ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
 
     stream = TextStream(Detokenizer(target), stop)

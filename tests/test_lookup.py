@@ -15,7 +15,7 @@ from specrun.drafting import HybridDraft, ModelDraft
 from specrun.lookup import CANDIDATES, MATCH_CAP, LookupDraft
 from specrun.gamma import AdaptiveGamma, FixedGamma
 from specrun.prompt import prompt_tokens
-from specrun.runtime import Detokenizer, Model
+from specrun.runtime import Detokenizer, Model, Tokens
 from specrun.sampling import SamplingParams
 from specrun.speculative import Round, generate
 
@@ -127,6 +127,27 @@ def test_a_round_reads_only_the_new_tokens():
         ctx.append(token)
         lookup.propose(ctx, 8, GREEDY, np.random.default_rng(0))
         assert CountingList.reads < 20  # not the 5000 before them
+
+
+class CountingTokens(Tokens):
+    reads = 0
+
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        if isinstance(i, slice):
+            CountingTokens.reads += len(item)
+        return item
+
+
+def test_the_first_round_after_the_loops_prefill_reads_only_the_new_tokens():
+    """The loop prefills a view of its sequence (all but the last token), then passes the
+    sequence itself: the view stands for it, so the first round checks only the seam."""
+    ctx = CountingTokens(np.random.default_rng(0).integers(0, 50, 5000).tolist())
+    lookup = LookupDraft()
+    lookup.prefill(ctx.but_last())
+    CountingTokens.reads = 0
+    lookup.propose(ctx, 8, GREEDY, np.random.default_rng(0))
+    assert CountingTokens.reads < 20  # not the 4999 before them
 
 
 def test_a_new_conversation_or_an_edited_one_starts_over():

@@ -47,6 +47,6 @@ def test_greedy_speculation_over_null_models_equals_plain_decoding(monkeypatch):
     measure = runtime.common_prefix_length
     monkeypatch.setattr(runtime, "common_prefix_length", lambda a, b: compared.append(len(a)) or measure(a, b))
     assert tokens_of(8, greedy, table) == plain
-    # Each model checks the whole context once, on its first round after the prefill; every
-    # other call compares only what followed the committed text: the last drafts and bonus.
-    assert sum(n > 9 for n in compared) == 2
+    # The prefill (on fresh models) compares nothing, and no call after it compares more
+    # than what followed the committed text, the first round's included: the last drafts and bonus.
+    assert compared and max(compared) <= 9
