@@ -106,30 +106,9 @@ def test_a_draft_cut_short_limits_its_key_next_time():
     assert len(propose(lookup, ctx)) > 3
 
 
-class CountingList(list):
-    """A list that counts the items read through slices, as the lookup reads its context."""
-
-    reads = 0
-
-    def __getitem__(self, i):
-        item = super().__getitem__(i)
-        if isinstance(i, slice):
-            CountingList.reads += len(item)
-        return item
-
-
-def test_a_round_reads_only_the_new_tokens():
-    ctx = CountingList(np.random.default_rng(0).integers(0, 50, 5000).tolist())
-    lookup = LookupDraft()
-    lookup.prefill(ctx)
-    for token in range(20):
-        CountingList.reads = 0
-        ctx.append(token)
-        lookup.propose(ctx, 8, GREEDY, np.random.default_rng(0))
-        assert CountingList.reads < 20  # not the 5000 before them
-
-
 class CountingTokens(Tokens):
+    """The loop's append-only sequence, counting the items read through slices."""
+
     reads = 0
 
     def __getitem__(self, i):
@@ -139,15 +118,18 @@ class CountingTokens(Tokens):
         return item
 
 
-def test_the_first_round_after_the_loops_prefill_reads_only_the_new_tokens():
-    """The loop prefills a view of its sequence (all but the last token), then passes the
-    sequence itself: the view stands for it, so the first round checks only the seam."""
+@pytest.mark.parametrize("prefill", ["whole", "but last"])
+def test_a_round_reads_only_the_new_tokens(prefill):
+    """The loop prefills a view of its sequence (all but its last token), then passes the
+    sequence itself: the view stands for it, and each round checks only the seam."""
     ctx = CountingTokens(np.random.default_rng(0).integers(0, 50, 5000).tolist())
     lookup = LookupDraft()
-    lookup.prefill(ctx.but_last())
-    CountingTokens.reads = 0
-    lookup.propose(ctx, 8, GREEDY, np.random.default_rng(0))
-    assert CountingTokens.reads < 20  # not the 4999 before them
+    lookup.prefill(ctx if prefill == "whole" else ctx.but_last())
+    for token in range(20):
+        CountingTokens.reads = 0
+        lookup.propose(ctx, 8, GREEDY, np.random.default_rng(0))
+        assert CountingTokens.reads < 20  # not the 5000 before them
+        ctx.extend([token])
 
 
 def test_a_new_conversation_or_an_edited_one_starts_over():
