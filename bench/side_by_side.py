@@ -15,8 +15,9 @@ with specrun's CPU flags (bench/native_compare.sh builds them). Every prompt is 
 (no chat template), so every row sees the same tokens. A file's figure is its total
 tokens over its total decode seconds (prompt excluded, as llama.cpp reports it; for
 llama-completion its eval time plus its sampling time, the wall time of the others), per
-repetition; the table gives the median and the range. Every specrun row's text is
-checked against `gamma 0`'s.
+repetition; the table gives the median and the range, then each row run by run against
+native plain on the same prompt (geometric mean and 95% interval). Every specrun row's
+text is checked against `gamma 0`'s.
 
     .venv/bin/python bench/side_by_side.py bench/prompts/mixed.jsonl bench/prompts/heldout.jsonl
 Env: REPEAT (3), TOKENS (128), THREADS (2), GAMMA (3), ROWS, NATIVE_BIN
@@ -26,6 +27,7 @@ Env: REPEAT (3), TOKENS (128), THREADS (2), GAMMA (3), ROWS, NATIVE_BIN
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import statistics
@@ -105,6 +107,7 @@ def main(files: list[str]) -> None:
     # totals[file][row][rep] = [tokens, seconds]
     totals = {f: {row: [[0, 0.0] for _ in range(REPEAT)] for row in ROWS} for f in files}
     texts: dict[tuple[str, int, str], str] = {}
+    runs: dict[tuple[str, int, int, str], float] = {}  # (file, rep, prompt, row) -> tok/s
     hung: set[tuple[str, int, str]] = set()  # runs that did not finish within TIMEOUT
     for rep in range(REPEAT):  # interleaved, so drift in the machine's speed hits every row alike
         for f, prompts in sets.items():
@@ -123,6 +126,7 @@ def main(files: list[str]) -> None:
                         continue
                     totals[f][row][rep][0] += tokens
                     totals[f][row][rep][1] += seconds
+                    runs[f, rep, i, row] = tokens / seconds
                     print(f"{rep} {Path(f).name}:{i} {row}: {tokens / seconds:.1f} tok/s", file=sys.stderr, flush=True)
     print(f"{target} + {Path(draft).name}, {TOKENS} tokens a prompt, greedy, raw prompts, {THREADS} threads, "
           f"median of {REPEAT} (range)")
@@ -134,6 +138,9 @@ def main(files: list[str]) -> None:
             median = statistics.median(rates[row])
             versus = f"{median / plain:5.2f}x native plain  " if plain else ""
             print(f"  {row:20} {median:6.1f} tok/s  {versus}({min(rates[row]):.1f}-{max(rates[row]):.1f})")
+        if plain:  # each run against native plain's on the same prompt, minutes apart at most
+            for row in (r for r in ROWS if r != "native plain"):
+                print(f"  {row:20} paired: {paired(runs, f, row)}")
         for row in ROWS:
             stuck = sorted(i for g, i, r in hung if g == f and r == row)
             if stuck:
@@ -144,6 +151,17 @@ def main(files: list[str]) -> None:
                           if (f, i, row) in texts and texts[f, i, row] != texts.get((f, i, "specrun gamma 0"))]
                 if differ:
                     print(f"  {row}: text differs from gamma 0 on prompts {differ}")
+
+
+def paired(runs: dict[tuple[str, int, int, str], float], f: str, row: str) -> str:
+    """The geometric mean of a row's tok/s over native plain's, run by run on the same prompt
+    and repetition, with a 95% interval: single runs here move by 10%, their ratios less."""
+    logs = [math.log(rate / runs[g, rep, i, "native plain"]) for (g, rep, i, r), rate in runs.items()
+            if g == f and r == row and (g, rep, i, "native plain") in runs]
+    if len(logs) < 2:
+        return "too few runs"
+    mean, half = statistics.mean(logs), 2 * statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"{math.exp(mean):.3f}x ({math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}), {len(logs)} pairs"
 
 
 if __name__ == "__main__":
