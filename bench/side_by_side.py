@@ -13,11 +13,12 @@ Rows (choose with ROWS, comma-separated; default all):
 The native tools are built from the llama.cpp that the pinned llama-cpp-python vendors,
 with specrun's CPU flags (bench/native_compare.sh builds them). Every prompt is sent raw
 (no chat template), so every row sees the same tokens. A file's figure is its total
-tokens over its total decode seconds (prompt excluded, as llama.cpp reports it; for
-llama-completion its eval time plus its sampling time, the wall time of the others), per
-repetition; the table gives the median and the range, then each row run by run against
-native plain on the same prompt (geometric mean and 95% interval). Every specrun row's
-text is checked against `gamma 0`'s.
+tokens (those of the answer: no row counts the end-of-generation token) over its total
+decode seconds (prompt excluded, as llama.cpp reports it; for llama-completion its eval
+time plus its sampling time, the wall time of the others), per repetition; the table
+gives the median and the range, then each row run by run against native plain on the
+same prompt (geometric mean and 95% interval). Every specrun row's text is checked
+against `gamma 0`'s.
 
     .venv/bin/python bench/side_by_side.py bench/prompts/mixed.jsonl bench/prompts/heldout.jsonl
 Env: REPEAT (3), TOKENS (128), THREADS (2), GAMMA (3), ROWS, NATIVE_BIN
@@ -66,7 +67,11 @@ def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
         ms, runs = re.findall(r" eval time =\s*([\d.]+) ms /\s*(\d+) runs", log)[-1]
         # Its eval time leaves out choosing each token, which every other row's time includes.
         sampling = re.findall(r" sampling time =\s*([\d.]+) ms", log)[-1]
-        return int(runs), (float(ms) + float(sampling)) / 1000
+        # The first token comes from the prompt's pass, so TOKENS tokens take TOKENS - 1 runs;
+        # fewer runs means the answer ended, and the last run gave only the end-of-generation
+        # token, which specrun does not count as a token either.
+        tokens = int(runs) if int(runs) >= TOKENS - 1 else int(runs) - 1
+        return tokens, (float(ms) + float(sampling)) / 1000
     if row == "native draft":
         kind = ["-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", GAMMA,
                 "--spec-draft-n-min", GAMMA, "--spec-draft-p-min", "0"]
@@ -74,7 +79,9 @@ def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
         kind = ["--spec-type", row.split()[-1]]
     log = _run([str(BIN / "llama-speculative-simple"), *common, *kind])
     tokens, seconds = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log)[-1]
-    return int(tokens), float(seconds)
+    # It runs past TOKENS unless the answer ends, and then its count includes the
+    # end-of-generation token.
+    return int(tokens) if int(tokens) > TOKENS else int(tokens) - 1, float(seconds)
 
 
 def specrun(row: str, target: str, draft: str, prompt: str) -> tuple[int, float, str]:
