@@ -166,23 +166,35 @@ static int holds(const Py_buffer *buffer, int k, Py_ssize_t item, const char *na
     return 0;
 }
 
-/* top_k(logits, k, ids, values): logits a C-contiguous float32 buffer of one row; ids
-   (int64) and values (float32) writable buffers of k each, written best first. */
+/* top_k(logits, k) -> [(id, value), ...]: the k best of a C-contiguous float32 row, best
+   first. Python objects, not buffers to fill: the loop asks for the best two of a row each
+   round, right after a decode, where every numpy call it saves runs with cold caches. */
 static PyObject *top_k(PyObject *self, PyObject *args) {
-    Py_buffer logits, ids, vals;
+    Py_buffer logits;
     int k;
-    if (!PyArg_ParseTuple(args, "y*iw*w*", &logits, &k, &ids, &vals)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*i", &logits, &k)) return NULL;
     PyObject *result = NULL;
-    if (is_row(&logits, k) && holds(&ids, k, sizeof(int64_t), "ids") && holds(&vals, k, sizeof(float), "values")) {
-        Py_BEGIN_ALLOW_THREADS
-        top_k_row(logits.buf, logits.len / sizeof(float), k, vals.buf, ids.buf);
-        Py_END_ALLOW_THREADS
-        result = Py_None;
-        Py_INCREF(result);
+    int64_t *ids = NULL;
+    float *vals = NULL;
+    if (is_row(&logits, k)) {
+        ids = PyMem_Malloc(k * sizeof(int64_t));
+        vals = PyMem_Malloc(k * sizeof(float));
+        if (!ids || !vals) PyErr_NoMemory();
     }
+    if (ids && vals) {
+        Py_BEGIN_ALLOW_THREADS
+        top_k_row(logits.buf, logits.len / sizeof(float), k, vals, ids);
+        Py_END_ALLOW_THREADS
+        result = PyList_New(k);
+        for (int i = 0; result && i < k; i++) {
+            PyObject *pair = Py_BuildValue("(Ld)", (long long)ids[i], (double)vals[i]);
+            if (!pair) Py_CLEAR(result);
+            else PyList_SET_ITEM(result, i, pair);
+        }
+    }
+    PyMem_Free(ids);
+    PyMem_Free(vals);
     PyBuffer_Release(&logits);
-    PyBuffer_Release(&ids);
-    PyBuffer_Release(&vals);
     return result;
 }
 
@@ -218,7 +230,7 @@ static PyObject *distribution(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"top_k", top_k, METH_VARARGS, "The k best of a row of float32 logits, best first: top_k(logits, k, ids, values)."},
+    {"top_k", top_k, METH_VARARGS, "The k best of a row of float32 logits, best first: top_k(logits, k) -> [(id, value)]."},
     {"distribution", distribution, METH_VARARGS,
      "llama.cpp's sampling chain on a row of float32 logits: "
      "distribution(logits, k, top_p, min_p, temperature, ids, probs) -> keep."},

@@ -165,10 +165,9 @@ def greedy_choice(row: np.ndarray) -> tuple[int, float]:
     if _compiled is None or row.dtype != np.float32 or len(row) < 2:
         best = int(row.argmax())
         second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
-        return best, float(row[best] - second)
-    ids, values = np.empty(2, np.int64), np.empty(2, np.float32)
-    _compiled.top_k(np.ascontiguousarray(row), 2, ids, values)
-    return int(ids[0]), float(values[0] - values[1])
+        return best, float(row[best]) - float(second)
+    (best, value), (_, second) = _compiled.top_k(np.ascontiguousarray(row), 2)
+    return best, value - second
 
 
 def verify_greedy(target_logits: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int, list[bool]]:

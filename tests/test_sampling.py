@@ -143,8 +143,7 @@ def test_invalid_sampling_values_are_user_errors(bad):
 
 
 def top_k_compiled(logits, k):
-    ids, values = np.empty(k, np.int64), np.empty(k, np.float32)
-    sampling._compiled.top_k(logits, k, ids, values)
+    ids, values = map(np.array, zip(*sampling._compiled.top_k(logits, k)))
     np.testing.assert_array_equal(values, logits[ids])
     return ids
 
@@ -191,10 +190,12 @@ def test_top_k_candidates_at_the_end_and_among_ties(search):
 def test_the_compiled_top_k_is_ranked_and_refuses_wrong_sizes():
     logits = np.round(np.random.default_rng(3).normal(size=5000), 1).astype(np.float32)
     np.testing.assert_array_equal(top_k_compiled(logits, 60), ranked(logits)[:60])
-    with pytest.raises(ValueError, match="ids must hold k = 10"):
-        sampling._compiled.top_k(logits, 10, np.empty(9, np.int64), np.empty(10, np.float32))
     with pytest.raises(ValueError, match="need 1 <= k"):
-        sampling._compiled.top_k(logits[:5], 6, np.empty(6, np.int64), np.empty(6, np.float32))
+        sampling._compiled.top_k(logits[:5], 6)
+    with pytest.raises(ValueError, match="need 1 <= k"):
+        sampling._compiled.top_k(logits, 0)
+    with pytest.raises(ValueError, match="ids must hold k = 10"):
+        sampling._compiled.distribution(logits, 10, 0.9, 0.05, 0.8, np.empty(9, np.int64), np.empty(10))
     with pytest.raises(ValueError, match="temperature > 0"):
         sampling._compiled.distribution(logits, 10, 0.9, 0.05, 0.0, np.empty(10, np.int64), np.empty(10))
 
