@@ -76,7 +76,7 @@ class NullModel(Model):
     def _clear(self) -> None:
         pass
 
-    def is_eog(self, token: int) -> bool:
+    def _is_eog(self, token: int) -> bool:
         return False
 
     def _piece(self, token: int) -> bytes:

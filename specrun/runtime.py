@@ -310,6 +310,9 @@ class Model:
         for j in range(n_batch):
             batch.seq_id[j][0] = 0
         self.tokens: list[int] = []  # what the KV cache holds, position by position
+        # Positions the cache may hold: len(self.tokens), or more after a decode that failed
+        # or was interrupted before `tokens` took it in.
+        self._held = 0
         # The cache's first `_seen` tokens are `_base`'s, as far as it still holds that many.
         self._base: Tokens | None = None
         self._seen = 0
@@ -321,6 +324,7 @@ class Model:
         self.min_width = 1  # no decode spans fewer positions ("padded")
         self.max_width: int | None = None  # positions with logits decoded at most this many per pass
         self.piece = lru_cache(maxsize=None)(self._piece)
+        self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
         self._logits_view: tuple[int, np.ndarray] | None = None  # llama.cpp's output buffer: (address, view)
 
     @property
@@ -350,9 +354,8 @@ class Model:
         keep = min(keep, len(seq) - last)
         if keep < len(seq):  # a decode narrower than `min_width` starts earlier
             keep = min(keep, max(len(seq) - self.min_width, 0))
-        # Always drop from `keep` on: after an interrupted decode the cache may hold
-        # positions that `self.tokens` does not know about.
-        self._truncate(keep)
+        if keep < self._held:  # else there is nothing to drop: no native call
+            self._truncate(keep)
         keep = len(self.tokens)
 
         first_out = len(seq) - last
@@ -366,15 +369,16 @@ class Model:
             shape = (len(chunk) + padding, len(chunk) + padding - flagged)
             self.first_of_shape |= shape not in self._shapes_decoded
             self._shapes_decoded.add(shape)
+            self._held = end + padding  # what the decode may write, until `tokens` says
             status = self._decode()
             if status != 0:
                 # A failed batch may leave part of it in the cache; forget it all.
                 self._truncate(start)
                 raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
                 raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
-            if padding:
-                self._drop(end)
             self.tokens.extend(chunk)
+            if not padding or self._drop(end):  # padding a cache could not drop stays held
+                self._held = end
             self.n_evaluated += len(chunk)
             raise_pending()
             if end > first_out:
@@ -445,10 +449,12 @@ class Model:
             self._clear()
             keep = 0
         del self.tokens[keep:]
+        self._held = keep
 
     def reset(self) -> None:
         self._clear()
         self.tokens.clear()
+        self._held = 0
 
     def probe_invariance(self) -> Invariance:
         """Evaluate the last PROBE_POSITIONS positions of a fixed sequence one per pass, in
@@ -517,7 +523,8 @@ class Model:
         attributes = llama.llama_vocab_get_attr(self._vocab, token)
         return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP)
 
-    def is_eog(self, token: int) -> bool:
+    def _is_eog(self, token: int) -> bool:
+        """Whether the token ends a generation (EOS, <|im_end|>, ...): `is_eog`, cached."""
         return bool(llama.llama_vocab_is_eog(self._vocab, token))
 
     @property

@@ -80,6 +80,36 @@ def test_only_the_new_suffix_is_evaluated(tiny_target):
         assert model.tokens == prompt[:5] + [302]
 
 
+def test_the_cache_is_cut_only_where_it_may_hold_more(tiny_target, fresh, monkeypatch):
+    """A round that only extends the sequence makes no call to drop cached positions; a
+    decode interrupted before `tokens` took it in leaves positions that the next call drops."""
+    with Model(tiny_target, n_ctx=256) as model:
+        drops: list[int] = []
+        drop = model._drop
+        monkeypatch.setattr(model, "_drop", lambda keep: drops.append(keep) or drop(keep))
+        seq = model.tokenize("the sea is blue and the sun is big")
+        model.logits(seq, 1)
+        model.logits(seq := seq + [300], 1)
+        assert drops == []
+        model.logits(seq[:-3] + [301], 1)  # a rollback
+        assert drops == [len(seq) - 3]
+
+        seq = seq[:-3] + [301]
+        decode = model._decode
+
+        def cut_short() -> int:
+            decode()  # the positions are written, then Ctrl-C arrives before they are recorded
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(model, "_decode", cut_short)
+        with pytest.raises(KeyboardInterrupt):
+            model.logits(seq + [302, 303], 1)
+        monkeypatch.setattr(model, "_decode", decode)
+        drops.clear()
+        assert_close(model.logits(seq + [304], 1), fresh_logits(fresh, seq + [304], 1))
+        assert drops == [len(seq)]
+
+
 def test_the_first_decode_of_each_batch_shape_is_flagged(tiny_target):
     with Model(tiny_target, n_ctx=256) as model:
         seq = model.tokenize("the sea is blue and the sun is big")
