@@ -77,6 +77,9 @@ class TextStream:
             piece = self.detokenizer.add(token)
             if piece:
                 self.pending.append((piece, drafted))
+        if not self.stop:  # nothing to look for, nothing to hold back
+            released, self.pending = self.pending, []
+            return released, False
         text = "".join(piece for piece, _ in self.pending)
         hits = [text.find(s) for s in self.stop if s and s in text]
         if hits:
