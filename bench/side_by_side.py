@@ -14,11 +14,10 @@ The native tools are built from the llama.cpp that the pinned llama-cpp-python v
 with specrun's CPU flags (bench/native_compare.sh builds them). Every prompt is sent raw
 (no chat template), so every row sees the same tokens. A file's figure is its total
 tokens (those of the answer: no row counts the end-of-generation token) over its total
-decode seconds (prompt excluded, as llama.cpp reports it; for llama-completion its eval
-time plus its sampling time, the wall time of the others), per repetition; the table
-gives the median and the range, then each row run by run against native plain on the
-same prompt (geometric mean and 95% interval). Every specrun row's text is checked
-against `gamma 0`'s.
+decode seconds, wall time after the prompt (for llama-completion its total time less its
+prompt eval time), per repetition; the table gives the median and the range, then each
+row run by run against native plain on the same prompt (geometric mean and 95%
+interval). Every specrun row's text is checked against `gamma 0`'s.
 
     .venv/bin/python bench/side_by_side.py bench/prompts/mixed.jsonl bench/prompts/heldout.jsonl
 Env: REPEAT (3), TOKENS (128), THREADS (2), GAMMA (3), ROWS, NATIVE_BIN
@@ -64,14 +63,17 @@ def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
     common = ["-m", target, "-p", prompt, "-n", str(TOKENS), "--temp", "0", "-t", THREADS]
     if row == "native plain":
         log = _run([str(BIN / "llama-completion"), *common, "-no-cnv"])
-        ms, runs = re.findall(r" eval time =\s*([\d.]+) ms /\s*(\d+) runs", log)[-1]
-        # Its eval time leaves out choosing each token, which every other row's time includes.
-        sampling = re.findall(r" sampling time =\s*([\d.]+) ms", log)[-1]
+        runs = int(re.findall(r" eval time =\s*[\d.]+ ms /\s*(\d+) runs", log)[-1])
+        # Wall time, as every other row's: its total less the prompt's. Its eval and sampling
+        # times leave out its own loop (~0.14 ms a token here); the total also holds ~0.7 ms
+        # of setup before the prompt.
+        total, prompt_eval = (float(re.findall(rf" {name} time =\s*([\d.]+) ms", log)[-1])
+                              for name in ("total", "prompt eval"))
         # The first token comes from the prompt's pass, so TOKENS tokens take TOKENS - 1 runs;
         # fewer runs means the answer ended, and the last run gave only the end-of-generation
         # token, which specrun does not count as a token either.
-        tokens = int(runs) if int(runs) >= TOKENS - 1 else int(runs) - 1
-        return tokens, (float(ms) + float(sampling)) / 1000
+        tokens = runs if runs >= TOKENS - 1 else runs - 1
+        return tokens, (total - prompt_eval) / 1000
     if row == "native draft":
         kind = ["-md", draft, "--spec-type", "draft-simple", "--spec-draft-n-max", GAMMA,
                 "--spec-draft-n-min", GAMMA, "--spec-draft-p-min", "0"]
