@@ -50,6 +50,7 @@ class Round:
     catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
     verify_first_of_shape: bool = False  # the target's first decode of this batch shape: one-time setup in its time
     near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
+    ended_at_eog: bool = False  # the answer ended at an end-of-generation token (not among `tokens`)
 
     @property
     def text(self) -> str:
@@ -173,11 +174,11 @@ def generate(
 
         new_tokens = [*proposal.tokens[:accepted], next_token]
         from_draft = [True] * accepted + [False]
-        finish = None
+        finish, ended_at_eog = None, False
         for i, token in enumerate(new_tokens):
             if target.is_eog(token):  # the answer ends here; drop whatever was accepted after it
                 del new_tokens[i:], from_draft[i:]
-                finish = "stop"
+                finish, ended_at_eog = "stop", True
                 break
         ctx.extend(new_tokens)
         generated += len(new_tokens)
@@ -208,6 +209,7 @@ def generate(
             catch_up_seconds=proposal.catch_up_seconds,
             near_ties=sum(ties[: len(new_tokens)]),
             verify_first_of_shape=first_of_shape,
+            ended_at_eog=ended_at_eog,
         )
         round_end = now
         policy.observe(event)

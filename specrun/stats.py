@@ -28,6 +28,7 @@ class Stats:
     accepted: int = 0
     rejections: int = 0  # rounds in which the target rejected a drafted token
     near_ties: int = 0  # greedy tokens chosen by a top-two logit gap below sampling.NEAR_TIE
+    ended_at_eog: int = 0  # generations that ended at an end-of-generation token
     decode_seconds: float = 0.0
     # Rounds that drafted nothing right after another that drafted nothing, but never the
     # first (it pays one-time costs): what a plain token costs, measured. Right after a
@@ -64,6 +65,7 @@ class Stats:
         self.accepted += event.accepted
         self.rejections += event.accepted < event.drafted
         self.near_ties += event.near_ties
+        self.ended_at_eog += event.ended_at_eog
         self.decode_seconds += event.seconds
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
@@ -130,14 +132,17 @@ class Stats:
 
     @property
     def estimated_speedup(self) -> float | None:
-        """(generated tokens × the measured time of one plain round) / decode wall time.
+        """(the rounds plain decoding takes × the measured time of one) / decode wall time.
 
-        None until a plain round has been measured: the γ policies decode plainly now and
-        then for this (gamma.PlainSamples), prompt lookup whenever nothing matches.
+        Plain decoding takes a round for each generated token, and one more where the answer
+        ended at an end-of-generation token, which is not counted among the tokens. None
+        until a plain round has been measured: the γ policies decode plainly now and then
+        for this (gamma.PlainSamples), prompt lookup whenever nothing matches.
         """
         if not self.plain_rounds or not self.decode_seconds:
             return None
-        return self.generated * (self.plain_seconds / self.plain_rounds) / self.decode_seconds
+        plain_rounds_needed = self.generated + self.ended_at_eog
+        return plain_rounds_needed * (self.plain_seconds / self.plain_rounds) / self.decode_seconds
 
     def as_dict(self) -> dict[str, object]:
         """The figures of `run --json` and `bench --json` (documented in the README)."""

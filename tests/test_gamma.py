@@ -336,6 +336,17 @@ def test_speedup_estimate_is_the_true_ratio(spec, machine):
         assert stats.estimated_speedup == pytest.approx(true_ratio, rel=0.02)
 
 
+def test_plain_decoding_that_ends_at_an_end_of_generation_token_is_estimated_at_one():
+    """Plain decoding pays the round that chose the end-of-generation token too, though the
+    token is not counted: six tokens and that token are seven plain rounds."""
+    stats = Stats()
+    for _ in range(6):
+        stats.add(Round((7,), (False,), (), 0, 0, 0, 0.0, 0.010, 0.0))
+    stats.add(Round((), (), (), 0, 0, 0, 0.0, 0.010, 0.0, finish_reason="stop", ended_at_eog=True))
+    assert stats.generated == 6
+    assert stats.estimated_speedup == pytest.approx(1.0)
+
+
 def test_no_speedup_figure_before_a_plain_round_is_measured():
     stats = Stats()
     stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.050, 0.0)))  # the first round: one-time costs, not a sample

@@ -107,7 +107,8 @@ def test_end_of_generation_inside_an_accepted_draft_stops_there(target, tiny_dir
         tokens, rounds = greedy_tokens(eos_target, prompt, ModelDraft(same_weights_draft, eos_target.n_vocab),
                                        FixedGamma(8), max_tokens=40)
     assert tokens == plain[:stop_at]
-    assert rounds[-1].finish_reason == "stop"
+    assert rounds[-1].finish_reason == "stop" and rounds[-1].ended_at_eog
+    assert not any(r.ended_at_eog for r in rounds[:-1])
     # The EOS was proposed by the draft and accepted, with more drafts after it discarded.
     assert rounds[-1].accepted > len(rounds[-1].tokens)
 
