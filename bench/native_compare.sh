@@ -30,8 +30,14 @@ if [ ! -x "$SCRATCH/build/bin/llama-speculative-simple" ]; then
 fi
 BIN=$SCRATCH/build/bin
 
+# Wall time after the prompt, as specrun's figure and bench/side_by_side.py's: its total
+# less its prompt eval (its eval time leaves out its own loop); an answer that ended early
+# spent its last run on the end-of-generation token, which specrun does not count.
 native_plain() { "$BIN/llama-completion" -m "$TARGET" -p "$PROMPT" -n "$TOKENS" --temp 0 -t "$THREADS" -no-cnv 2>&1 \
-    | sed -n 's/.* eval time = .*, *\([0-9.]*\) tokens per second)/\1/p' | tail -1; }
+    | awk -v n="$TOKENS" -F= '/ prompt eval time =/ { prompt = $2 + 0 }
+        / eval time =/ && !/prompt/ { split($2, after, "/"); runs = after[2] + 0 }
+        / total time =/ { total = $2 + 0 }
+        END { printf "%.1f\n", (runs < n - 1 ? runs - 1 : runs) / ((total - prompt) / 1000) }'; }
 native_draft() { "$BIN/llama-speculative-simple" -m "$TARGET" -md "$DRAFT" --spec-type draft-simple -p "$PROMPT" -n "$TOKENS" --temp 0 \
     -t "$THREADS" 2>&1 | sed -n 's/.*speed: *\([0-9.]*\) t\/s.*/\1/p' | tail -1; }
 specrun_rate() { .venv/bin/specrun run -t "$TARGET" --raw --temp 0 -n "$TOKENS" --threads "$THREADS" --json "$@" \
