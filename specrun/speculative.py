@@ -4,7 +4,9 @@ Invariant at the start of a round: the committed sequence `ctx` ends in a token
 whose logits nobody has computed yet. A round drafts up to γ tokens after `ctx`,
 asks the target for the logits of the last γ+1 positions of `ctx + drafts` in one
 call, accepts a prefix of the drafts (sampling.verify) and commits it plus one new
-token. γ = 0 is plain target decoding.
+token. γ = 0 is plain target decoding. The first round is the exception: like
+llama.cpp, the target evaluates the whole prompt in one pass, and the first token
+comes from its last position's logits, with no decode of its own.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class Round:
     verify_first_of_shape: bool = False  # the target's first decode of this batch shape: one-time setup in its time
     near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
     ended_at_eog: bool = False  # the answer ended at an end-of-generation token (not among `tokens`)
+    prompt_pass: bool = False  # the first round: its logits came from the prompt's pass, no decode of its own
 
     @property
     def text(self) -> str:
@@ -123,7 +126,8 @@ def generate(
     cancelled: Callable[[], bool] = lambda: False,
     rng: np.random.Generator | None = None,
 ) -> Iterator[Event]:
-    """Stream a generation as events: one Prefill, then one Round per target forward pass.
+    """Stream a generation as events: one Prefill, then one Round per target forward pass
+    (the first round's is the prompt's).
 
     Without a draft every round is plain decoding (γ = 0). `cancelled` is polled
     between rounds so a front end can stop a generation cleanly.
@@ -141,9 +145,11 @@ def generate(
 
     start = time.perf_counter()
     evaluated = target.n_evaluated
-    # Everything but the last token, which the first round decodes; as a view of ctx, so
-    # that the first round, like every other, compares only what is new.
-    target.logits(ctx.but_last(), 0)
+    # The whole prompt in one pass, its last position's logits kept (a copy: the draft may
+    # decode before the first round reads them). Decoding its last token apart, as the
+    # other rounds decode theirs, would cost a forward pass more before the first token.
+    # As a view of ctx, so that the next round, like every other, compares only what is new.
+    prompt_logits: np.ndarray | None = target.logits(ctx.then([]), 1)
     if draft is not None and policy.next_gamma() > 0:  # else the draft catches up when it is first asked
         draft.prefill(ctx.but_last())
     yield Prefill(len(ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
@@ -157,16 +163,20 @@ def generate(
             _keep_committed(target, ctx)
             yield _finish_round(stream, "cancelled", round_start - round_end)
             return
-        # Room for γ drafts and the one token the target adds, inside both limits.
-        room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
-        gamma = min(policy.next_gamma(), room) if draft is not None else 0
-        proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal()
-        drafted_at = time.perf_counter()
-
-        # A view of llama.cpp's buffer, read before the target's next call.
-        logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
+        prompt_pass = prompt_logits is not None
+        if prompt_pass:
+            gamma, proposal, logits, prompt_logits = 0, Proposal(), prompt_logits, None
+            drafted_at = round_start
+        else:
+            # Room for γ drafts and the one token the target adds, inside both limits.
+            room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
+            gamma = min(policy.next_gamma(), room) if draft is not None else 0
+            proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal()
+            drafted_at = time.perf_counter()
+            # A view of llama.cpp's buffer, read before the target's next call.
+            logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
         verified_at = time.perf_counter()
-        first_of_shape = target.first_of_shape
+        first_of_shape = target.first_of_shape and not prompt_pass
         if params.greedy:
             accepted, next_token, ties = verify_greedy(logits, proposal.tokens)
         else:
@@ -210,9 +220,11 @@ def generate(
             near_ties=sum(ties[: len(new_tokens)]),
             verify_first_of_shape=first_of_shape,
             ended_at_eog=ended_at_eog,
+            prompt_pass=prompt_pass,
         )
         round_end = now
-        policy.observe(event)
+        if not prompt_pass:  # the policies learn from the rounds they chose, which decode
+            policy.observe(event)
         yield event
         if finish:
             return

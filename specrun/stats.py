@@ -29,6 +29,7 @@ class Stats:
     rejections: int = 0  # rounds in which the target rejected a drafted token
     near_ties: int = 0  # greedy tokens chosen by a top-two logit gap below sampling.NEAR_TIE
     ended_at_eog: int = 0  # generations that ended at an end-of-generation token
+    prompt_passes: int = 0  # first rounds, whose token the prompt's pass chose (one a generation)
     decode_seconds: float = 0.0
     # Rounds that drafted nothing right after another that drafted nothing, but never the
     # first (it pays one-time costs): what a plain token costs, measured. Right after a
@@ -67,13 +68,17 @@ class Stats:
         self.near_ties += event.near_ties
         self.ended_at_eog += event.ended_at_eog
         self.decode_seconds += event.seconds
+        self.gamma_trace.append(event.gamma)
         if self.first_round_seconds is None:
             self.first_round_seconds = event.seconds
-        elif is_plain_sample(event, self._last_drafted):
+        if event.prompt_pass:  # no decode of its own: no cost to learn, no rate for the live figure
+            self.prompt_passes += 1
+            self._last_drafted = None
+            return
+        if is_plain_sample(event, self._last_drafted):
             self.plain_rounds += 1
             self.plain_seconds += event.verify_seconds + event.overhead_seconds
         self._last_drafted = event.drafted
-        self.gamma_trace.append(event.gamma)
         for i in range(event.drafted):
             if i == len(self.position_drafted):
                 self.position_drafted.append(0)
@@ -135,13 +140,14 @@ class Stats:
         """(the rounds plain decoding takes × the measured time of one) / decode wall time.
 
         Plain decoding takes a round for each generated token, and one more where the answer
-        ended at an end-of-generation token, which is not counted among the tokens. None
+        ended at an end-of-generation token, which is not counted among the tokens, but for
+        the first, which the prompt's pass chose (so the rounds here bar the first). None
         until a plain round has been measured: the γ policies decode plainly now and then
         for this (gamma.PlainSamples), prompt lookup whenever nothing matches.
         """
         if not self.plain_rounds or not self.decode_seconds:
             return None
-        plain_rounds_needed = self.generated + self.ended_at_eog
+        plain_rounds_needed = self.generated + self.ended_at_eog - self.prompt_passes
         return plain_rounds_needed * (self.plain_seconds / self.plain_rounds) / self.decode_seconds
 
     def as_dict(self) -> dict[str, object]:

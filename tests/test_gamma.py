@@ -336,15 +336,19 @@ def test_speedup_estimate_is_the_true_ratio(spec, machine):
         assert stats.estimated_speedup == pytest.approx(true_ratio, rel=0.02)
 
 
-def test_plain_decoding_that_ends_at_an_end_of_generation_token_is_estimated_at_one():
-    """Plain decoding pays the round that chose the end-of-generation token too, though the
-    token is not counted: six tokens and that token are seven plain rounds."""
+def test_plain_decoding_is_estimated_at_one():
+    """Plain decoding takes its first token from the prompt's pass, as the loop does, and pays
+    the round that chose the end-of-generation token, though that token is not counted: six
+    tokens and that token are six plain decodes."""
     stats = Stats()
-    for _ in range(6):
+    stats.add(Round((7,), (False,), (), 0, 0, 0, 0.0, 0.0, 0.0002, prompt_pass=True))
+    assert stats.recent_tokens_per_second is None and not stats.costs.measured_widths  # no decode to learn from
+    for _ in range(5):
         stats.add(Round((7,), (False,), (), 0, 0, 0, 0.0, 0.010, 0.0))
     stats.add(Round((), (), (), 0, 0, 0, 0.0, 0.010, 0.0, finish_reason="stop", ended_at_eog=True))
-    assert stats.generated == 6
-    assert stats.estimated_speedup == pytest.approx(1.0)
+    assert (stats.generated, stats.rounds, stats.plain_rounds) == (6, 7, 5)  # the first decode is no sample
+    assert stats.time_to_first_token == pytest.approx(0.0002)
+    assert stats.estimated_speedup == pytest.approx(0.060 / 0.0602)
 
 
 def test_no_speedup_figure_before_a_plain_round_is_measured():

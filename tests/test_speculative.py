@@ -73,12 +73,35 @@ def test_a_draft_that_is_not_asked_is_not_prefilled_and_catches_up_when_it_is(ta
             rounds.append(event)
         draft_cache.append(len(draft_model.tokens))
     assert tokens == plain
-    assert [r.gamma for r in rounds[:6]] == warm_up
-    assert draft_cache[:4] == [0, 0, 0, 0]  # the prefill and the plain rounds left the draft alone
-    # The first drafting round took in the prompt and the 3 plain tokens, then drafted one.
-    assert draft_cache[4] == len(prompt) + 3
-    assert rounds[3].catch_up_seconds > 0 and all(r.catch_up_seconds == 0 for r in rounds[:3])
-    assert all(r.catch_up_seconds == 0 for r in rounds[4:6])  # drafting every round: never behind
+    # The first round's token came from the prompt's pass; the policy chose from the second on.
+    assert [r.prompt_pass for r in rounds[:2]] == [True, False] and rounds[0].gamma == 0
+    assert [r.gamma for r in rounds[1:7]] == warm_up
+    assert draft_cache[:5] == [0] * 5  # the prefill, the prompt's pass and the plain rounds left the draft alone
+    # The first drafting round took in the prompt and the 4 tokens so far, then drafted one.
+    assert draft_cache[5] == len(prompt) + 4
+    assert rounds[4].catch_up_seconds > 0 and all(r.catch_up_seconds == 0 for r in rounds[:4])
+    assert all(r.catch_up_seconds == 0 for r in rounds[5:7])  # drafting every round: never behind
+
+
+def test_the_first_token_comes_from_the_prompts_pass(tiny_target, monkeypatch):
+    """As llama-completion does: n tokens cost the prompt's pass and n - 1 decodes, not one
+    decode more for the prompt's last token; the policy chooses and learns from the second
+    round on, the first decoding one."""
+    with Model(tiny_target, n_ctx=512) as target:
+        prompt = target.tokenize(PROMPT)
+        plain, _ = greedy_tokens(target, prompt, max_tokens=8)
+        target.reset()
+        decodes: list[int] = []  # the cache's length before each decode
+        decode = target._decode
+        monkeypatch.setattr(target, "_decode", lambda: decodes.append(len(target.tokens)) or decode())
+        policy = FixedSchedule([0] * 8)
+        events = list(generate(target, prompt, params=GREEDY, policy=policy, max_tokens=8))
+    prefill, rounds = events[0], events[1:]
+    assert [t for r in rounds for t in r.tokens] == plain
+    assert prefill.evaluated == len(prompt) and decodes[0] == 0
+    assert decodes[1:] == [len(prompt) + i for i in range(7)]  # one a round, from the second
+    assert [r.prompt_pass for r in rounds] == [True] + [False] * 7
+    assert policy.gammas == [0]  # seven rounds observed
 
 
 class FixedSchedule:
