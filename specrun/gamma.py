@@ -102,6 +102,7 @@ class CostModel:
         self._means: dict[str, tuple[float, int]] = {}  # key -> (value, samples)
         self._verify: dict[int, tuple[float, int]] = {}  # width -> (value, samples)
         self._widths: dict[int, float] | None = None  # measured_widths, until the next update
+        self._curve: list[float] | None = None  # verify_curve, until the next update
 
     def _update(self, table: dict, key: object, value: float) -> None:
         old, count = table.get(key, (value, 0))
@@ -109,7 +110,7 @@ class CostModel:
         # long), exponential weighting after that.
         weight = 1 / (count + 1) if self.decay is None else max(1 / (count + 1), 1 - self.decay)
         table[key] = (old + weight * (value - old), count + 1)
-        self._widths = None
+        self._widths = self._curve = None
 
     @property
     def t_draft(self) -> float | None:
@@ -143,13 +144,19 @@ class CostModel:
             return {key: (float(value), min(int(count), max_samples)) for key, (value, count) in table.items()}
         self._means = capped(state["means"])
         self._verify = {int(width): pair for width, pair in capped(state["verify"]).items()}
-        self._widths = None
+        self._widths = self._curve = None
 
     @property
     def measured_widths(self) -> dict[int, float]:
         if self._widths is None:
             self._widths = {width: value for width, (value, _) in sorted(self._verify.items())}
         return self._widths
+
+    def verify_curve(self, widths: int) -> list[float]:
+        """t_verify(1..widths), until the next update: the γ policy reads it twice a round."""
+        if self._curve is None or len(self._curve) != widths:
+            self._curve = [self.t_verify(width) for width in range(1, widths + 1)] if self._verify else []
+        return self._curve
 
     def t_verify(self, width: int) -> float | None:
         """Measured; else linear between the measured neighbours; beyond the widest measured,
@@ -229,6 +236,7 @@ class AdaptiveGamma:
         # more give plain decoding's cost, which later rounds at γ > 0 no longer update.
         self._warmup = [0, 0, 0, 1] if gamma_max > 0 else [0]
         self._first_round = True
+        self._pays: bool | None = None  # _could_pay's answer at the current costs
         self.gamma = 0
         self._probe_interval = first_probe_after
         self._max_probe_interval = max_probe_interval
@@ -247,9 +255,19 @@ class AdaptiveGamma:
         rate = expected_rate(alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
         return rate if math.isfinite(rate) else None
 
-    def rates(self) -> dict[int, float]:
-        """The expected rate of every γ whose costs are known (measured or extrapolated)."""
-        return {g: r for g in range(self.gamma_max + 1) if (r := self.rate(g)) is not None}
+    def rates(self, alpha: float | None = None) -> dict[int, float]:
+        """The expected rate of every γ whose costs are known (measured or extrapolated), at
+        the recent α or this one: rate() for each γ, from one verify curve."""
+        t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
+        alpha = self.alpha if alpha is None else alpha
+        table = {}
+        for gamma, t_verify in enumerate(self.costs.verify_curve(self.gamma_max + 1)):
+            if gamma > 0 and t_draft is None:
+                break
+            rate = expected_rate(alpha, gamma, t_draft or 0.0, t_verify, t_overhead)
+            if math.isfinite(rate):
+                table[gamma] = rate
+        return table
 
     def best_gamma(self, rates: dict[int, float] | None = None) -> int:
         rates = self.rates() if rates is None else rates
@@ -264,12 +282,15 @@ class AdaptiveGamma:
 
     def _could_pay(self) -> bool:
         """Whether some γ ≥ 1 would beat plain decoding if every drafted token were accepted.
-        If not (a draft as slow as its target), probing cannot bring speculation back."""
-        plain = self.rate(0)
-        if plain is None or self.costs.t_draft is None:
-            return True  # nothing known yet: find out
-        perfect = (self.rate(g, alpha=1.0) for g in range(1, self.gamma_max + 1))
-        return any(r is not None and r > plain * (1 + self.hysteresis) for r in perfect)
+        If not (a draft as slow as its target), probing cannot bring speculation back.
+        It depends on the costs alone: worked out once after each change of them."""
+        if self._pays is None:
+            perfect = self.rates(alpha=1.0)
+            plain = perfect.pop(0, None)
+            if plain is None or self.costs.t_draft is None:
+                return True  # nothing known yet: find out
+            self._pays = any(rate > plain * (1 + self.hysteresis) for rate in perfect.values())
+        return self._pays
 
     def observe(self, event: RoundLike) -> None:
         was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
@@ -277,6 +298,7 @@ class AdaptiveGamma:
             self._first_round = False
         else:
             self.costs.observe(event)
+            self._pays = None
         if event.drafted > 0:
             self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
         elif self.gamma == 0:
@@ -287,11 +309,14 @@ class AdaptiveGamma:
             if not self._warmup and self.costs.t_draft is None:
                 self._rounds_at_zero = self._probe_interval  # nothing drafted yet: probe at once
             return
-        rates = self.rates()  # each γ once: the current and the best rate come from one table
-        best = self.best_gamma(rates)
-        current, candidate = rates.get(self.gamma), rates.get(best)
-        if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
-            self.gamma = best
+        # At γ 0 where no γ ≥ 1 would win even were every draft accepted, none wins now: no
+        # table of rates to build, round after round, where nothing pays.
+        if self.gamma > 0 or self._could_pay():
+            rates = self.rates()  # each γ once: the current and the best rate come from one table
+            best = self.best_gamma(rates)
+            current, candidate = rates.get(self.gamma), rates.get(best)
+            if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
+                self.gamma = best
         if self.gamma > 0:
             self._rounds_at_zero = 0
         elif not was_probe:
@@ -310,6 +335,7 @@ class AdaptiveGamma:
         """Start from a saved state instead of the warm-up, trusting it as much as a few rounds
         (`evidence` drafted tokens, `samples` measurements of each cost): a new text soon shows."""
         self.costs.resume(state["costs"], samples)
+        self._pays = None
         accepted, rejected = float(state["accepted"]), float(state["rejected"])
         scale = min(1.0, evidence / (accepted + rejected))
         self._accepted, self._rejected = accepted * scale, rejected * scale
