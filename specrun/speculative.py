@@ -28,7 +28,9 @@ Segment = tuple[str, bool]  # (text, came from an accepted draft)
 
 @dataclass(frozen=True)
 class Prefill:
-    """The prompt is in both caches; `evaluated` counts the tokens actually decoded."""
+    """The prompt is in the target's cache, its last position's logits kept for the first
+    token (and in the draft's but for that token, where the policy drafts at once);
+    `evaluated` counts the target's tokens actually decoded."""
 
     prompt_tokens: int
     evaluated: int
