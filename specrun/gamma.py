@@ -153,10 +153,29 @@ class CostModel:
         return self._widths
 
     def verify_curve(self, widths: int) -> list[float]:
-        """t_verify(1..widths), until the next update: the γ policy reads it twice a round."""
+        """t_verify(1..widths), until the next update: the γ policy reads it twice a round.
+        Past the widest measured width it is one line, worked out once."""
         if self._curve is None or len(self._curve) != widths:
-            self._curve = [self.t_verify(width) for width in range(1, widths + 1)] if self._verify else []
+            measured = self.measured_widths
+            if not measured:
+                self._curve = []
+            else:
+                widest = next(reversed(measured))
+                curve = [self.t_verify(width) for width in range(1, min(widest, widths) + 1)]
+                slope = self._slope_past_widest()
+                curve += [measured[widest] + slope * (width - widest) for width in range(widest + 1, widths + 1)]
+                self._curve = curve
         return self._curve
+
+    def _slope_past_widest(self) -> float:
+        """The slope t_verify follows past the widest measured width (see there)."""
+        measured = self.measured_widths
+        if len(measured) < 2:
+            return 0.0
+        last, before = list(measured)[-1:-3:-1]
+        if min(self._verify[last][1], self._verify[before][1]) < 2:
+            return 0.0
+        return max((measured[last] - measured[before]) / (last - before), 0.0)
 
     def t_verify(self, width: int) -> float | None:
         """Measured; else linear between the measured neighbours; beyond the widest measured,
@@ -171,13 +190,10 @@ class CostModel:
         widths = list(measured)
         if not widths:
             return None
+        if width > widths[-1]:
+            return measured[widths[-1]] + self._slope_past_widest() * (width - widths[-1])
         if len(widths) == 1:
             return measured[widths[0]]
-        if width > widths[-1]:
-            last, before = widths[-1], widths[-2]
-            settled = min(self._verify[last][1], self._verify[before][1]) >= 2
-            slope = max((measured[last] - measured[before]) / (last - before), 0.0) if settled else 0.0
-            return measured[last] + slope * (width - last)
         upper = next(w for w in widths if w > width)
         lower = max((w for w in widths if w < width), default=widths[0])
         if lower == upper:  # below the narrowest measured width

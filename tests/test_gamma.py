@@ -196,22 +196,31 @@ def test_the_first_decode_of_a_shape_is_no_sample_of_its_cost():
 
 def test_cost_model_interpolates_unmeasured_widths():
     costs = CostModel(decay=None)
-    assert costs.t_verify(3) is None
+
+    def curve_is_t_verify() -> bool:  # the policy reads the curve, worked out once per update
+        return costs.verify_curve(9) == [costs.t_verify(width) for width in range(1, 10)]
+
+    assert costs.t_verify(3) is None and costs.verify_curve(9) == []
     costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))  # width 1
     assert costs.t_verify(5) == 0.010  # one width known: assume flat
+    assert curve_is_t_verify()
     costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))  # width 5
     assert costs.t_verify(3) == pytest.approx(0.020)  # between measured widths
     assert costs.t_verify(7) == 0.030  # beyond the widest measured, one sample each end: flat, to be explored
+    assert curve_is_t_verify()
     costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
     costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))
     assert costs.t_verify(7) == pytest.approx(0.040)  # both ends measured twice: along the last slope
+    assert curve_is_t_verify() and costs.verify_curve(9)[6] == pytest.approx(0.040)
     costs.observe(SimRound(2, 2, 2, 0.002, 0.015, 0.0))  # width 3
     assert costs.t_verify(2) == pytest.approx(0.0125)
     assert costs.t_draft == pytest.approx(0.001)
     costs.observe(SimRound(0, 0, 0, 0.0, 0.025, 0.0))
     assert costs.t_verify(1) == pytest.approx(0.015)  # a plain mean without decay
+    assert curve_is_t_verify()
     costs.observe(SimRound(6, 6, 6, 0.006, 0.025, 0.0))  # width 7, cheaper than width 5: noise, or a GPU
     assert costs.t_verify(9) == 0.025  # a falling slope is not extended: flat, to be explored
+    assert curve_is_t_verify()
 
 
 @pytest.mark.parametrize("spec, name", [("auto", "auto"), ("heuristic", "heuristic"), ("3", "fixed:3"),
