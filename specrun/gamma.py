@@ -262,18 +262,9 @@ class AdaptiveGamma:
     def alpha(self) -> float:
         return self._accepted / (self._accepted + self._rejected)
 
-    def rate(self, gamma: int, alpha: float | None = None) -> float | None:
-        """Expected tokens per second at this γ under the current estimates (or this α)."""
-        t_verify = self.costs.t_verify(gamma + 1)
-        if t_verify is None or (gamma > 0 and self.costs.t_draft is None):
-            return None
-        alpha = self.alpha if alpha is None else alpha
-        rate = expected_rate(alpha, gamma, self.costs.t_draft or 0.0, t_verify, self.costs.t_overhead or 0.0)
-        return rate if math.isfinite(rate) else None
-
     def rates(self, alpha: float | None = None) -> dict[int, float]:
-        """The expected rate of every γ whose costs are known (measured or extrapolated), at
-        the recent α or this one: rate() for each γ, from one verify curve."""
+        """Expected tokens per second of every γ whose costs are known (measured or
+        extrapolated), at the recent α or this one, from one verify curve."""
         t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
         alpha = self.alpha if alpha is None else alpha
         table = {}
@@ -383,7 +374,7 @@ class AdaptiveGamma:
 
     def _plain_round(self, event: RoundLike) -> float:
         """Seconds of one plain-decoding round, as measured (or this round's verify)."""
-        plain_rate = self.rate(0)
+        plain_rate = self.rates().get(0)
         return 1.0 / plain_rate if plain_rate else event.verify_seconds
 
     def _space_probes(self, probe: RoundLike) -> None:
