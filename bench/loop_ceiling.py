@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specrun import sampling  # noqa: E402
-from specrun.drafting import ModelDraft  # noqa: E402
-from specrun.gamma import FixedGamma  # noqa: E402
-from specrun.runtime import Model  # noqa: E402
-from specrun.sampling import SamplingParams  # noqa: E402
-from specrun.speculative import Round, generate  # noqa: E402
+from specrun.core import sampling  # noqa: E402
+from specrun.core.drafting import ModelDraft  # noqa: E402
+from specrun.core.gamma import FixedGamma  # noqa: E402
+from specrun.llama.model import Model  # noqa: E402
+from specrun.core.sampling import SamplingParams  # noqa: E402
+from specrun.core.loop import Round, generate  # noqa: E402
 
 VOCABS = (49_152, 152_064)  # SmolLM2, Qwen2.5
 CONTEXTS = (512, 4096, 32_768)
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--quick", action="store_true", help="152k vocabulary, 4k context only")
     parser.add_argument("--numpy-sampling", action="store_true",
-                        help="sampling in numpy, as where specrun/_sampling.c was not compiled")
+                        help="sampling in numpy, as where specrun/core/_sampling.c was not compiled")
     args = parser.parse_args()
     if args.numpy_sampling:
         sampling._compiled = None

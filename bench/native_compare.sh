@@ -10,12 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 REPEAT=${REPEAT:-3} TOKENS=${TOKENS:-128} THREADS=${THREADS:-2} SCRATCH=${SCRATCH:-/tmp/specrun-native}
-read -r TARGET DRAFT < <($PY -c 'from specrun.demo import prepare_demo_pair; print(*prepare_demo_pair())')
+read -r TARGET DRAFT < <($PY -c 'from specrun.models.demo import prepare_demo_pair; print(*prepare_demo_pair())')
 TARGET=${1:-$TARGET} DRAFT=${2:-$DRAFT}
 PROMPT="Once upon a time, in a small village by the sea, there lived"
 
-VERSION=$($PY -c 'from specrun.llama_install import pinned_version; print(pinned_version())')
-FLAGS=$($PY specrun/llama_install.py --print | sed -n 's/^CMAKE_ARGS=//p')
+VERSION=$($PY -c 'from specrun.llama.install import pinned_version; print(pinned_version())')
+FLAGS=$($PY specrun/llama/install.py --print | sed -n 's/^CMAKE_ARGS=//p')
 if [ ! -x "$SCRATCH/build/bin/llama-speculative-simple" ]; then
     mkdir -p "$SCRATCH" && cd "$SCRATCH"
     [ -d "llama_cpp_python-$VERSION" ] || {

@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 specrun=.venv/bin/specrun
 out=bench/results
 mkdir -p "$out"
-target=$(.venv/bin/python -c "from specrun.demo import prepare_demo_pair; print(prepare_demo_pair()[0])")
-draft=$(.venv/bin/python -c "from specrun.demo import prepare_demo_pair; print(prepare_demo_pair()[1])")
+target=$(.venv/bin/python -c "from specrun.models.demo import prepare_demo_pair; print(prepare_demo_pair()[0])")
+draft=$(.venv/bin/python -c "from specrun.models.demo import prepare_demo_pair; print(prepare_demo_pair()[1])")
 repeat=${REPEAT:-3}
 
 # 1. The demo pair (F16 target, Q4_0 draft) on the built-in prompts: every mode.

@@ -50,7 +50,7 @@ LEARNED = tempfile.mkdtemp(prefix="side-by-side-state-")  # the learned state of
 
 
 def models() -> tuple[str, str]:
-    from specrun.demo import prepare_demo_pair
+    from specrun.models.demo import prepare_demo_pair
     target, draft = (os.environ.get(name) for name in ("TARGET", "DRAFT"))
     if not (target and draft):
         pair = prepare_demo_pair()

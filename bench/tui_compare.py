@@ -3,7 +3,7 @@
 Rows, interleaved, for one prompt, greedy, γ auto, the demo pair unless TARGET/DRAFT:
   CLI         `specrun run --json`
   TUI before  `specrun chat` in a pseudo-terminal with the front end of BEFORE (a git
-              revision's tui/ and specrun/chat_cli.py, unpacked under /tmp; the engine
+              revision's tui/ and specrun/cli/chat.py, unpacked under /tmp; the engine
               and the rest of the CLI as checked out)
   TUI after   `specrun chat` in a pseudo-terminal, as checked out
 A TUI run types the prompt, waits for the token limit's notice, types /stats and reads
@@ -43,10 +43,10 @@ BEFORE = os.environ.get("BEFORE", "5fdb3d8^").split()
 PROMPT = os.environ.get("PROMPT", "Write a Python function that checks whether a number is prime. Include a docstring.")
 SPECRUN = Path(sys.executable).with_name("specrun")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# `specrun` with an older specrun/chat_cli.py (the first argument) in place of the checked-out one
-WITH_CHAT_CLI = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('specrun.chat_cli', "
+# `specrun` with an older specrun/cli/chat.py (the first argument) in place of the checked-out one
+WITH_CHAT_CLI = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('specrun.cli.chat', "
                  "sys.argv.pop(1)); module = sys.modules[spec.name] = importlib.util.module_from_spec(spec); "
-                 "spec.loader.exec_module(module); from specrun.cli import entry; sys.exit(entry())")
+                 "spec.loader.exec_module(module); from specrun.cli.app import entry; sys.exit(entry())")
 
 
 def model_options() -> list[str]:
@@ -112,7 +112,7 @@ def cpu_seconds(pid: int) -> float:
 def unpack_front_end(revision: str, into: Path) -> Path:
     """`revision`'s TUI as an importable `specrun_tui` under `into`, and its chat_cli.py."""
     into.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "tui", "specrun/chat_cli.py"],
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "tui", "specrun/cli/chat.py"],
                              capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     (into / "tui").rename(into / "specrun_tui")

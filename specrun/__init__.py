@@ -12,15 +12,15 @@ Lower level: `Model` (one GGUF over llama.cpp), `generate` (the round loop),
 `ModelDraft` (a draft source), `SamplingParams`, the γ policies and `Stats`.
 """
 
-from specrun.drafting import DraftSource, ModelDraft, Proposal
+from specrun.core.drafting import DraftSource, ModelDraft, Proposal
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
-from specrun.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma, parse_policy
+from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma, parse_policy
 from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
-from specrun.runtime import Model, check_compatible
-from specrun.sampling import SamplingParams
-from specrun.speculative import Event, Prefill, Round, generate
-from specrun.stats import Stats
+from specrun.llama.model import Model, check_compatible
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Event, Prefill, Round, generate
+from specrun.core.stats import Stats
 
 __all__ = [
     "PROMPT_LOOKUP", "AdaptiveGamma", "DraftOptions", "DraftSource", "Engine", "Event", "FixedGamma",

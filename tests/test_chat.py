@@ -15,8 +15,8 @@ from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.options import DraftOptions
 from specrun.prompt import Message, render
-from specrun.sampling import SamplingParams
-from specrun.speculative import Prefill, Round
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Prefill, Round
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = SamplingParams(temperature=0.0, seed=1)

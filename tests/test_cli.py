@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from specrun.runtime import Model
+from specrun.llama.model import Model
 
 
 def specrun(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
 from hubserver import Fault, HubServer
-from specrun.catalog import load_catalog, resolve_model
+from specrun.models.catalog import load_catalog, resolve_model
 from specrun.errors import Interrupted
-from specrun.hub import NotCached, lock_path
-from specrun.models_cli import app
+from specrun.models.hub import NotCached, lock_path
+from specrun.cli.models import app
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 

@@ -24,11 +24,11 @@ import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from hfcache import use_temporary_cache
-from specrun.cpus import busy_warning, physical_cores, usable_cpus
+from specrun.system.cpus import busy_warning, physical_cores, usable_cpus
 from specrun.errors import OptionError, SpecrunError
 from specrun.prompt import Message, render
-from specrun.runtime import Model
-from specrun.sampling import SamplingParams
+from specrun.llama.model import Model
+from specrun.core.sampling import SamplingParams
 from tinymodels import CHATML_TEMPLATE, write_tiny_model
 
 LATIN1 = "café".encode("latin-1")  # b"caf\xe9": not UTF-8

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specrun.fit import GIB, MARGIN, FitError, Gpu, fit, gpu_bytes
-from specrun.footprint import Footprint
+from specrun.llama.placement import GIB, MARGIN, FitError, Gpu, fit, gpu_bytes
+from specrun.llama.footprint import Footprint
 
 GB = 10**9
 
@@ -109,7 +109,7 @@ GB_70B_TABLE = [([8], 10), ([24], 40), ([48], 81), ([80], 81), ([8, 8], 23), ([2
 def headline_pair():
     from synthetic_headers import llama_1b_q4_k_m, llama_70b_q4_k_m
 
-    from specrun.footprint import footprint
+    from specrun.llama.footprint import footprint
 
     return (footprint(*llama_70b_q4_k_m(), name="Llama-3.3-70B-Instruct-Q4_K_M.gguf", n_ctx=4096),
             footprint(*llama_1b_q4_k_m(), name="Llama-3.2-1B-Instruct-Q4_K_M.gguf", n_ctx=4096))

@@ -1,4 +1,4 @@
-"""The memory estimate (specrun/footprint.py) against llama.cpp's own log and hand arithmetic."""
+"""The memory estimate (specrun/llama/footprint.py) against llama.cpp's own log and hand arithmetic."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from gguf import GGUFReader
 from synthetic_headers import llama_1b_q4_k_m, llama_70b_q4_k_m
 from tinymodels import vocabulary
 
-from specrun.footprint import estimate, footprint
-from specrun.ggufinfo import tensors_and_metadata
+from specrun.llama.footprint import estimate, footprint
+from specrun.llama.gguf import tensors_and_metadata
 
 MIB = 2**20
 # Bytes per 256 values in llama.cpp's k-quants (ggml-common.h: block_q4_K, block_q5_K, block_q6_K).
@@ -21,7 +21,7 @@ Q4_K, Q5_K, Q6_K = 144, 176, 210
 
 LOAD_AND_LOG = """
 import sys
-from specrun.runtime import Model
+from specrun.llama.model import Model
 Model(sys.argv[1], n_ctx=int(sys.argv[2]), gpu_layers=0, threads=1, verbose=True)
 """
 BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB")

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from specrun.errors import SpecrunError
-from specrun.gamma import (
+from specrun.core.gamma import (
     PLAIN_SAMPLE_COST, PLAIN_SAMPLE_ROUNDS, PLAIN_SAMPLE_SPACING, AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma,
     PlainSamples, expected_rate, parse_policy,
 )
-from specrun.speculative import Round
-from specrun.stats import Stats
+from specrun.core.loop import Round
+from specrun.core.stats import Stats
 
 
 @dataclass

@@ -7,9 +7,9 @@ import json
 
 from test_gamma import GPU_LIKE, HARD, SAME_MODEL, Machine, simulate
 
-from specrun import learned
+from specrun.core import learned
 from specrun.engine import Engine
-from specrun.gamma import AdaptiveGamma, parse_policy
+from specrun.core.gamma import AdaptiveGamma, parse_policy
 from specrun.options import DraftOptions, LoadOptions
 from identity import GREEDY
 

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
-from specrun.drafting import HybridDraft, ModelDraft
-from specrun.lookup import CANDIDATES, MATCH_CAP, LookupDraft
-from specrun.gamma import AdaptiveGamma, FixedGamma
+from specrun.core.drafting import HybridDraft, ModelDraft
+from specrun.core.lookup import CANDIDATES, MATCH_CAP, LookupDraft
+from specrun.core.gamma import AdaptiveGamma, FixedGamma
 from specrun.prompt import prompt_tokens
-from specrun.runtime import Detokenizer, Model, Tokens
-from specrun.sampling import SamplingParams
-from specrun.speculative import Round, generate
+from specrun.llama.model import Detokenizer, Model, Tokens
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Round, generate
 
 
 def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list[int]:

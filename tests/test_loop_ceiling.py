@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import specrun.runtime as runtime
-from specrun.drafting import ModelDraft
-from specrun.gamma import FixedGamma
-from specrun.speculative import Round, generate
+import specrun.llama.model as runtime
+from specrun.core.drafting import ModelDraft
+from specrun.core.gamma import FixedGamma
+from specrun.core.loop import Round, generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import loop_ceiling  # noqa: E402

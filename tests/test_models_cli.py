@@ -10,8 +10,8 @@ from huggingface_hub import try_to_load_from_cache
 from typer.testing import CliRunner
 
 from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
-from specrun.ggufinfo import GGUFFileError, check_gguf_file
-from specrun.models_cli import app
+from specrun.llama.gguf import GGUFFileError, check_gguf_file
+from specrun.cli.models import app
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 

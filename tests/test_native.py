@@ -17,13 +17,16 @@ import numpy as np
 import pytest
 from tinymodels import write_tiny_model
 
-from specrun import backend, doctor, llama_install, runtime
+from specrun import doctor
+from specrun.llama import devices
+from specrun.llama import install
+from specrun.llama import model as runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 SAPPHIRE_RAPIDS = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512cd",
                    "avx512vl", "avx512dq", "avx512bw", "avx512vbmi", "avx512_vnni", "avx512_bf16",
                    "amx_tile", "amx_int8", "amx_bf16"}
-CPU_BUILD = backend.BuildInfo("0.3.36", ("CPU",), ("AVX", "AVX2", "FMA", "F16C", "REPACK"), ("CPU_REPACK",))
+CPU_BUILD = devices.BuildInfo("0.3.36", ("CPU",), ("AVX", "AVX2", "FMA", "F16C", "REPACK"), ("CPU_REPACK",))
 AMX_BUILD = replace(CPU_BUILD, cpu_features=CPU_BUILD.cpu_features + ("AVX512", "AMX_INT8"),
                     extra_buffer_types=("AMX", "CPU_REPACK"))
 
@@ -48,45 +51,45 @@ def options(args: list[str]) -> dict[str, str]:
 
 
 def test_an_amx_host_builds_its_avx512_and_vnni_but_not_amx():
-    built = options(llama_install.cpu_cmake_args(SAPPHIRE_RAPIDS, "x86_64"))
+    built = options(install.cpu_cmake_args(SAPPHIRE_RAPIDS, "x86_64"))
     assert built["GGML_NATIVE"] == "OFF"  # -march=native would switch AMX on
-    assert {built[o] for o in llama_install.AMX_OPTIONS} == {"OFF"}
+    assert {built[o] for o in install.AMX_OPTIONS} == {"OFF"}
     for option in ("GGML_AVX2", "GGML_AVX512", "GGML_AVX512_VNNI", "GGML_AVX512_BF16", "GGML_AVX_VNNI", "GGML_FMA"):
         assert built[option] == "ON", option
 
 
 def test_a_host_without_avx512_gets_no_avx512():
-    built = options(llama_install.cpu_cmake_args({"avx", "avx2", "fma", "f16c", "avx512f"}, "x86_64"))
+    built = options(install.cpu_cmake_args({"avx", "avx2", "fma", "f16c", "avx512f"}, "x86_64"))
     assert built["GGML_AVX2"] == "ON"
     assert built["GGML_AVX512"] == "OFF"  # avx512f alone is not the five GGML_AVX512 compiles for
 
 
 def test_other_architectures_keep_llama_cpps_native_build():
-    assert llama_install.cpu_cmake_args({"fp", "asimd"}, "aarch64") == []
-    assert llama_install.cpu_cmake_args(set(), "x86_64") == []  # nothing known of the CPU
+    assert install.cpu_cmake_args({"fp", "asimd"}, "aarch64") == []
+    assert install.cpu_cmake_args(set(), "x86_64") == []  # nothing known of the CPU
 
 
 def test_the_users_cmake_args_come_last_and_so_win():
-    args = llama_install.cmake_args(SAPPHIRE_RAPIDS, "-DGGML_CUDA=on -DGGML_NATIVE=ON", "x86_64").split()
+    args = install.cmake_args(SAPPHIRE_RAPIDS, "-DGGML_CUDA=on -DGGML_NATIVE=ON", "x86_64").split()
     assert args[-2:] == ["-DGGML_CUDA=on", "-DGGML_NATIVE=ON"]
     assert args.index("-DGGML_NATIVE=OFF") < args.index("-DGGML_NATIVE=ON")
 
 
 def test_every_build_has_the_rpc_backend_and_the_user_may_still_turn_it_off():
-    assert llama_install.cmake_args(set(), "", "aarch64").split() == ["-DGGML_RPC=ON"]
-    assert llama_install.cmake_args({"avx2"}, "-DGGML_RPC=OFF", "x86_64").split()[-1] == "-DGGML_RPC=OFF"
+    assert install.cmake_args(set(), "", "aarch64").split() == ["-DGGML_RPC=ON"]
+    assert install.cmake_args({"avx2"}, "-DGGML_RPC=OFF", "x86_64").split()[-1] == "-DGGML_RPC=OFF"
 
 
 def test_the_build_flags_decide_which_cached_wheel_is_used():
-    cpu = llama_install.cmake_args({"avx2"}, "", "x86_64")
-    cuda = llama_install.cmake_args({"avx2"}, "-DGGML_CUDA=on", "x86_64")
-    assert llama_install.build_key("0.3.36", cpu) != llama_install.build_key("0.3.36", cuda)
-    assert llama_install.build_key("0.3.36", cpu) != llama_install.build_key("0.3.37", cpu)
-    assert llama_install.build_key("0.3.36", cpu) == llama_install.build_key("0.3.36", cpu)
+    cpu = install.cmake_args({"avx2"}, "", "x86_64")
+    cuda = install.cmake_args({"avx2"}, "-DGGML_CUDA=on", "x86_64")
+    assert install.build_key("0.3.36", cpu) != install.build_key("0.3.36", cuda)
+    assert install.build_key("0.3.36", cpu) != install.build_key("0.3.37", cpu)
+    assert install.build_key("0.3.36", cpu) == install.build_key("0.3.36", cpu)
 
 
 def test_the_pinned_version_is_read_from_pyproject():
-    assert f'"llama-cpp-python=={llama_install.pinned_version()}"' in (ROOT / "pyproject.toml").read_text()
+    assert f'"llama-cpp-python=={install.pinned_version()}"' in (ROOT / "pyproject.toml").read_text()
 
 
 # --- run time: whatever build is loaded, weights stay off AMX ----------------------------
@@ -105,7 +108,7 @@ def test_load_parameters_follow_the_build(build, allow, extra):
 
 @pytest.mark.parametrize("value, allowed", [("1", True), ("on", True), ("yes", True), ("0", False), ("", False)])
 def test_the_amx_switch(value, allowed):
-    assert backend.amx_allowed({backend.AMX_ENV: value}) is allowed
+    assert devices.amx_allowed({devices.AMX_ENV: value}) is allowed
 
 
 def test_the_guarded_load_keeps_repack_and_the_logits(demo_pair, monkeypatch, capfd):
@@ -137,28 +140,28 @@ def test_repack_takes_only_what_its_rules_accept():
         ("blk.0.attn_norm.weight", "F32", (576,)),
         ("output.weight", "Q4_0", (576, 49152)),
     ]
-    assert backend.repack_patterns(tensors, AMX_BUILD) == [
+    assert devices.repack_patterns(tensors, AMX_BUILD) == [
         r"^blk\.(0|1)\.attn_q\.weight$", r"^blk\.(0)\.ffn_down\.weight$", r"^blk\.(0)\.ffn_up\.weight$",
         r"^output\.weight$"]
-    assert r"^blk\.(0)\.ffn_up\.weight$" not in backend.repack_patterns(tensors, CPU_BUILD)  # no AVX512
+    assert r"^blk\.(0)\.ffn_up\.weight$" not in devices.repack_patterns(tensors, CPU_BUILD)  # no AVX512
     no_repack = replace(AMX_BUILD, cpu_features=("AVX2", "AVX512"))
-    assert backend.repack_patterns(tensors, no_repack) == []
+    assert devices.repack_patterns(tensors, no_repack) == []
 
 
 def test_the_loaded_build_describes_itself():
-    build = backend.build_info()
+    build = devices.build_info()
     assert "CPU" in build.backends
-    assert build.version == llama_install.pinned_version()
-    host = llama_install.host_cpu_flags()
+    assert build.version == install.pinned_version()
+    host = install.host_cpu_flags()
     if "avx2" in host:
         assert "AVX2" in build.cpu_features
     assert not build.has_amx  # our own install never builds it
 
 
 def test_metal_shows_as_metal():
-    assert backend.backend_name("MTL") == "Metal"
-    assert backend.accelerator_name(replace(CPU_BUILD, backends=("Metal", "BLAS", "CPU"))) == "Metal"
-    assert backend.accelerator_name(CPU_BUILD) == "CPU"
+    assert devices.backend_name("MTL") == "Metal"
+    assert devices.accelerator_name(replace(CPU_BUILD, backends=("Metal", "BLAS", "CPU"))) == "Metal"
+    assert devices.accelerator_name(CPU_BUILD) == "CPU"
 
 
 # --- a native crash explains itself ------------------------------------------------------
@@ -166,7 +169,7 @@ def test_metal_shows_as_metal():
 
 def supervised(body: str) -> subprocess.CompletedProcess:
     """`body` run as the work of a supervised process, the way the `specrun` command runs."""
-    program = ("import ctypes, os, signal, sys\nfrom specrun.supervise import supervise\ndef work():\n"
+    program = ("import ctypes, os, signal, sys\nfrom specrun.llama.supervise import supervise\ndef work():\n"
                + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ") + "    return 0\nsys.exit(supervise(work))\n")
     return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=ROOT)
 
@@ -275,10 +278,10 @@ def test_doctor_json_on_this_machine(demo_pair):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert "CPU" in report["build"]["backends"]
-    assert report["build"]["version"] == llama_install.pinned_version()
+    assert report["build"]["version"] == install.pinned_version()
     cpu = [d for d in report["devices"] if d["kind"] == "CPU"]
     assert cpu and cpu[0]["total_bytes"] > 0
-    assert report["host"]["amx"] == bool(llama_install.host_cpu_flags() & {"amx_int8", "amx_tile"})
+    assert report["host"]["amx"] == bool(install.host_cpu_flags() & {"amx_int8", "amx_tile"})
     assert report["amx_guard"] is False  # this machine's build has no AMX
     assert set(report["caches"]) == {"specrun", "huggingface", "llama wheels"}
     assert not any("CPU features this CPU lacks" in p["problem"] for p in report["problems"])
@@ -293,10 +296,10 @@ def test_doctor_text_names_build_devices_and_caches():
     assert result.returncode == 0, result.stderr
     for heading in ("llama-cpp-python", "backends:", "devices", "caches", "demo pair:"):
         assert heading in result.stdout
-    assert "specrun's sampling: compiled" in result.stdout  # setup.py built specrun/_sampling.c
+    assert "specrun's sampling: compiled" in result.stdout  # setup.py built specrun/core/_sampling.c
 
 
-def report_for(build: backend.BuildInfo, gpus: list[doctor.HostGpu], flags: set[str] | None = None,
+def report_for(build: devices.BuildInfo, gpus: list[doctor.HostGpu], flags: set[str] | None = None,
                allow_amx: bool = False) -> doctor.Report:
     return doctor.Report(build=build, devices=[], host_cpu_flags=flags or {"avx", "avx2", "fma", "f16c"},
                          host_gpus=gpus, amx_allowed=allow_amx, demo_pair_present=True)
@@ -334,7 +337,7 @@ def test_doctor_says_how_to_build_a_missing_compiled_sampling():
 
 def test_doctor_warns_when_amx_is_switched_on():
     found = doctor.problems(report_for(AMX_BUILD, [], flags=SAPPHIRE_RAPIDS, allow_amx=True))
-    assert [p for p in found if "AMX" in p.problem and backend.AMX_ENV in p.fix]
+    assert [p for p in found if "AMX" in p.problem and devices.AMX_ENV in p.fix]
 
 
 def test_json_and_stats_name_the_device(tiny_target):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from identity import assert_greedy_identical, greedy_tokens
-from specrun.drafting import ModelDraft
-from specrun.gamma import AdaptiveGamma, FixedGamma
+from specrun.core.drafting import ModelDraft
+from specrun.core.gamma import AdaptiveGamma, FixedGamma
 from specrun.prompt import Message, prompt_tokens, render
-from specrun.runtime import Detokenizer, Model, check_compatible
+from specrun.llama.model import Detokenizer, Model, check_compatible
 
 PROMPTS = [
     "Write a Python function that reverses a string.",

@@ -10,11 +10,11 @@ import pytest
 
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
-from specrun.runtime import Model
-from specrun import sampling
-from specrun.sampling import NEAR_TIE, SamplingParams, greedy_choice, verify_greedy
-from specrun.speculative import Round
-from specrun.stats import Stats
+from specrun.llama.model import Model
+from specrun.core import sampling
+from specrun.core.sampling import NEAR_TIE, SamplingParams, greedy_choice, verify_greedy
+from specrun.core.loop import Round
+from specrun.core.stats import Stats
 from test_cli import specrun
 
 GREEDY = SamplingParams(temperature=0)

@@ -22,7 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from specrun import rpc
+from specrun.llama import rpc
 from specrun.errors import SpecrunError
 
 READY_SECONDS = 60  # a loaded test machine takes a while to start Python and ggml

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specrun.errors import SpecrunError
-from specrun.runtime import Detokenizer, Model, Tokens, check_compatible
+from specrun.llama.model import Detokenizer, Model, Tokens, check_compatible
 
 
 @pytest.fixture(scope="module")

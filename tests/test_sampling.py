@@ -8,8 +8,8 @@ import pytest
 from scipy.stats import chisquare
 
 from specrun.errors import SpecrunError
-from specrun import sampling
-from specrun.sampling import SamplingParams, _top_k_ids, distribution, pick, probabilities, sample, verify
+from specrun.core import sampling
+from specrun.core.sampling import SamplingParams, _top_k_ids, distribution, pick, probabilities, sample, verify
 
 DRAWS = 20_000
 P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
@@ -158,7 +158,7 @@ def ranked(logits):
 
 def test_the_compiled_sampling_is_built():
     """setup.py builds it as optional, so an install goes on without it; here it must be there."""
-    assert sampling.compiled(), "specrun/_sampling.c did not compile: run `pip install -e .` and read its output"
+    assert sampling.compiled(), "specrun/core/_sampling.c did not compile: run `pip install -e .` and read its output"
 
 
 @pytest.mark.parametrize("search", TOP_K_SEARCHES)
@@ -211,7 +211,7 @@ CHAINS = [
 
 @pytest.mark.parametrize("params", CHAINS, ids=lambda p: f"T{p.temperature}-k{p.top_k}-p{p.top_p}-m{p.min_p}")
 def test_the_compiled_chain_is_numpys(params, monkeypatch):
-    """specrun/_sampling.c and the numpy chain: the same support and the same
+    """specrun/core/_sampling.c and the numpy chain: the same support and the same
     probabilities to rounding, on rows with and without ties and masked tokens."""
     rng = np.random.default_rng(8)
     rows = [rng.normal(0, 2, 3000), np.round(rng.normal(0, 2, 3000), 1), rng.normal(0, 2, 152_064)]

@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from specrun.stats import Stats
+from specrun.core.stats import Stats
 
 SERVING = re.compile(r"^specrun: serving (\S+) at (http://\S+)/v1 ")
 STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, not a measurement

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
-from specrun.drafting import ModelDraft
+from specrun.core.drafting import ModelDraft
 from specrun.errors import SpecrunError
-from specrun.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma
-from specrun.runtime import Model
-from specrun.sampling import SamplingParams
-from specrun.speculative import Prefill, Round, generate
+from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma
+from specrun.llama.model import Model
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Prefill, Round, generate
 from tinymodels import write_tiny_model
 
 PROMPT = "the cat and the dog in the big red road"

@@ -16,9 +16,9 @@ from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.options import DraftOptions, LoadOptions
 from specrun.prompt import Message, render
-from specrun.sampling import SamplingParams
-from specrun.speculative import Prefill, Round
-from specrun.stats import Stats
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Prefill, Round
+from specrun.core.stats import Stats
 from specrun_tui import SpecrunApp
 from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Figures

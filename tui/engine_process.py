@@ -22,9 +22,9 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable
 
 from specrun.errors import SpecrunError
-from specrun.gamma import parse_policy
-from specrun.sampling import SamplingParams
-from specrun.supervise import crash_hint
+from specrun.core.gamma import parse_policy
+from specrun.core.sampling import SamplingParams
+from specrun.llama.supervise import crash_hint
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 from specrun_tui.messages import (
     Ask, Command, Ended, Finished, Loaded, LoadFailed, Refused, Reply, Started, Stop,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from specrun.speculative import Event, Round, Segment
-from specrun.stats import Stats
+from specrun.core.loop import Event, Round, Segment
+from specrun.core.stats import Stats
 
 
 @dataclass(frozen=True)

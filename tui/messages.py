@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from specrun.sampling import SamplingParams
-from specrun.speculative import Prefill, Round
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Prefill, Round
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 
 # --- the TUI to the engine ---------------------------------------------------------------

@@ -12,8 +12,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 
 from specrun.errors import SpecrunError
-from specrun.speculative import Prefill, Round
-from specrun.stats import Stats
+from specrun.core.loop import Prefill, Round
+from specrun.core.stats import Stats
 from specrun_tui.commands import (
     COMMAND_HELP, Clear, Command, SetGamma, SetMaxTokens, SetSampling, SetSystem, ShowHelp, ShowStats,
     parse_command,

@@ -18,8 +18,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Label, Sparkline, Static
 
-from specrun.formatting import format_or_dash
-from specrun.speculative import Segment
+from specrun.system.formatting import format_or_dash
+from specrun.core.loop import Segment
 from specrun_tui.generation import Figures
 
 

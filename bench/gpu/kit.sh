@@ -39,7 +39,7 @@ pyproject = tomllib.load(open("pyproject.toml", "rb"))
 deps = pyproject["project"]["dependencies"]
 print("\n".join(d for d in deps if not d.startswith("llama-cpp-python")))
 print("typing-extensions>=4.5\ndiskcache>=5.6.1\njinja2>=2.11.3")  # llama-cpp-python's own
-print("\n".join(pyproject["build-system"]["requires"]))  # setup.py's, for specrun/_sampling.c
+print("\n".join(pyproject["build-system"]["requires"]))  # setup.py's, for specrun/core/_sampling.c
 EOF
     python3 -m pip download -q --only-binary=:all: --python-version "$PYVER" --implementation cp --abi "cp${PYVER/./}" \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
@@ -63,14 +63,14 @@ python_env() {  # sets PY and PYTHONPATH
     $PY -m pip install -q --no-index --find-links "$CARRY/wheels" -r "$CARRY/requirements.txt"
     # specrun's sampling in C, as `pip install` builds it (without it, numpy's runs)
     $PY setup.py -q build_ext --inplace > "$WORK/sampling-build.log" 2>&1 \
-        || say "specrun/_sampling.c did not compile ($WORK/sampling-build.log): sampling runs in numpy"
+        || say "specrun/core/_sampling.c did not compile ($WORK/sampling-build.log): sampling runs in numpy"
     export PYTHONPATH=$WORK/site:$PWD
 }
 
 build() {  # llama.cpp's libraries for llama-cpp-python, and the native peers, from one source and one build
     [ -f "$SOURCE" ] || die "no $SOURCE: run 'bench/gpu/kit.sh prepare' where PyPI is reachable"
     local flags jobs arch=""
-    flags=$(python3 specrun/llama_install.py --print | sed -n 's/^CMAKE_ARGS=//p')  # the CPU flags, AMX left out
+    flags=$(python3 specrun/llama/install.py --print | sed -n 's/^CMAKE_ARGS=//p')  # the CPU flags, AMX left out
     if [ "$CPU" = 0 ]; then
         [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
         command -v nvcc > /dev/null || die "no nvcc: a CUDA toolkit is needed (or use --cpu)"

@@ -8,7 +8,7 @@ For each target, with the draft beside it, in one process:
 - the native peers on the same files and prompt: `llama-completion` (plain) and
   `llama-speculative-simple` at the same fixed γ;
 - what `auto` would choose and gain for α = 0.5..0.9: the cost model's expected rate
-  (specrun.gamma.expected_rate) over the measured costs. Random weights make acceptance
+  (specrun.core.gamma.expected_rate) over the measured costs. Random weights make acceptance
   meaningless, so α comes from real pairs measured elsewhere, and says where from.
 
 Results are written after every target (JSON and Markdown), so a run cut short by its
@@ -30,14 +30,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrun.backend import accelerator_name, build_info
+from specrun.llama.devices import accelerator_name, build_info
 from specrun.bench import CostCurve, measure_costs
-from specrun.drafting import ModelDraft
-from specrun.gamma import GAMMA_MAX, FixedGamma
-from specrun.runtime import Model
-from specrun.sampling import SamplingParams, compiled
-from specrun.speculative import Round, generate
-from specrun.stats import Stats
+from specrun.core.drafting import ModelDraft
+from specrun.core.gamma import GAMMA_MAX, FixedGamma
+from specrun.llama.model import Model
+from specrun.core.sampling import SamplingParams, compiled
+from specrun.core.loop import Round, generate
+from specrun.core.stats import Stats
 
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
 ALPHA_SOURCES = [  # where acceptance rates of real pairs come from; the measured one is read at run time

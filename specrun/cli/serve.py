@@ -1,5 +1,5 @@
 """`specrun serve`: the model options of `run` and `chat`, an address, and the server
-(`specrun.serve`) on it until Ctrl-C or SIGTERM, which end the running generation and exit 0."""
+(`specrun.server.app`) on it until Ctrl-C or SIGTERM, which end the running generation and exit 0."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Optional
 
 import typer
 
-from specrun.cli_options import DRAFTING, LOAD, MODELS, SAMPLING, ModelRequest, load_engine, load_notes, note, takes
+from specrun.cli.options import DRAFTING, LOAD, MODELS, SAMPLING, ModelRequest, load_engine, load_notes, note, takes
 from specrun.errors import OptionError, SpecrunError
 from specrun.options import DraftOptions, LoadOptions
-from specrun.sampling import SamplingParams
+from specrun.core.sampling import SamplingParams
 
 API_KEY_ENV = "SPECRUN_API_KEY"
 
@@ -33,7 +33,7 @@ def serve(
     models: ModelRequest,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
-    from specrun.serve import serve as run_server  # here: `specrun run` need not import the HTTP stack
+    from specrun.server.app import serve as run_server  # here: `specrun run` need not import the HTTP stack
 
     if api_key == "":
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")

@@ -38,13 +38,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from specrun import interrupts
+from specrun.system import interrupts
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
 from specrun.prompt import Message, render
-from specrun.sampling import SamplingParams
-from specrun.speculative import Event, Prefill, Round
-from specrun.stats import Stats
+from specrun.core.sampling import SamplingParams
+from specrun.core.loop import Event, Prefill, Round
+from specrun.core.stats import Stats
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 RETRY_AFTER_SECONDS = 1

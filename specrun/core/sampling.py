@@ -1,6 +1,6 @@
 """Sampling math: logits -> probabilities, and the exact accept/resample rule.
 
-numpy, no model; the sampling chain also in C (specrun/_sampling.c) where it was
+numpy, no model; the sampling chain also in C (specrun/core/_sampling.c) where it was
 compiled. The same transform produces both the target's `p` and the draft's `q`.
 """
 
@@ -14,11 +14,11 @@ import numpy as np
 from specrun.errors import OptionError
 
 try:  # sampling's hot path in C (setup.py); the same in numpy where it was not compiled
-    from specrun import _sampling as _compiled
+    from specrun.core import _sampling as _compiled
 except ImportError:
     _compiled = None
 
-# A top-two logit gap this small may flip between batch widths (specrun.exactness).
+# A top-two logit gap this small may flip between batch widths (specrun.core.exactness).
 NEAR_TIE = 0.05
 
 
@@ -80,7 +80,7 @@ class Distribution:
 
 
 def compiled() -> bool:
-    """Whether `distribution` and `greedy_choice` run in C (specrun/_sampling.c, built by
+    """Whether `distribution` and `greedy_choice` run in C (specrun/core/_sampling.c, built by
     setup.py where a compiler is), rather than in numpy."""
     return _compiled is not None
 
@@ -111,7 +111,7 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     """One row of logits at temperature > 0: llama.cpp's chain top-k -> top-p -> min-p ->
     temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off).
 
-    specrun/_sampling.c computes the same, step for step (the sum aside, to rounding), on
+    specrun/core/_sampling.c computes the same, step for step (the sum aside, to rounding), on
     float32 rows (llama.cpp's): in numpy the chain's calls on ~40 numbers cost more than
     the pass over the row."""
     n_vocab = logits.shape[-1]

@@ -23,7 +23,7 @@ from typing import Callable
 import llama_cpp as llama
 import numpy as np
 
-from specrun.backend import (
+from specrun.llama.devices import (
     BuildInfo,
     accelerator_name,
     amx_allowed,
@@ -33,11 +33,11 @@ from specrun.backend import (
     repack_patterns,
     use_extra_buffer_types,
 )
-from specrun.cpus import physical_cores
+from specrun.system.cpus import physical_cores
 from specrun.errors import SpecrunError
-from specrun.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
-from specrun.ggufinfo import GGUF_MAGIC, tensor_table
-from specrun.interrupts import native_callback, raise_pending, stop_requested
+from specrun.system.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
+from specrun.llama.gguf import GGUF_MAGIC, tensor_table
+from specrun.system.interrupts import native_callback, raise_pending, stop_requested
 
 DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}

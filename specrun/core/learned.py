@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from specrun.gamma import AdaptiveGamma, GammaPolicy
+from specrun.core.gamma import AdaptiveGamma, GammaPolicy
 
 VERSION = 1  # of the saved state's layout: another layout is ignored, not misread
 

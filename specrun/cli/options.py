@@ -24,13 +24,13 @@ import typer
 
 from specrun.errors import OptionError
 from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
-from specrun.runtime import DEFAULT_CTX, placement_text
-from specrun.sampling import SamplingParams
-from specrun.textio import argument_text, read_stdin
+from specrun.llama.model import DEFAULT_CTX, placement_text
+from specrun.core.sampling import SamplingParams
+from specrun.system.textio import argument_text, read_stdin
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
-    from specrun.runtime import Model
+    from specrun.llama.model import Model
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -104,7 +104,7 @@ class ModelRequest:
     def resolve(self) -> ModelChoice:
         """Without --target: the embedded demo pair. Without --draft: the target alone.
         `--draft lookup` is prompt lookup, which needs no file."""
-        from specrun.catalog import load_catalog, resolve_model, resolve_pair
+        from specrun.models.catalog import load_catalog, resolve_model, resolve_pair
 
         models = load_catalog(self.catalog)
         target, draft = self.target, self.draft
@@ -130,7 +130,7 @@ def _lookup(lookup_ngram: int, lookup_min: int, lookup_max: int) -> LookupOption
 
 def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngram: int, lookup_min: int,
               lookup_max: int) -> DraftOptions:
-    from specrun.gamma import parse_policy
+    from specrun.core.gamma import parse_policy
 
     parse_policy(gamma, gamma_max)  # checked now, before any work; the engine makes its own
     return DraftOptions(gamma=gamma, gamma_max=gamma_max, p_min=p_min,
@@ -139,9 +139,9 @@ def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngr
 
 def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int], fit: str,
           threads: Optional[int], verbose: bool, reproducible: bool, rpc: Optional[str]) -> LoadOptions:
-    from specrun.cpus import choose_threads
-    from specrun.rpc import parse_endpoints
-    from specrun.runtime import gpu_offload_supported
+    from specrun.system.cpus import choose_threads
+    from specrun.llama.rpc import parse_endpoints
+    from specrun.llama.model import gpu_offload_supported
 
     if threads is not None:
         threads, capped = choose_threads(threads)
@@ -234,7 +234,7 @@ def load_engine(models: ModelChoice, load: LoadOptions, *, params: SamplingParam
 def load_notes(model: "Model", requested: LoadOptions) -> None:
     """Once the models are loaded: say when the context is not the --ctx asked for, and when
     the default thread count meets a machine that other work already keeps busy."""
-    from specrun.cpus import machine_busy_warning
+    from specrun.system.cpus import machine_busy_warning
 
     asked = requested.n_ctx
     if asked is not None and model.n_ctx < asked:

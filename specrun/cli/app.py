@@ -2,7 +2,7 @@
 goes to stderr. Every user error is one line, `specrun: error: ...`, and a non-zero exit.
 
 The commands are thin: their shared options, the model choice and the loading live in
-`specrun.cli_options`; `chat` and `models` have modules of their own, registered here.
+`specrun.cli.options`; `chat` and `models` have modules of their own, registered here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from specrun.chat_cli import chat
-from specrun.cli_options import (
+from specrun.cli.chat import chat
+from specrun.cli.options import (
     DRAFTING,
     LOAD,
     LOOKUP,
@@ -37,17 +37,17 @@ from specrun.cli_options import (
     takes,
 )
 from specrun.errors import OptionError, SpecrunError, report
-from specrun.interrupts import exit_status
-from specrun.models_cli import app as models_app
+from specrun.system.interrupts import exit_status
+from specrun.cli.models import app as models_app
 from specrun.options import DraftOptions, LoadOptions, LookupOptions
-from specrun.rpc_cli import rpc_server
-from specrun.sampling import SamplingParams
-from specrun.serve_cli import serve
-from specrun.textio import StdoutClosed, argument_text, guarded_stdout
+from specrun.cli.rpc import rpc_server
+from specrun.core.sampling import SamplingParams
+from specrun.cli.serve import serve
+from specrun.system.textio import StdoutClosed, argument_text, guarded_stdout
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
-    from specrun.stats import Stats
+    from specrun.core.stats import Stats
 
 app = typer.Typer(
     name="specrun",
@@ -93,7 +93,7 @@ def run(
     models: ModelRequest,
 ) -> None:
     """Generate one answer, streamed to stdout."""
-    from specrun.stats import Stats
+    from specrun.core.stats import Stats
 
     system, stop = argument_text(system, "--system"), [argument_text(text, "--stop") for text in stop]
     text = read_prompt(prompt)
@@ -124,7 +124,7 @@ def run(
 
 def _finish_output(answer: list[str], figures: "Stats", engine: "Engine", choice: ModelChoice, *,
                    as_json: bool, stats: bool) -> None:
-    from specrun.speculative import more_room_hint
+    from specrun.core.loop import more_room_hint
 
     threads = engine.target.threads
     where = engine.placement()
@@ -166,7 +166,7 @@ def bench(
 ) -> None:
     """Compare plain decoding, fixed γ, heuristic, auto and prompt lookup on a prompt set."""
     from specrun import bench as benchmark
-    from specrun.files import check_output_file, replaced_atomically
+    from specrun.system.files import check_output_file, replaced_atomically
 
     try:
         gamma_values = [int(g) for g in gammas.split(",") if g.strip()]
@@ -236,8 +236,8 @@ app.add_typer(models_app, name="models", help="List, download, inspect and remov
 
 def entry() -> None:
     """The `specrun` command: `main` in a supervised child, so a native crash explains itself."""
-    from specrun import interrupts
-    from specrun.supervise import supervise
+    from specrun.system import interrupts
+    from specrun.llama.supervise import supervise
 
     def work() -> int:
         interrupts.install()
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every failure into one line and an exit status."""
     command = typer.main.get_command(app)
     try:
-        with guarded_stdout():  # specrun.textio's output policy, Typer's own output included
+        with guarded_stdout():  # specrun.system.textio's output policy, Typer's own output included
             result = command.main(args=argv, prog_name="specrun", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except typer.TyperException as error:  # click's usage errors (typer vendors click)

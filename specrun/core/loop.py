@@ -17,11 +17,11 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from specrun.drafting import DraftSource, Proposal
+from specrun.core.drafting import DraftSource, Proposal
 from specrun.errors import OptionError, SpecrunError
-from specrun.gamma import FixedGamma, GammaPolicy
-from specrun.runtime import Detokenizer, Model, Tokens
-from specrun.sampling import SamplingParams, verify, verify_greedy
+from specrun.core.gamma import FixedGamma, GammaPolicy
+from specrun.llama.model import Detokenizer, Model, Tokens
+from specrun.core.sampling import SamplingParams, verify, verify_greedy
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
 

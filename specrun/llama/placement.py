@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrun.backend import gpu_devices, system_memory_available
+from specrun.llama.devices import gpu_devices, system_memory_available
 from specrun.errors import SpecrunError
-from specrun.footprint import Footprint, estimate
+from specrun.llama.footprint import Footprint, estimate
 
 GIB = 2**30
 MARGIN = 1 * GIB  # left free on each GPU: other programs, driver, fragmentation

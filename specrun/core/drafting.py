@@ -13,8 +13,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from specrun.runtime import Model, Tokens
-from specrun.sampling import Distribution, SamplingParams, pick
+from specrun.llama.model import Model, Tokens
+from specrun.core.sampling import Distribution, SamplingParams, pick
 
 
 @dataclass

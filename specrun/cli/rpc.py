@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from specrun.cli_options import note
+from specrun.cli.options import note
 from specrun.errors import OptionError, SpecrunError
-from specrun.rpc import DEFAULT_PORT, PROTOCOL, server_devices, start_server
-from specrun.serve_cli import listen
+from specrun.llama.rpc import DEFAULT_PORT, PROTOCOL, server_devices, start_server
+from specrun.cli.serve import listen
 
 WAIT_SECONDS = 0.5  # how often the main thread wakes, so that a signal is handled
 
@@ -26,7 +26,7 @@ def rpc_server(
                                           help="CPU threads for the CPU device (default: one per physical core)."),
 ) -> None:
     """Serve this machine's devices to `--rpc HOST:PORT` of run, chat, serve and bench elsewhere."""
-    from specrun.cpus import physical_cores
+    from specrun.system.cpus import physical_cores
 
     try:
         address = ipaddress.IPv4Address(host)

@@ -13,8 +13,8 @@ wheels built here are kept under a key made of everything that decides the build
 
 Stdlib only: the Makefile runs this file before anything else is installed.
 
-    python specrun/llama_install.py PIP      # build or reuse the wheel, install it with PIP
-    python specrun/llama_install.py --print  # the CMake arguments and the cache key
+    python specrun/llama/install.py PIP      # build or reuse the wheel, install it with PIP
+    python specrun/llama/install.py --print  # the CMake arguments and the cache key
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 PACKAGE = "llama-cpp-python"
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 # /proc/cpuinfo flag -> the llama.cpp CMake option that compiles for it.
 X86_FEATURES = {

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from specrun import interrupts
-from specrun.cli_options import (
+from specrun.system import interrupts
+from specrun.cli.options import (
     DRAFTING,
     LOAD,
     MAX_TOKENS,
@@ -30,10 +30,10 @@ from specrun.cli_options import (
     placement_row,
     takes,
 )
-from specrun.interrupts import exit_status
+from specrun.system.interrupts import exit_status
 from specrun.options import DraftOptions, LoadOptions
-from specrun.sampling import SamplingParams
-from specrun.textio import argument_text
+from specrun.core.sampling import SamplingParams
+from specrun.system.textio import argument_text
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
@@ -89,9 +89,9 @@ def chat(
 
 def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int, stats: bool) -> None:
     from specrun.chat import Conversation
-    from specrun.speculative import Round
-    from specrun.stats import Stats
-    from specrun.textio import stdin_lines
+    from specrun.core.loop import Round
+    from specrun.core.stats import Stats
+    from specrun.system.textio import stdin_lines
 
     conversation = Conversation(engine.target, system=system)
     for line in stdin_lines():

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from gguf import GGMLQuantizationType
 
-from specrun.ggufinfo import tensor_bytes, tensors_and_metadata
+from specrun.llama.gguf import tensor_bytes, tensors_and_metadata
 
 Tensor = tuple[str, str, tuple[int, ...]]  # name, ggml type name, shape (ne0 first)
 

@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 
 import typer
 
-from specrun.catalog import (
+from specrun.models.catalog import (
     Catalog,
     ModelSpec,
     cached_model,
@@ -24,9 +24,9 @@ from specrun.catalog import (
     verify_model,
 )
 from specrun.errors import SpecrunError, report
-from specrun.formatting import format_or_dash, format_size
-from specrun.ggufinfo import read_gguf_info
-from specrun.hub import hub_offline, plan_fetch
+from specrun.system.formatting import format_or_dash, format_size
+from specrun.llama.gguf import read_gguf_info
+from specrun.models.hub import hub_offline, plan_fetch
 
 app = typer.Typer(help="List, download, verify, inspect and remove the catalog's models.", no_args_is_help=True)
 

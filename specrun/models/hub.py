@@ -42,8 +42,8 @@ from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_b
 from huggingface_hub.utils import logging as hub_logging
 
 from specrun.errors import Interrupted, SpecrunError
-from specrun.files import replaced_atomically
-from specrun.formatting import format_size
+from specrun.system.files import replaced_atomically
+from specrun.system.formatting import format_size
 
 # HfHubHTTPError derives from its HTTP client's base error (requests' is an OSError, httpx's
 # is not); transport failures raise that base, the disk raises OSError and hf_xet raises

@@ -10,10 +10,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specrun.formatting import format_or_dash
-from specrun.gamma import CostModel, is_plain_sample
-from specrun.sampling import NEAR_TIE
-from specrun.speculative import Event, Prefill, Round
+from specrun.system.formatting import format_or_dash
+from specrun.core.gamma import CostModel, is_plain_sample
+from specrun.core.sampling import NEAR_TIE
+from specrun.core.loop import Event, Prefill, Round
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specrun.runtime import Model
+from specrun.llama.model import Model
 
 
 @dataclass(frozen=True)

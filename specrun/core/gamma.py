@@ -334,7 +334,7 @@ class AdaptiveGamma:
             self._space_probes(event)
 
     def state(self) -> dict[str, object]:
-        """What it learned, for a later run on the same pair and machine (specrun.learned)."""
+        """What it learned, for a later run on the same pair and machine (specrun.core.learned)."""
         return {"accepted": self._accepted, "rejected": self._rejected, "gamma": self.gamma,
                 "probe_interval": self._probe_interval, "costs": self.costs.state()}
 

@@ -7,7 +7,7 @@ the child dies of a signal, the parent prints one line naming the likely cause a
 what to try, and exits 128 + the signal. A llama.cpp assertion reaches the parent
 through a pipe (ggml's abort callback), so its message is in that line and no native
 backtrace is printed anywhere. An abort that the child can explain in full (a lost RPC
-server, `specrun.rpc`) reaches the parent as the line itself.
+server, `specrun.llama.rpc`) reaches the parent as the line itself.
 
 Signals: the terminal sends Ctrl-C, a hangup or Ctrl-\\ to both processes; one that a
 program sends to the parent's pid alone (`kill`, `timeout`) is passed on to the child.
@@ -86,7 +86,7 @@ def install_abort_reporter() -> None:
 
 def _explain(message: str) -> str | None:
     """The whole error line for an abort the child knows more about than ggml says."""
-    rpc = sys.modules.get("specrun.rpc")  # loaded wherever RPC servers are used; no import in an abort
+    rpc = sys.modules.get("specrun.llama.rpc")  # loaded wherever RPC servers are used; no import in an abort
     return rpc.explain_abort(message) if rpc else None
 
 
@@ -112,7 +112,7 @@ def supervise(work: Callable[[], int]) -> int:
         return os.WEXITSTATUS(status)
     signum = os.WTERMSIG(status)
     if signum in NATIVE_FAULTS or signum == signal.SIGKILL:
-        from specrun.backend import amx_allowed
+        from specrun.llama.devices import amx_allowed
 
         print(crash_hint(signum, message, amx_allowed()), file=sys.stderr, flush=True)
     return 128 + signum

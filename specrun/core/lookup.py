@@ -11,10 +11,10 @@ from typing import Sequence
 
 import numpy as np
 
-from specrun.drafting import Proposal
+from specrun.core.drafting import Proposal
 from specrun.errors import OptionError
-from specrun.runtime import Continuation
-from specrun.sampling import SamplingParams
+from specrun.llama.model import Continuation
+from specrun.core.sampling import SamplingParams
 
 CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
 MATCH_CAP = 32  # how far back a match is extended; beyond it, every match is as good

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from specrun.backend import Device, backend_function, describe, device_handle, devices, registry_devices
+from specrun.llama.devices import Device, backend_function, describe, device_handle, devices, registry_devices
 from specrun.errors import OptionError, SpecrunError
 
 # RPC_PROTO_*_VERSION in the pinned llama.cpp's ggml-rpc.h: a client talks to a server of

@@ -2,7 +2,7 @@
 
 A spec is a catalog alias, a local path, `REPO:QUANT` (as llama.cpp's `-hf` and Ollama's
 `hf.co/org/name:Q4_K_M`) or `REPO/FILE.gguf`. Hub files are found and downloaded by
-specrun.hub; this module decides what a spec means and which files it needs.
+specrun.models.hub; this module decides what a spec means and which files it needs.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from specrun import demo
+from specrun.models import demo
 from specrun.errors import SpecrunError
-from specrun.files import MISSING, REGULAR_FILE, what_is
-from specrun.hub import HubRef, ModelNotFound, NotCached, delete_cached, fetch_files, split_parts, verify_cached
-from specrun.textio import read_text
+from specrun.system.files import MISSING, REGULAR_FILE, what_is
+from specrun.models.hub import HubRef, ModelNotFound, NotCached, delete_cached, fetch_files, split_parts, verify_cached
+from specrun.system.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
-_DEMO_ROLES = ("target", "draft")  # the order of specrun.demo's (target, draft) pairs
+_DEMO_ROLES = ("target", "draft")  # the order of specrun.models.demo's (target, draft) pairs
 
 
 class CatalogError(SpecrunError):
@@ -82,7 +82,7 @@ def builtin_catalog_path() -> Path:
     """models.toml shipped inside the package, else the one at the root of a source checkout."""
     package_dir = Path(__file__).resolve().parent
     packaged = package_dir / "models.toml"
-    return packaged if packaged.is_file() else package_dir.parent / "models.toml"
+    return packaged if packaged.is_file() else package_dir.parents[1] / "models.toml"
 
 
 def user_catalog_path() -> Path:

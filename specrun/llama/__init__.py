@@ -1,0 +1,1 @@
+"""llama.cpp: loading a GGUF, its devices and placement, RPC, the native build, crashes explained."""

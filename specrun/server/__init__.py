@@ -1,0 +1,1 @@
+"""`specrun serve`: the OpenAI-compatible HTTP API over one `Engine`."""
