@@ -5,4 +5,6 @@ three times as long (2.3x at a 152k vocabulary, 3x at 49k)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("specrun.core._sampling", ["specrun/core/_sampling.c"], optional=True)])
+setup(
+    ext_modules=[Extension("specrun.core._sampling", ["specrun/core/_sampling.c"], optional=True)]
+)

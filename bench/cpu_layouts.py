@@ -19,14 +19,20 @@ from specrun.llama import model as runtime
 from specrun.llama.devices import build_info, repack_buffer_type
 from specrun.models.demo import prepare_demo_pair
 
-PROMPT = "Write a short story about a robot who learns to paint, and what the paint teaches it. " * 12
+PROMPT = (
+    "Write a short story about a robot who learns to paint, and what the paint teaches it. " * 12
+)
 
 
 def load(path: str, threads: int | None, how: str) -> runtime.Model:
-    """"default": as llama.cpp likes; "guard": as on an AMX build; "off": extra types off alone."""
+    """ "default": as llama.cpp likes; "guard": as on an AMX build; "off": extra types off alone."""
     build = build_info()
-    if how != "default":  # what runtime.load_params does on a build whose CPU has the AMX buffer type
-        runtime.build_info = lambda: replace(build, extra_buffer_types=("AMX",) + build.extra_buffer_types)
+    if (
+        how != "default"
+    ):  # what runtime.load_params does on a build whose CPU has the AMX buffer type
+        runtime.build_info = lambda: replace(
+            build, extra_buffer_types=("AMX",) + build.extra_buffer_types
+        )
     if how == "off":
         runtime.repack_buffer_type = lambda: None
     try:
@@ -61,20 +67,29 @@ def main() -> None:
     args = parser.parse_args()
     path = args.model or str(prepare_demo_pair()[1])
     build = build_info()
-    models = {"default (" + " ".join(build.extra_buffer_types or ("none",)) + ")": load(path, args.threads, "default"),
-              "guard (REPACK by override)": load(path, args.threads, "guard"),
-              "extra types off alone": load(path, args.threads, "off")}
+    models = {
+        "default (" + " ".join(build.extra_buffer_types or ("none",)) + ")": load(
+            path, args.threads, "default"
+        ),
+        "guard (REPACK by override)": load(path, args.threads, "guard"),
+        "extra types off alone": load(path, args.threads, "off"),
+    }
     prompt = next(iter(models.values())).tokenize(PROMPT)[:256]
     results: dict[str, list[dict[str, float]]] = {name: [] for name in models}
     for _ in range(args.repeat):
         for name, model in models.items():
             results[name].append(measure(model, prompt))
-    print(f"{path}, llama-cpp-python {build.version}, CPU features {' '.join(build.cpu_features)}, "
-          f"median of {args.repeat}")
+    print(
+        f"{path}, llama-cpp-python {build.version}, CPU features {' '.join(build.cpu_features)}, "
+        f"median of {args.repeat}"
+    )
     columns = list(next(iter(results.values()))[0])
     print(f"{'load':<28}" + "".join(f"{c:>15}" for c in columns))
     for name, runs in results.items():
-        print(f"{name:<28}" + "".join(f"{statistics.median(r[c] for r in runs):>15.1f}" for c in columns))
+        print(
+            f"{name:<28}"
+            + "".join(f"{statistics.median(r[c] for r in runs):>15.1f}" for c in columns)
+        )
     for model in models.values():
         model.close()
 

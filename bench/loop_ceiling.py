@@ -24,16 +24,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specrun.core import sampling  # noqa: E402
 from specrun.core.drafting import ModelDraft  # noqa: E402
 from specrun.core.gamma import FixedGamma  # noqa: E402
-from specrun.llama.model import Model  # noqa: E402
-from specrun.core.sampling import SamplingParams  # noqa: E402
 from specrun.core.loop import Round, generate  # noqa: E402
+from specrun.core.sampling import SamplingParams  # noqa: E402
+from specrun.llama.model import Model  # noqa: E402
 
 VOCABS = (49_152, 152_064)  # SmolLM2, Qwen2.5
 CONTEXTS = (512, 4096, 32_768)
 GAMMAS = (0, 4, 8)
-SAMPLINGS = {"greedy": SamplingParams(temperature=0),
-             "T=0.8": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=0)}
-TABLE_ROWS = 8  # twice over, 10 MB at 152k: it stays in cache, as logits llama.cpp has just written would
+SAMPLINGS = {
+    "greedy": SamplingParams(temperature=0),
+    "T=0.8": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=0),
+}
+TABLE_ROWS = (
+    8  # twice over, 10 MB at 152k: it stays in cache, as logits llama.cpp has just written would
+)
 LEAD = 6.0  # one token's logit above unit noise: greedy follows it, sampling keeps ~40 candidates
 
 
@@ -49,7 +53,9 @@ class NullModel(Model):
     """A Model whose native calls cost nothing: the logits of a position are a table row
     chosen by the position. Every line of Python bookkeeping is Model's own."""
 
-    def __init__(self, table: np.ndarray, n_ctx: int, n_batch: int = 512, name: str = "null") -> None:
+    def __init__(
+        self, table: np.ndarray, n_ctx: int, n_batch: int = 512, name: str = "null"
+    ) -> None:
         self.name = name
         self.table = np.concatenate([table, table])  # a run of rows past the end wraps around
         self.n_vocab = table.shape[1]
@@ -83,25 +89,34 @@ class NullModel(Model):
         return b" t%d" % token
 
 
-def run(n_vocab: int, context: int, gamma: int, params: SamplingParams, tokens: int,
-        table: np.ndarray) -> dict[str, float]:
+def run(
+    n_vocab: int, context: int, gamma: int, params: SamplingParams, tokens: int, table: np.ndarray
+) -> dict[str, float]:
     """One generation after a `context`-token prompt: time per round and per token, of the
     rounds after the first (whose token the prompt's pass chose)."""
     n_ctx = context + tokens + 16
     target = NullModel(table, n_ctx, name="target")
     draft = ModelDraft(NullModel(table, n_ctx, name="draft"), n_vocab) if gamma else None
     prompt = [int(t) for t in np.random.default_rng(1).integers(TABLE_ROWS, n_vocab, context)]
-    events = generate(target, prompt, draft=draft, params=params, policy=FixedGamma(gamma), max_tokens=tokens)
+    events = generate(
+        target, prompt, draft=draft, params=params, policy=FixedGamma(gamma), max_tokens=tokens
+    )
     next(events)  # the prefill, not timed
-    assert next(events).prompt_pass  # the first token, from the prompt's pass: not a round of the loop
+    assert next(
+        events
+    ).prompt_pass  # the first token, from the prompt's pass: not a round of the loop
     start = time.perf_counter()
     rounds = [e for e in events if isinstance(e, Round)]
     seconds = time.perf_counter() - start
     committed = sum(len(r.tokens) for r in rounds)
     assert committed == tokens - 1, f"committed {committed} of {tokens - 1} tokens"
     accepted = sum(r.accepted for r in rounds)
-    return {"us_round": seconds / len(rounds) * 1e6, "us_token": seconds / committed * 1e6,
-            "tokens_s": committed / seconds, "accepted_s": accepted / seconds}
+    return {
+        "us_round": seconds / len(rounds) * 1e6,
+        "us_token": seconds / committed * 1e6,
+        "tokens_s": committed / seconds,
+        "accepted_s": accepted / seconds,
+    }
 
 
 def median_run(repeats: int, *args) -> dict[str, float]:
@@ -114,24 +129,36 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--quick", action="store_true", help="152k vocabulary, 4k context only")
-    parser.add_argument("--numpy-sampling", action="store_true",
-                        help="sampling in numpy, as where specrun/core/_sampling.c was not compiled")
+    parser.add_argument(
+        "--numpy-sampling",
+        action="store_true",
+        help="sampling in numpy, as where specrun/core/_sampling.c was not compiled",
+    )
     args = parser.parse_args()
     if args.numpy_sampling:
         sampling._compiled = None
     print(f"sampling: {'compiled' if sampling.compiled() else 'numpy'}")
     vocabs, contexts = ((152_064,), (4096,)) if args.quick else (VOCABS, CONTEXTS)
-    print(f"median of {args.repeats} generations of {args.tokens} tokens; rounds only: the prefill and the prompt pass's token excluded")
-    print(f"{'vocab':>7} {'context':>7} {'sampling':>8} {'γ':>2} {'µs/round':>9} {'µs/token':>9} "
-          f"{'tokens/s':>9} {'accepted/s':>10}")
+    print(
+        f"median of {args.repeats} generations of {args.tokens} tokens; rounds only: the prefill and the prompt pass's token excluded"
+    )
+    print(
+        f"{'vocab':>7} {'context':>7} {'sampling':>8} {'γ':>2} {'µs/round':>9} {'µs/token':>9} "
+        f"{'tokens/s':>9} {'accepted/s':>10}"
+    )
     for n_vocab in vocabs:
         table = logit_table(n_vocab)
         for context in contexts:
             for name, params in SAMPLINGS.items():
                 for gamma in GAMMAS:
-                    r = median_run(args.repeats, n_vocab, context, gamma, params, args.tokens, table)
-                    print(f"{n_vocab:>7} {context:>7} {name:>8} {gamma:>2} {r['us_round']:>9.0f} "
-                          f"{r['us_token']:>9.0f} {r['tokens_s']:>9.0f} {r['accepted_s']:>10.0f}", flush=True)
+                    r = median_run(
+                        args.repeats, n_vocab, context, gamma, params, args.tokens, table
+                    )
+                    print(
+                        f"{n_vocab:>7} {context:>7} {name:>8} {gamma:>2} {r['us_round']:>9.0f} "
+                        f"{r['us_token']:>9.0f} {r['tokens_s']:>9.0f} {r['accepted_s']:>10.0f}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,17 @@ from terminal import Terminal  # noqa: E402
 REPEAT = int(os.environ.get("REPEAT", 3))
 TOKENS = int(os.environ.get("TOKENS", 128))
 BEFORE = os.environ.get("BEFORE", "5fdb3d8^").split()
-PROMPT = os.environ.get("PROMPT", "Write a Python function that checks whether a number is prime. Include a docstring.")
+PROMPT = os.environ.get(
+    "PROMPT", "Write a Python function that checks whether a number is prime. Include a docstring."
+)
 SPECRUN = Path(sys.executable).with_name("specrun")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # `specrun` with an older specrun/cli/chat.py (the first argument) in place of the checked-out one
-WITH_CHAT_CLI = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('specrun.cli.chat', "
-                 "sys.argv.pop(1)); module = sys.modules[spec.name] = importlib.util.module_from_spec(spec); "
-                 "spec.loader.exec_module(module); from specrun.cli.app import entry; sys.exit(entry())")
+WITH_CHAT_CLI = (
+    "import importlib.util, sys; spec = importlib.util.spec_from_file_location('specrun.cli.chat', "
+    "sys.argv.pop(1)); module = sys.modules[spec.name] = importlib.util.module_from_spec(spec); "
+    "spec.loader.exec_module(module); from specrun.cli.app import entry; sys.exit(entry())"
+)
 
 
 def model_options() -> list[str]:
@@ -61,8 +65,12 @@ Run = tuple[float, float, float | None]  # tokens/s, mean γ, Textual's CPU ms p
 
 
 def cli() -> Run:
-    out = subprocess.run([str(SPECRUN), "run", "--json", *model_options(), PROMPT],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(SPECRUN), "run", "--json", *model_options(), PROMPT],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     figures = json.loads(out)
     assert figures["generated_tokens"] == TOKENS, "the prompt must run to the token limit"
     return figures["tokens_per_second"], figures["mean_gamma"], None
@@ -73,14 +81,22 @@ def tui(old_front_end: Path | None) -> Run:
     command = [str(SPECRUN), "chat", *model_options()]
     if old_front_end:
         env["PYTHONPATH"] = str(old_front_end)  # its specrun_tui first
-        command = [sys.executable, "-c", WITH_CHAT_CLI, str(old_front_end / "chat_cli.py"), *command[1:]]
+        command = [
+            sys.executable,
+            "-c",
+            WITH_CHAT_CLI,
+            str(old_front_end / "chat_cli.py"),
+            *command[1:],
+        ]
     with Terminal(command, size=(120, 50), env=env) as terminal:
         terminal.wait_for("Message, or /help", timeout=120)
         terminal.type(PROMPT)
         terminal.press("enter")
         textual = textual_thread(terminal.process.pid)
         start, cpu_start = time.monotonic(), cpu_seconds(textual)
-        terminal.drain_until("stopped at the token limit", timeout=600)  # pyte would take a core's share
+        terminal.drain_until(
+            "stopped at the token limit", timeout=600
+        )  # pyte would take a core's share
         textual_ms = (cpu_seconds(textual) - cpu_start) / (time.monotonic() - start) * 1000
         terminal.type("/stats")
         terminal.press("enter")
@@ -112,8 +128,11 @@ def cpu_seconds(pid: int) -> float:
 def unpack_front_end(revision: str, into: Path) -> Path:
     """`revision`'s TUI as an importable `specrun_tui` under `into`, and its chat_cli.py."""
     into.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "tui", "specrun/cli/chat.py"],
-                             capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision, "tui", "specrun/cli/chat.py"],
+        capture_output=True,
+        check=True,
+    )
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     (into / "tui").rename(into / "specrun_tui")
     (into / "specrun" / "chat_cli.py").rename(into / "chat_cli.py")
@@ -121,7 +140,11 @@ def unpack_front_end(revision: str, into: Path) -> Path:
 
 
 def main() -> None:
-    rows = ["CLI", *(("TUI before",) if len(BEFORE) == 1 else (f"TUI at {rev}" for rev in BEFORE)), "TUI after"]
+    rows = [
+        "CLI",
+        *(("TUI before",) if len(BEFORE) == 1 else (f"TUI at {rev}" for rev in BEFORE)),
+        "TUI after",
+    ]
     with tempfile.TemporaryDirectory(prefix="specrun-tui-before-") as scratch:
         runs = {"CLI": cli, "TUI after": lambda: tui(None)}
         for row, revision in zip(rows[1:-1], BEFORE):
@@ -132,9 +155,14 @@ def main() -> None:
             for row in rows:
                 results[row].append(runs[row]())
                 rate, gamma, _ = results[row][-1]
-                print(f"# run {repeat + 1}/{REPEAT} {row}: {rate:.1f} tok/s, mean γ {gamma:.2f}", file=sys.stderr)
+                print(
+                    f"# run {repeat + 1}/{REPEAT} {row}: {rate:.1f} tok/s, mean γ {gamma:.2f}",
+                    file=sys.stderr,
+                )
     cli_rate = statistics.median(rate for rate, _, _ in results["CLI"])
-    print(f"{TOKENS} tokens, greedy, γ auto, {REPEAT} interleaved runs each; TUI before = {' '.join(BEFORE)}")
+    print(
+        f"{TOKENS} tokens, greedy, γ auto, {REPEAT} interleaved runs each; TUI before = {' '.join(BEFORE)}"
+    )
     print("| | tokens/s (median) | range | × CLI | mean γ (auto) | Textual's thread, CPU ms/s |")
     print("|---|---|---|---|---|---|")
     for row in rows:
@@ -142,9 +170,11 @@ def main() -> None:
         gammas = [gamma for _, gamma, _ in results[row]]
         textual = [ms for _, _, ms in results[row] if ms is not None]
         median = statistics.median(rates)
-        print(f"| {row} | {median:.1f} | {min(rates):.1f}–{max(rates):.1f} | {median / cli_rate:.2f} "
-              f"| {statistics.median(gammas):.2f} ({min(gammas):.2f}–{max(gammas):.2f}) "
-              f"| {f'{statistics.median(textual):.0f}' if textual else '–'} |")
+        print(
+            f"| {row} | {median:.1f} | {min(rates):.1f}–{max(rates):.1f} | {median / cli_rate:.2f} "
+            f"| {statistics.median(gammas):.2f} ({min(gammas):.2f}–{max(gammas):.2f}) "
+            f"| {f'{statistics.median(textual):.0f}' if textual else '–'} |"
+        )
 
 
 if __name__ == "__main__":

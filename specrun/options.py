@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specrun.core.lookup import LookupDraft
 from specrun.core.gamma import GAMMA_MAX
+from specrun.core.lookup import LookupDraft
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,16 @@ def render(model: Model, messages: list[Message]) -> list[int]:
     nonce = secrets.token_hex(8)
     # (Private-use characters: no template filter trims, escapes or changes their case.)
     markers = {f"\ue000{nonce}.{i}\ue001": m.content for i, m in enumerate(messages)}
-    skeleton = _format(model, formatter, [Message(m.role, marker) for m, marker in zip(messages, markers)])
+    skeleton = _format(
+        model, formatter, [Message(m.role, marker) for m, marker in zip(messages, markers)]
+    )
     pieces = _markup_and_contents(prompt, skeleton, markers)
     if pieces is None:
         if any(_has_special_text(model, m.content) for m in messages):
-            raise SpecrunError(f"{model.name}'s chat template rewrites the messages, so specrun cannot keep a "
-                               "special token's text in one of them from acting as markup; remove it or send the text `raw`")
+            raise SpecrunError(
+                f"{model.name}'s chat template rewrites the messages, so specrun cannot keep a "
+                "special token's text in one of them from acting as markup; remove it or send the text `raw`"
+            )
         pieces = [(prompt, True)]  # nothing in the messages could act as markup anyway
     tokens = ([model.bos] if model.add_bos else []) + _tokenize(model, pieces)
     # Templates often write the BOS text themselves; llama.cpp adds one too.
@@ -62,11 +66,15 @@ def _format(model: Model, formatter: Jinja2ChatFormatter, messages: list[Message
         raise SpecrunError(f"{model.name}'s chat template failed: {error}") from None
 
 
-def _markup_and_contents(prompt: str, skeleton: str, markers: dict[str, str]) -> list[tuple[str, bool]] | None:
+def _markup_and_contents(
+    prompt: str, skeleton: str, markers: dict[str, str]
+) -> list[tuple[str, bool]] | None:
     """`prompt` cut into (text, is_markup) pieces: the skeleton's markup, and each message's
     content as the template wrote it, as is or trimmed (Llama 3's and Gemma's `| trim`).
     None when the template changed a content some other way."""
-    parts = re.split("(" + "|".join(map(re.escape, markers)) + ")", skeleton)  # markup, marker, ..., markup
+    parts = re.split(
+        "(" + "|".join(map(re.escape, markers)) + ")", skeleton
+    )  # markup, marker, ..., markup
     pieces: list[tuple[str, bool]] = []
     position = 0
     for index, part in enumerate(parts):
@@ -74,7 +82,11 @@ def _markup_and_contents(prompt: str, skeleton: str, markers: dict[str, str]) ->
             text, is_markup = part, True
         else:
             content, following = markers[part], parts[index + 1]
-            forms = (form for form in (content, content.strip()) if prompt.startswith(form + following, position))
+            forms = (
+                form
+                for form in (content, content.strip())
+                if prompt.startswith(form + following, position)
+            )
             text, is_markup = next(forms, None), False
             if text is None:
                 return None
@@ -116,20 +128,29 @@ _ASCII_SPACE = " \t\n\v\f\r"  # what llama.cpp's lstrip/rstrip remove (C's isspa
 
 def _split_special(model: Model, markup: str) -> list[str | int]:
     """Markup as text and special token ids, where llama.cpp's parse_special finds them."""
-    special = {model.token_text(t): t for t in model.tokenize(markup, add_special=False, parse_special=True)
-               if model.is_special(t)}
+    special = {
+        model.token_text(t): t
+        for t in model.tokenize(markup, add_special=False, parse_special=True)
+        if model.is_special(t)
+    }
     if not special:
         return [markup]
-    longest_first = sorted(special, key=len, reverse=True)  # llama.cpp tries longer token texts first
+    longest_first = sorted(
+        special, key=len, reverse=True
+    )  # llama.cpp tries longer token texts first
     parts = re.split("(" + "|".join(map(re.escape, longest_first)) + ")", markup)
     return [special[part] if index % 2 else part for index, part in enumerate(parts)]
 
 
 def _has_special_text(model: Model, text: str) -> bool:
-    return any(model.is_special(t) for t in model.tokenize(text, add_special=False, parse_special=True))
+    return any(
+        model.is_special(t) for t in model.tokenize(text, add_special=False, parse_special=True)
+    )
 
 
-def prompt_tokens(model: Model, text: str, *, system: str | None = None, raw: bool = False) -> list[int]:
+def prompt_tokens(
+    model: Model, text: str, *, system: str | None = None, raw: bool = False
+) -> list[int]:
     """A one-shot prompt: as is with `raw` or without a template, else one user turn."""
     if raw:
         return model.tokenize(text, add_special=True, parse_special=False)

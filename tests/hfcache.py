@@ -45,9 +45,16 @@ def add_cached_file(cache: Path, repo: str, name: str, content: bytes | None = N
     return link
 
 
-def write_tiny_gguf(path: Path, *, architecture: str = "llama", layers: int = 2, context: int = 256,
-                    tokens: tuple[str, ...] = ("<s>", "</s>", "a", "b"), chat_template: str | None = "{{ messages }}",
-                    file_type: int = gguf.LlamaFileType.MOSTLY_F16) -> bytes:
+def write_tiny_gguf(
+    path: Path,
+    *,
+    architecture: str = "llama",
+    layers: int = 2,
+    context: int = 256,
+    tokens: tuple[str, ...] = ("<s>", "</s>", "a", "b"),
+    chat_template: str | None = "{{ messages }}",
+    file_type: int = gguf.LlamaFileType.MOSTLY_F16,
+) -> bytes:
     """A small but real GGUF: header, a few metadata keys and one tensor. Returns its bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), architecture)

@@ -14,9 +14,9 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 COMMIT = "feedfacefeedfacefeedfacefeedfacefeedface"
 
@@ -25,7 +25,9 @@ COMMIT = "feedfacefeedfacefeedfacefeedfacefeedface"
 class Fault:
     status: int | None = None  # answer with this status (and `error_code` as X-Error-Code)
     error_code: str | None = None
-    cut_after: int | None = None  # GET: send the body up to this byte of the file, then close the connection
+    cut_after: int | None = (
+        None  # GET: send the body up to this byte of the file, then close the connection
+    )
     times: int = 1 << 30  # how many requests the fault applies to
     then: Callable[[], None] | None = None  # called after the answer (or the cut)
 
@@ -34,15 +36,21 @@ class Fault:
 class HubServer:
     files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # repo -> path -> content
     faults: dict[str, Fault] = field(default_factory=dict)  # a request path's prefix -> fault
-    served: dict[str, bytes] = field(default_factory=dict)  # "repo/path" -> body sent instead of the file
-    listed_sizes: dict[str, int] = field(default_factory=dict)  # "repo/path" -> size the listing claims
+    served: dict[str, bytes] = field(
+        default_factory=dict
+    )  # "repo/path" -> body sent instead of the file
+    listed_sizes: dict[str, int] = field(
+        default_factory=dict
+    )  # "repo/path" -> size the listing claims
     log: list[str] = field(default_factory=list)  # "METHOD path [Range]" of every request
     xet: bool = False  # announce Xet storage; its CAS service (here) answers every request with 404
 
     def start(self) -> str:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()  # quick to stop
+        threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        ).start()  # quick to stop
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
@@ -82,12 +90,23 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             hub.log.append(f"{self.command} {self.path} {self.headers.get('Range') or ''}".rstrip())
             fault = hub.fault_for(self.command, self.path)
             if fault and fault.status:
-                return self._send(fault.status, b'{"error": "refused"}', {"X-Error-Code": fault.error_code or ""})
+                return self._send(
+                    fault.status, b'{"error": "refused"}', {"X-Error-Code": fault.error_code or ""}
+                )
             if match := _TREE.match(self.path):
                 return self._tree(match["repo"])
-            if self.path.startswith("/xet-read-token"):  # the token for Xet storage, whose service is /cas
-                return self._send(200, b"", {"X-Xet-Cas-Url": f"http://{self.headers['Host']}/cas",
-                                             "X-Xet-Access-Token": "token", "X-Xet-Token-Expiration": "4102444800"})
+            if self.path.startswith(
+                "/xet-read-token"
+            ):  # the token for Xet storage, whose service is /cas
+                return self._send(
+                    200,
+                    b"",
+                    {
+                        "X-Xet-Cas-Url": f"http://{self.headers['Host']}/cas",
+                        "X-Xet-Access-Token": "token",
+                        "X-Xet-Token-Expiration": "4102444800",
+                    },
+                )
             if match := _RESOLVE.match(self.path):
                 return self._resolve(match["repo"], match["file"], body, fault)
             self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"})
@@ -95,10 +114,20 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
         def _tree(self, repo: str) -> None:
             if repo not in hub.files:
                 return self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"})
-            items = [{"type": "file", "oid": hashlib.sha1(content).hexdigest(), "path": path,
-                      "size": hub.listed_sizes.get(f"{repo}/{path}", len(content)),
-                      "lfs": {"oid": hashlib.sha256(content).hexdigest(), "size": len(content), "pointerSize": 134}}
-                     for path, content in hub.files[repo].items()]
+            items = [
+                {
+                    "type": "file",
+                    "oid": hashlib.sha1(content).hexdigest(),
+                    "path": path,
+                    "size": hub.listed_sizes.get(f"{repo}/{path}", len(content)),
+                    "lfs": {
+                        "oid": hashlib.sha256(content).hexdigest(),
+                        "size": len(content),
+                        "pointerSize": 134,
+                    },
+                }
+                for path, content in hub.files[repo].items()
+            ]
             self._send(200, json.dumps(items).encode(), {"Content-Type": "application/json"})
 
         def _resolve(self, repo: str, path: str, body: bool, fault: Fault | None) -> None:
@@ -107,21 +136,45 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return self._send(404, b"{}", {"X-Error-Code": "EntryNotFound"})
             sha256 = hashlib.sha256(content).hexdigest()
             data = hub.served.get(f"{repo}/{path}", content)
-            start = int(m[1]) if (m := re.match(r"bytes=(\d+)-", self.headers.get("Range") or "")) else 0
-            headers = {"ETag": f'"{sha256}"', "X-Linked-Etag": f'"{sha256}"', "X-Linked-Size": str(len(data)),
-                       "X-Repo-Commit": COMMIT, "Accept-Ranges": "bytes"}
+            start = (
+                int(m[1])
+                if (m := re.match(r"bytes=(\d+)-", self.headers.get("Range") or ""))
+                else 0
+            )
+            headers = {
+                "ETag": f'"{sha256}"',
+                "X-Linked-Etag": f'"{sha256}"',
+                "X-Linked-Size": str(len(data)),
+                "X-Repo-Commit": COMMIT,
+                "Accept-Ranges": "bytes",
+            }
             if hub.xet:
-                headers |= {"X-Xet-Hash": sha256, "X-Xet-Refresh-Route": f"http://{self.headers['Host']}/xet-read-token"}
+                headers |= {
+                    "X-Xet-Hash": sha256,
+                    "X-Xet-Refresh-Route": f"http://{self.headers['Host']}/xet-read-token",
+                }
             if start:
                 headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
             cut = fault.cut_after if fault else None
-            self._send(206 if start else 200, data[start:] if body else b"", headers,
-                       length=len(data) - start, cut_after=None if cut is None else max(0, cut - start))
+            self._send(
+                206 if start else 200,
+                data[start:] if body else b"",
+                headers,
+                length=len(data) - start,
+                cut_after=None if cut is None else max(0, cut - start),
+            )
             if fault and fault.then:
                 fault.then()
 
-        def _send(self, status: int, data: bytes, headers: dict[str, str], *, length: int | None = None,
-                  cut_after: int | None = None) -> None:
+        def _send(
+            self,
+            status: int,
+            data: bytes,
+            headers: dict[str, str],
+            *,
+            length: int | None = None,
+            cut_after: int | None = None,
+        ) -> None:
             self.send_response(status)
             for name, value in headers.items():
                 self.send_header(name, value)

@@ -3,27 +3,38 @@ except at a near tie that batch numerics can flip (specrun.core.exactness, DESIG
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from specrun.core.drafting import DraftSource
 from specrun.core.exactness import first_divergence
 from specrun.core.gamma import GammaPolicy
-from specrun.llama.model import Model
-from specrun.core.sampling import SamplingParams
 from specrun.core.loop import Round, generate
+from specrun.core.sampling import SamplingParams
+from specrun.llama.model import Model
 
 GREEDY = SamplingParams(temperature=0)
 
 
-def greedy_tokens(target: Model, prompt: Sequence[int], draft: DraftSource | None = None,
-                  policy: GammaPolicy | None = None, max_tokens: int = 48) -> tuple[list[int], list[Round]]:
-    rounds = [e for e in generate(target, prompt, draft=draft, params=GREEDY, policy=policy,
-                                  max_tokens=max_tokens) if isinstance(e, Round)]
+def greedy_tokens(
+    target: Model,
+    prompt: Sequence[int],
+    draft: DraftSource | None = None,
+    policy: GammaPolicy | None = None,
+    max_tokens: int = 48,
+) -> tuple[list[int], list[Round]]:
+    rounds = [
+        e
+        for e in generate(
+            target, prompt, draft=draft, params=GREEDY, policy=policy, max_tokens=max_tokens
+        )
+        if isinstance(e, Round)
+    ]
     return [t for r in rounds for t in r.tokens], rounds
 
 
-def assert_greedy_identical(target: Model, prompt: Sequence[int], plain: list[int],
-                            speculative: list[int], epsilon: float) -> str:
+def assert_greedy_identical(
+    target: Model, prompt: Sequence[int], plain: list[int], speculative: list[int], epsilon: float
+) -> str:
     """Return 'identical' or a description of a legitimate near-tie divergence."""
     if plain == speculative:
         return "identical"

@@ -17,8 +17,18 @@ def use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def llama_q4_k_m(*, n_layer: int, n_embd: int, n_ff: int, n_head: int, n_head_kv: int, head_dim: int,
-                 n_vocab: int, tied: bool, is_70b: bool = False) -> tuple[list[Tensor], dict[str, Any]]:
+def llama_q4_k_m(
+    *,
+    n_layer: int,
+    n_embd: int,
+    n_ff: int,
+    n_head: int,
+    n_head_kv: int,
+    head_dim: int,
+    n_vocab: int,
+    tied: bool,
+    is_70b: bool = False,
+) -> tuple[list[Tensor], dict[str, Any]]:
     n_kv = n_head_kv * head_dim
     tensors: list[Tensor] = [
         ("token_embd.weight", "Q6_K" if tied else "Q4_K", (n_embd, n_vocab)),
@@ -58,11 +68,28 @@ def llama_q4_k_m(*, n_layer: int, n_embd: int, n_ff: int, n_head: int, n_head_kv
 
 def llama_70b_q4_k_m() -> tuple[list[Tensor], dict[str, Any]]:
     """Llama-3.3-70B-Instruct Q4_K_M (a 42.5 GB file)."""
-    return llama_q4_k_m(n_layer=80, n_embd=8192, n_ff=28672, n_head=64, n_head_kv=8, head_dim=128,
-                        n_vocab=128256, tied=False, is_70b=True)
+    return llama_q4_k_m(
+        n_layer=80,
+        n_embd=8192,
+        n_ff=28672,
+        n_head=64,
+        n_head_kv=8,
+        head_dim=128,
+        n_vocab=128256,
+        tied=False,
+        is_70b=True,
+    )
 
 
 def llama_1b_q4_k_m() -> tuple[list[Tensor], dict[str, Any]]:
     """Llama-3.2-1B-Instruct Q4_K_M (a 0.81 GB file; its output is the token embedding)."""
-    return llama_q4_k_m(n_layer=16, n_embd=2048, n_ff=8192, n_head=32, n_head_kv=8, head_dim=64,
-                        n_vocab=128256, tied=True)
+    return llama_q4_k_m(
+        n_layer=16,
+        n_embd=2048,
+        n_ff=8192,
+        n_head=32,
+        n_head_kv=8,
+        head_dim=64,
+        n_vocab=128256,
+        tied=True,
+    )

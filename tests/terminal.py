@@ -17,8 +17,8 @@ import struct
 import subprocess
 import termios
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pyte
 
@@ -26,20 +26,26 @@ KEYS = {"enter": b"\r", "escape": b"\x1b", "ctrl+q": b"\x11", "ctrl+o": b"\x0f",
 
 
 class Terminal:
-    def __init__(self, argv: Sequence[str], *, size: tuple[int, int] = (120, 40), env: dict | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], *, size: tuple[int, int] = (120, 40), env: dict | None = None
+    ) -> None:
         columns, lines = size
         self.screen = pyte.Screen(columns, lines)
         self._stream = pyte.ByteStream(self.screen)
         self._master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
         self.process = subprocess.Popen(
-            list(argv), stdin=slave, stdout=slave, stderr=slave, env=env,
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
             start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
         )
         os.close(slave)
         self.hung_up = False
 
-    def __enter__(self) -> "Terminal":
+    def __enter__(self) -> Terminal:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -115,7 +121,7 @@ class Terminal:
             ready, _, _ = select.select([self._master], [], [], 0.5)
             if ready:
                 chunks.append(os.read(self._master, 65536))
-                tail = tail[-len(wanted):] + chunks[-1]
+                tail = tail[-len(wanted) :] + chunks[-1]
         data = b"".join(chunks)
         self._stream.feed(data)
         return len(data)

@@ -10,25 +10,38 @@ import sys
 import pytest
 
 from specrun.bench import default_modes, load_prompts, plot, render_text, run_bench
+from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
-from specrun.core.sampling import SamplingParams
 
-PROMPTS = [{"class": "a", "prompt": "the cat and the dog"}, {"class": "b", "prompt": "hello world and the sea"}]
+PROMPTS = [
+    {"class": "a", "prompt": "the cat and the dog"},
+    {"class": "b", "prompt": "hello world and the sea"},
+]
 
 
 @pytest.fixture(scope="module")
 def result(tiny_target, tiny_draft):
     with Model(tiny_target, n_ctx=512) as target, Model(tiny_draft, n_ctx=512) as draft:
         modes = default_modes([1, 3], has_draft=True, lookup=True)
-        return run_bench(target, draft, PROMPTS, modes, params=SamplingParams(temperature=0),
-                         max_tokens=24, repeat=2, gamma_max=4)
+        return run_bench(
+            target,
+            draft,
+            PROMPTS,
+            modes,
+            params=SamplingParams(temperature=0),
+            max_tokens=24,
+            repeat=2,
+            gamma_max=4,
+        )
 
 
 def test_every_mode_and_class_is_in_the_table(result):
     names = ["plain", "γ=1", "γ=3", "heuristic", "auto", "lookup", "hybrid"]
     assert result.modes == names
-    assert [(r["class"], r["mode"]) for r in result.table] == [(c, m) for c in ("a", "b", "all") for m in names]
+    assert [(r["class"], r["mode"]) for r in result.table] == [
+        (c, m) for c in ("a", "b", "all") for m in names
+    ]
     assert len(result.runs) == 2 * len(PROMPTS) * len(names)
 
 
@@ -36,7 +49,9 @@ def test_figures_hang_together(result):
     for row in result.table:
         assert row["tokens_per_second"] > 0
         if row["mode"] == "plain":
-            assert row["speedup"] == 1.0 and row["mean_gamma"] == 0 and row["acceptance_rate"] is None
+            assert (
+                row["speedup"] == 1.0 and row["mean_gamma"] == 0 and row["acceptance_rate"] is None
+            )
         if row["mode"] == "γ=3":
             assert row["mean_gamma"] <= 3 and row["mean_accepted_length"] > 1
         # Every mode decodes plainly now and then, so each has an estimate to set beside its ratio.
@@ -49,7 +64,9 @@ def test_figures_hang_together(result):
 def test_greedy_outputs_are_identical_across_modes(result):
     assert result.identical is True and result.mismatches == []
     text = render_text(result)
-    assert "outputs: identical across all modes" in text and "cost curve" in text and " est. " in text
+    assert (
+        "outputs: identical across all modes" in text and "cost curve" in text and " est. " in text
+    )
 
 
 def test_json_holds_every_run_without_token_lists(result):
@@ -67,7 +84,10 @@ def test_plot_draws_a_png(result, tmp_path):
 def test_prompt_files(tmp_path):
     good = tmp_path / "p.jsonl"
     good.write_text('{"prompt": "x", "class": "c"}\n\n{"prompt": "y"}\n')
-    assert load_prompts(good) == [{"class": "c", "prompt": "x"}, {"class": "prompts", "prompt": "y"}]
+    assert load_prompts(good) == [
+        {"class": "c", "prompt": "x"},
+        {"class": "prompts", "prompt": "y"},
+    ]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x"}\nnot json\n')
     with pytest.raises(SpecrunError, match="bad.jsonl:2"):
@@ -81,9 +101,32 @@ def test_bench_command_prints_the_table_and_writes_json(tiny_target, tiny_draft,
     prompts.write_text('{"prompt": "the sea", "class": "sea"}\n')
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "specrun", "bench", "-t", str(tiny_target), "-d", str(tiny_draft), "--prompts",
-         str(prompts), "-r", "1", "-n", "8", "--gammas", "2", "--modes", "γ=2,auto,lookup", "--json", str(out)],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "bench",
+            "-t",
+            str(tiny_target),
+            "-d",
+            str(tiny_draft),
+            "--prompts",
+            str(prompts),
+            "-r",
+            "1",
+            "-n",
+            "8",
+            "--gammas",
+            "2",
+            "--modes",
+            "γ=2,auto,lookup",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr
     assert "sea" in result.stdout and "auto" in result.stdout and "heuristic" not in result.stdout

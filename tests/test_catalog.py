@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from specrun.models.catalog import (
     CatalogError,
     IncompatibleModels,
@@ -27,21 +27,44 @@ from specrun.models.hub import (
     split_parts,
 )
 
-
 # --- the catalog file ------------------------------------------------------------------------
 
 
 def test_builtin_catalog_has_the_promised_models_and_consistent_pairs(hf_cache):
     catalog = load_catalog()
-    for alias in ["llama-70b-q4", "llama-8b-q4", "llama-3b-q4", "llama-1b-q4", "qwen-32b-q4", "qwen-14b-q4",
-                  "qwen-7b-q4", "qwen-0.5b-q4", "qwen-1.5b-q4", "coder-32b-q4", "coder-14b-q4", "coder-7b-q4",
-                  "coder-0.5b-q4", "coder-1.5b-q4", "gemma-27b-q4", "gemma-12b-q4", "gemma-4b-q4",
-                  "gemma-1b-q4", "gemma-270m-q4", "smol-1.7b-q4", "smol-360m-q8", "smol-135m-q4",
-                  "demo-target", "demo-draft"]:
+    for alias in [
+        "llama-70b-q4",
+        "llama-8b-q4",
+        "llama-3b-q4",
+        "llama-1b-q4",
+        "qwen-32b-q4",
+        "qwen-14b-q4",
+        "qwen-7b-q4",
+        "qwen-0.5b-q4",
+        "qwen-1.5b-q4",
+        "coder-32b-q4",
+        "coder-14b-q4",
+        "coder-7b-q4",
+        "coder-0.5b-q4",
+        "coder-1.5b-q4",
+        "gemma-27b-q4",
+        "gemma-12b-q4",
+        "gemma-4b-q4",
+        "gemma-1b-q4",
+        "gemma-270m-q4",
+        "smol-1.7b-q4",
+        "smol-360m-q8",
+        "smol-135m-q4",
+        "demo-target",
+        "demo-draft",
+    ]:
         assert catalog.get(alias) is not None, alias
     target = catalog.get("llama-70b-q4")
     assert (target.repo, target.file, target.family) == (
-        "bartowski/Llama-3.3-70B-Instruct-GGUF", "Llama-3.3-70B-Instruct-Q4_K_M.gguf", "llama3")
+        "bartowski/Llama-3.3-70B-Instruct-GGUF",
+        "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+        "llama3",
+    )
     assert target.drafts[0] == "llama-1b-q4" and target.size_gb == pytest.approx(42.52)
     assert target.context == 131072 and target.license == "llama3.3" and target.verified is False
     assert catalog.get("demo-target").local == "demo:target"
@@ -55,7 +78,8 @@ def test_user_file_adds_and_overrides_entries(hf_cache, tmp_path, monkeypatch):
     user_file.parent.mkdir(parents=True)
     user_file.write_text(
         '[[model]]\nalias = "my-draft"\nfamily = "llama3"\nrepo = "me/tiny-GGUF"\nfile = "tiny.gguf"\n\n'
-        '[[model]]\nalias = "llama-1b-q4"\nfamily = "llama3"\nrepo = "me/other-GGUF"\nquant = "Q5_K_M"\n')
+        '[[model]]\nalias = "llama-1b-q4"\nfamily = "llama3"\nrepo = "me/other-GGUF"\nquant = "Q5_K_M"\n'
+    )
     catalog = load_catalog()
     assert catalog.get("my-draft").repo == "me/tiny-GGUF"
     replaced = catalog.get("llama-1b-q4")
@@ -66,8 +90,10 @@ def test_user_file_adds_and_overrides_entries(hf_cache, tmp_path, monkeypatch):
 def test_sha256_pins_one_per_part_of_a_split_file(hf_cache, tmp_path):
     pins = ["A" * 64, "b" * 64, "c" * 64]
     extra = tmp_path / "pins.toml"
-    extra.write_text(f'[[model]]\nalias = "split"\nfamily = "x"\nrepo = "o/n"\nfile = "m-00001-of-00003.gguf"\n'
-                     f'sha256 = {pins!r}\n'.replace("'", '"'))
+    extra.write_text(
+        f'[[model]]\nalias = "split"\nfamily = "x"\nrepo = "o/n"\nfile = "m-00001-of-00003.gguf"\n'
+        f"sha256 = {pins!r}\n".replace("'", '"')
+    )
     spec = parse_spec("split", load_catalog(extra))
     assert spec.hub.sha256 == ("a" * 64, "b" * 64, "c" * 64)
 
@@ -93,20 +119,42 @@ def test_syntax_error_names_file_and_line(hf_cache, tmp_path):
     assert str(broken) in message and "line 3" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("body, expected", [
-    ('alias = "a"\nrepo = "o/n"\nfile = "f.gguf"', "missing required key 'family'"),
-    ('family = "x"\nrepo = "o/n"\nfile = "f.gguf"', "missing required key 'alias'"),
-    ('alias = "a"\nfamily = "x"\nrepo = "o/n"', "missing required key 'file'"),
-    ('alias = "a"\nfamily = "x"', "exactly one of 'repo'"),
-    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndraft = ["b"]', "unknown key 'draft'"),
-    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ncontext = "long"', "'context' has the wrong type"),
-    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["nope"]', "recommends draft 'nope'"),
-    ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["llama-1b-q4"]', "of family llama3"),
-    ('alias = "a"\nfamily = "x"\nrepo = "o/n"\nfile = "f.gguf"\nsha256 = "abc"', "must be 1 hex digest"),
-    ('alias = "a"\nfamily = "x"\nrepo = "o/n"\nquant = "Q4_0"\nsha256 = "' + "0" * 64 + '"', "'file', which is missing"),
-    ('alias = "a"\nfamily = "x"\nrepo = "o/n"\nfile = "f-00001-of-00003.gguf"\nsha256 = ["' + "0" * 64 + '"]',
-     "must be 3 hex digest"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ('alias = "a"\nrepo = "o/n"\nfile = "f.gguf"', "missing required key 'family'"),
+        ('family = "x"\nrepo = "o/n"\nfile = "f.gguf"', "missing required key 'alias'"),
+        ('alias = "a"\nfamily = "x"\nrepo = "o/n"', "missing required key 'file'"),
+        ('alias = "a"\nfamily = "x"', "exactly one of 'repo'"),
+        ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndraft = ["b"]', "unknown key 'draft'"),
+        (
+            'alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ncontext = "long"',
+            "'context' has the wrong type",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["nope"]',
+            "recommends draft 'nope'",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\ndrafts = ["llama-1b-q4"]',
+            "of family llama3",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nrepo = "o/n"\nfile = "f.gguf"\nsha256 = "abc"',
+            "must be 1 hex digest",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nrepo = "o/n"\nquant = "Q4_0"\nsha256 = "' + "0" * 64 + '"',
+            "'file', which is missing",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nrepo = "o/n"\nfile = "f-00001-of-00003.gguf"\nsha256 = ["'
+            + "0" * 64
+            + '"]',
+            "must be 3 hex digest",
+        ),
+    ],
+)
 def test_malformed_entries_are_reported(hf_cache, tmp_path, body, expected):
     bad = tmp_path / "bad.toml"
     bad.write_text(f"[[model]]\n{body}\n")
@@ -120,7 +168,9 @@ def test_malformed_entries_are_reported(hf_cache, tmp_path, body, expected):
 def test_the_test_cache_is_what_huggingface_hub_reads(hf_cache):
     link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
     assert hub_cache_dir() == hf_cache
-    assert try_to_load_from_cache(LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", cache_dir=hf_cache) == str(link)
+    assert try_to_load_from_cache(
+        LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", cache_dir=hf_cache
+    ) == str(link)
     scanned = scan_cache_dir(hf_cache)
     assert not scanned.warnings and [r.repo_id for r in scanned.repos] == [LLAMA_1B]
 
@@ -129,7 +179,9 @@ def test_cache_dir_follows_the_environment_at_call_time(hf_cache, tmp_path, monk
     monkeypatch.delenv("HF_HUB_CACHE")
     assert hub_cache_dir() == tmp_path / "hf" / "hub"  # $HF_HOME/hub
     monkeypatch.delenv("HF_HOME")
-    assert hub_cache_dir() == tmp_path / "cache" / "huggingface" / "hub"  # $XDG_CACHE_HOME/huggingface/hub
+    assert (
+        hub_cache_dir() == tmp_path / "cache" / "huggingface" / "hub"
+    )  # $XDG_CACHE_HOME/huggingface/hub
 
 
 # --- resolution ------------------------------------------------------------------------------
@@ -157,7 +209,10 @@ def test_split_model_with_a_part_missing_is_not_cached(hf_cache):
 
 def test_split_parts_from_any_part():
     assert split_parts("x/m-q8_0-00002-of-00003.gguf") == (
-        "x/m-q8_0-00001-of-00003.gguf", "x/m-q8_0-00002-of-00003.gguf", "x/m-q8_0-00003-of-00003.gguf")
+        "x/m-q8_0-00001-of-00003.gguf",
+        "x/m-q8_0-00002-of-00003.gguf",
+        "x/m-q8_0-00003-of-00003.gguf",
+    )
     assert split_parts("m-q8_0.gguf") == ("m-q8_0.gguf",)
 
 
@@ -172,12 +227,15 @@ def test_local_path(hf_cache, tmp_path):
         resolve_model("absent.gguf", catalog=load_catalog())
 
 
-@pytest.mark.parametrize("spec", [
-    "Qwen/Qwen2.5-14B-Instruct-GGUF:Q4_K_M",
-    "hf.co/Qwen/Qwen2.5-14B-Instruct-GGUF:q4_k_m",
-    "huggingface.co/Qwen/Qwen2.5-14B-Instruct-GGUF:Q4_K_M",
-    "Qwen/Qwen2.5-14B-Instruct-GGUF",  # no quant: Q4_K_M, as llama.cpp's -hf
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "Qwen/Qwen2.5-14B-Instruct-GGUF:Q4_K_M",
+        "hf.co/Qwen/Qwen2.5-14B-Instruct-GGUF:q4_k_m",
+        "huggingface.co/Qwen/Qwen2.5-14B-Instruct-GGUF:Q4_K_M",
+        "Qwen/Qwen2.5-14B-Instruct-GGUF",  # no quant: Q4_K_M, as llama.cpp's -hf
+    ],
+)
 def test_repo_quant_finds_the_split_in_the_cache(hf_cache, spec):
     links = [add_cached_file(hf_cache, QWEN_14B, name) for name in QWEN_14B_PARTS]
     add_cached_file(hf_cache, QWEN_14B, "qwen2.5-14b-instruct-q8_0.gguf")
@@ -188,8 +246,13 @@ def test_repo_quant_finds_the_split_in_the_cache(hf_cache, spec):
 def test_repo_quant_prefers_the_single_file_and_the_whole_token(hf_cache):
     repo = "someone/Model-GGUF"
     single = add_cached_file(hf_cache, repo, "Model-Q4_0.gguf")
-    for name in ["Model-Q4_0-00001-of-00002.gguf", "Model-Q4_0-00002-of-00002.gguf", "Model-Q4_0_4_4.gguf",
-                 "Model-IQ4_0.gguf", "mmproj-Model-Q4_0.gguf"]:
+    for name in [
+        "Model-Q4_0-00001-of-00002.gguf",
+        "Model-Q4_0-00002-of-00002.gguf",
+        "Model-Q4_0_4_4.gguf",
+        "Model-IQ4_0.gguf",
+        "mmproj-Model-Q4_0.gguf",
+    ]:
         add_cached_file(hf_cache, repo, name)
     assert resolve_model(f"{repo}:Q4_0", catalog=load_catalog()).path == single
 
@@ -198,9 +261,13 @@ def test_repo_quant_that_is_ambiguous_or_absent(hf_cache):
     repo = "someone/Model-GGUF"
     for name in ["Model-Q4_K_M.gguf", "Model-Q4_K_S.gguf"]:
         add_cached_file(hf_cache, repo, name)
-    with pytest.raises(ModelNotFound, match="several files .* match Q4_K: Model-Q4_K_M.gguf, Model-Q4_K_S.gguf"):
+    with pytest.raises(
+        ModelNotFound, match="several files .* match Q4_K: Model-Q4_K_M.gguf, Model-Q4_K_S.gguf"
+    ):
         resolve_model(f"{repo}:Q4_K", catalog=load_catalog())
-    with pytest.raises(NotCached, match="someone/Model-GGUF: the Q8_0 file is not in the Hugging Face cache"):
+    with pytest.raises(
+        NotCached, match="someone/Model-GGUF: the Q8_0 file is not in the Hugging Face cache"
+    ):
         resolve_model(f"{repo}:Q8_0", catalog=load_catalog())
 
 
@@ -210,22 +277,31 @@ def test_repo_file(hf_cache):
     assert model.path == link
     nested = add_cached_file(hf_cache, "someone/Big-GGUF", "Q8_0/Big-Q8_0-00001-of-00002.gguf")
     add_cached_file(hf_cache, "someone/Big-GGUF", "Q8_0/Big-Q8_0-00002-of-00002.gguf")
-    model = resolve_model("hf.co/someone/Big-GGUF/Q8_0/Big-Q8_0-00001-of-00002.gguf", catalog=load_catalog())
+    model = resolve_model(
+        "hf.co/someone/Big-GGUF/Q8_0/Big-Q8_0-00001-of-00002.gguf", catalog=load_catalog()
+    )
     assert model.path == nested and len(model.parts) == 2
 
 
 def test_unknown_alias_suggests_close_names(hf_cache):
     with pytest.raises(ModelNotFound) as raised:
         resolve_model("llama-70b-q5", catalog=load_catalog())
-    assert "unknown model 'llama-70b-q5'" in str(raised.value) and "llama-70b-q4" in str(raised.value)
+    assert "unknown model 'llama-70b-q5'" in str(raised.value) and "llama-70b-q4" in str(
+        raised.value
+    )
 
 
 def test_offline_and_not_cached_names_repo_file_and_offline_mode(hf_cache):
     with pytest.raises(NotCached) as raised:
         resolve_model("llama-70b-q4", catalog=load_catalog())
     message = str(raised.value)
-    for part in ["bartowski/Llama-3.3-70B-Instruct-GGUF", "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
-                 "not in the Hugging Face cache", str(hf_cache), "HF_HUB_OFFLINE"]:
+    for part in [
+        "bartowski/Llama-3.3-70B-Instruct-GGUF",
+        "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+        "not in the Hugging Face cache",
+        str(hf_cache),
+        "HF_HUB_OFFLINE",
+    ]:
         assert part in message
     assert not any(hf_cache.iterdir())  # nothing written
 
@@ -233,6 +309,7 @@ def test_offline_and_not_cached_names_repo_file_and_offline_mode(hf_cache):
 def test_no_download_allowed_says_how_to_pull(hf_cache, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE")
     from huggingface_hub import constants
+
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     with pytest.raises(NotCached, match="run `specrun models pull llama-1b-q4`$"):
         resolve_model("llama-1b-q4", catalog=load_catalog(), download=False)
@@ -273,7 +350,11 @@ def test_draft_auto(hf_cache):
         resolve_draft("llama-1b-q4", "auto", catalog)
     with pytest.raises(ModelNotFound, match="needs a catalog alias"):
         resolve_draft("/models/x.gguf", "auto", catalog)
-    target_link = add_cached_file(hf_cache, "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf")
+    target_link = add_cached_file(
+        hf_cache,
+        "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
+        "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+    )
     draft_link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
     target, draft = resolve_pair("llama-8b-q4", "auto", catalog=catalog)
     assert (target.path, draft.path, draft.entry.alias) == (target_link, draft_link, "llama-1b-q4")
@@ -287,7 +368,10 @@ def test_demo_aliases_resolve_to_the_prepared_files(hf_cache, tmp_path):
     target_bytes = write_tiny_gguf(demo_dir / "smollm2-135m-f16.gguf")
     write_tiny_gguf(demo_dir / "smollm2-135m-q4_0.gguf", file_type=2)
     target, draft = resolve_pair("demo-target", "auto", catalog=load_catalog())
-    assert target.path == demo_dir / "smollm2-135m-f16.gguf" and target.path.read_bytes() == target_bytes
+    assert (
+        target.path == demo_dir / "smollm2-135m-f16.gguf"
+        and target.path.read_bytes() == target_bytes
+    )
     assert draft.path == demo_dir / "smollm2-135m-q4_0.gguf"
 
 
@@ -310,20 +394,27 @@ def test_remove_deletes_only_that_alias(hf_cache):
     add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", b"q4_k_m bytes")
     catalog = load_catalog()
     assert remove_cached(parse_spec("llama-1b-q4", catalog)) == len(b"q4_k_m bytes")
-    assert try_to_load_from_cache(LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", cache_dir=hf_cache) is None
+    assert (
+        try_to_load_from_cache(LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf", cache_dir=hf_cache)
+        is None
+    )
     assert resolve_model("llama-1b-q4_0", catalog=catalog).path == keep
     with pytest.raises(NotCached, match="nothing to remove"):
         remove_cached(parse_spec("llama-1b-q4", catalog))
 
 
-
 def test_a_download_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
     """The 70B target's two parts, one of them cached already: only the other must fit."""
-    plan = FetchPlan("bartowski/Llama-3.3-70B-Instruct-GGUF", (
-        PlannedFile("Q4_K_M/part-00001-of-00002.gguf", 39_000_000_000, None),
-        PlannedFile("Q4_K_M/part-00002-of-00002.gguf", 3_500_000_000, tmp_path / "cached.gguf"),
-    ))
-    with pytest.raises(DownloadError, match=r"needs 39.00 GB more on disk and .* has only 20.00 GB free"):
+    plan = FetchPlan(
+        "bartowski/Llama-3.3-70B-Instruct-GGUF",
+        (
+            PlannedFile("Q4_K_M/part-00001-of-00002.gguf", 39_000_000_000, None),
+            PlannedFile("Q4_K_M/part-00002-of-00002.gguf", 3_500_000_000, tmp_path / "cached.gguf"),
+        ),
+    )
+    with pytest.raises(
+        DownloadError, match=r"needs 39.00 GB more on disk and .* has only 20.00 GB free"
+    ):
         plan.check_room(tmp_path, 20_000_000_000)
     plan.check_room(tmp_path, 40_000_000_000)  # room enough: no error
     assert free_bytes(tmp_path / "not" / "made" / "yet") > 0  # measured where the folder will be

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from specrun.chat import Conversation
+from specrun.core.loop import Prefill, Round
+from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.options import DraftOptions
 from specrun.prompt import Message, render
-from specrun.core.sampling import SamplingParams
-from specrun.core.loop import Prefill, Round
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = SamplingParams(temperature=0.0, seed=1)
@@ -28,29 +28,64 @@ def load(target: Path, draft: Path) -> Engine:
 
 
 def chat_command(target: Path, draft: Path, *options: str) -> list[str]:
-    return [sys.executable, "-m", "specrun", "chat", "-t", str(target), "-d", str(draft),
-            "--temp", "0", "--gamma", "3", *options]
+    return [
+        sys.executable,
+        "-m",
+        "specrun",
+        "chat",
+        "-t",
+        str(target),
+        "-d",
+        str(draft),
+        "--temp",
+        "0",
+        "--gamma",
+        "3",
+        *options,
+    ]
 
 
-def run_chat(target: Path, draft: Path, lines: list[str], *options: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(chat_command(target, draft, *options), input="".join(f"{line}\n" for line in lines),
-                          capture_output=True, text=True, encoding="utf-8", cwd=ROOT, timeout=120)
+def run_chat(
+    target: Path, draft: Path, lines: list[str], *options: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        chat_command(target, draft, *options),
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def greedy(engine: Engine, messages: list[Message], max_tokens: int) -> str:
     tokens = render(engine.target, messages)
-    return "".join(e.text for e in engine.stream(tokens, max_tokens=max_tokens) if isinstance(e, Round))
+    return "".join(
+        e.text for e in engine.stream(tokens, max_tokens=max_tokens) if isinstance(e, Round)
+    )
 
 
-def test_piped_chat_answers_each_line_in_order_with_the_conversation_so_far(tiny_target, tiny_draft):
-    result = run_chat(tiny_target, tiny_draft, ["hello world", "the cat is blue"], "-n", "16", "--stats")
+def test_piped_chat_answers_each_line_in_order_with_the_conversation_so_far(
+    tiny_target, tiny_draft
+):
+    result = run_chat(
+        tiny_target, tiny_draft, ["hello world", "the cat is blue"], "-n", "16", "--stats"
+    )
     assert result.returncode == 0, result.stderr
 
     # The same conversation rendered message by message, without Conversation.
     with load(tiny_target, tiny_draft) as engine:
         first = greedy(engine, [Message("user", "hello world")], 16)
-        second = greedy(engine, [Message("user", "hello world"), Message("assistant", first),
-                                 Message("user", "the cat is blue")], 16)
+        second = greedy(
+            engine,
+            [
+                Message("user", "hello world"),
+                Message("assistant", first),
+                Message("user", "the cat is blue"),
+            ],
+            16,
+        )
     assert first and second
     assert result.stdout == f"{first}\n\n{second}\n\n"
 
@@ -76,7 +111,13 @@ def test_each_turn_reuses_both_caches(tiny_target, tiny_draft):
         assert engine.target.n_evaluated - target_before == prefill.evaluated <= new_tokens
         assert engine.draft_model.n_evaluated - draft_before <= new_tokens
         list(second.events)
-        assert [m.role for m in conversation.messages()] == ["system", "user", "assistant", "user", "assistant"]
+        assert [m.role for m in conversation.messages()] == [
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+        ]
 
 
 def test_a_stopped_answer_is_kept_as_the_reply(tiny_target, tiny_draft):
@@ -111,8 +152,14 @@ def test_dropped_turns_are_reported_on_stderr(tiny_target, tiny_draft):
 
 
 def test_ctrl_c_stops_the_piped_chat_with_130(tiny_target, tiny_draft):
-    chat = subprocess.Popen(chat_command(tiny_target, tiny_draft, "-n", "8"), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    chat = subprocess.Popen(
+        chat_command(tiny_target, tiny_draft, "-n", "8"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     chat.stdin.write("hello world\n")
     chat.stdin.flush()
     while chat.stdout.readline() != "\n":  # the reply has arrived; the chat waits for the next line
@@ -124,8 +171,14 @@ def test_ctrl_c_stops_the_piped_chat_with_130(tiny_target, tiny_draft):
 
 def test_a_closed_stdout_ends_the_chat_quietly(tiny_target, tiny_draft):
     # --threads: with the default, a busy machine adds a warning on stderr.
-    chat = subprocess.Popen(chat_command(tiny_target, tiny_draft, "-n", "8", "--threads", "1"), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    chat = subprocess.Popen(
+        chat_command(tiny_target, tiny_draft, "-n", "8", "--threads", "1"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     chat.stdin.write("hello world\n")
     chat.stdin.flush()
     chat.stdout.readline()

@@ -13,9 +13,16 @@ import pytest
 from specrun.llama.model import Model
 
 
-def specrun(*args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specrun", *args], input=stdin if stdin is not None else "",
-                          capture_output=True, text=True, timeout=timeout)
+def specrun(
+    *args: str, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specrun", *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, pattern: str, code: int = 1) -> None:
@@ -37,20 +44,60 @@ def test_run_streams_only_the_answer_and_matches_plain_decoding(tiny_target, tin
 
 
 def test_stats_and_json_report_the_figures(tiny_target, tiny_draft):
-    result = specrun("run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "20",
-                     "--gamma", "4", "--raw", "--stats", "the sea")
+    result = specrun(
+        "run",
+        "-t",
+        str(tiny_target),
+        "-d",
+        str(tiny_draft),
+        "--temp",
+        "0",
+        "-n",
+        "20",
+        "--gamma",
+        "4",
+        "--raw",
+        "--stats",
+        "the sea",
+    )
     assert result.returncode == 0
-    for label in ("prompt", "generated", "drafted", "accepted", "acceptance", "mean accepted length", "rounds"):
+    for label in (
+        "prompt",
+        "generated",
+        "drafted",
+        "accepted",
+        "acceptance",
+        "mean accepted length",
+        "rounds",
+    ):
         assert any(line.startswith(label) for line in result.stderr.splitlines()), label
-    record = json.loads(specrun("run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "20",
-                                "--gamma", "4", "--raw", "--json", "the sea").stdout)
+    record = json.loads(
+        specrun(
+            "run",
+            "-t",
+            str(tiny_target),
+            "-d",
+            str(tiny_draft),
+            "--temp",
+            "0",
+            "-n",
+            "20",
+            "--gamma",
+            "4",
+            "--raw",
+            "--json",
+            "the sea",
+        ).stdout
+    )
     assert record["generated_tokens"] == 20 and record["drafted"] > 0
     assert record["text"] == result.stdout.rstrip("\n")
     assert 0 <= record["acceptance_rate"] <= 1 and record["mean_accepted_length"] >= 1
 
 
 def test_prompt_comes_from_stdin_then_the_argument(tiny_target):
-    result = specrun("run", "-t", str(tiny_target), "--raw", "-n", "1", "--json", "summarise", stdin="the cat\n")
+    result = specrun(
+        "run", "-t", str(tiny_target), "--raw", "-n", "1", "--json", "summarise", stdin="the cat\n"
+    )
     with Model(tiny_target, n_ctx=64) as model:
         expected = model.tokenize("the cat\n\nsummarise")
     assert json.loads(result.stdout)["prompt_tokens"] == len(expected)
@@ -58,7 +105,9 @@ def test_prompt_comes_from_stdin_then_the_argument(tiny_target):
 
 def test_chat_template_is_applied_unless_raw(tiny_target):
     templated = json.loads(specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "hi").stdout)
-    raw = json.loads(specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "--raw", "hi").stdout)
+    raw = json.loads(
+        specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "--raw", "hi").stdout
+    )
     assert templated["prompt_tokens"] > raw["prompt_tokens"]
 
 
@@ -69,8 +118,11 @@ def test_bad_model_files(tmp_path, tiny_target, case):
         path.write_text("hello")
     elif case == "truncated":
         path.write_bytes(tiny_target.read_bytes()[:30_000])
-    expected = {"missing": "no such file", "not-gguf": "is not a GGUF file",
-                "truncated": "truncated, corrupt or unsupported"}[case]
+    expected = {
+        "missing": "no such file",
+        "not-gguf": "is not a GGUF file",
+        "truncated": "truncated, corrupt or unsupported",
+    }[case]
     assert_one_line_error(specrun("run", "-t", str(path), "hi"), expected)
 
 
@@ -82,11 +134,17 @@ def test_incompatible_draft_says_what_differs(tiny_target, tiny_foreign):
 
 def test_prompt_longer_than_the_context(tiny_target):
     # --threads: with the default, a busy machine adds a warning before the error.
-    assert_one_line_error(specrun("run", "-t", str(tiny_target), "--ctx", "256", "--threads", "1", "--raw", "the " * 400),
-                          "must be shorter than the context (256)")
+    assert_one_line_error(
+        specrun(
+            "run", "-t", str(tiny_target), "--ctx", "256", "--threads", "1", "--raw", "the " * 400
+        ),
+        "must be shorter than the context (256)",
+    )
 
 
-@pytest.mark.parametrize("option", [["--temp", "-1"], ["--top-p", "2"], ["--gamma", "lots"], ["--bogus"]])
+@pytest.mark.parametrize(
+    "option", [["--temp", "-1"], ["--top-p", "2"], ["--gamma", "lots"], ["--bogus"]]
+)
 def test_invalid_option_values(tiny_target, option):
     assert_one_line_error(specrun("run", "-t", str(tiny_target), *option, "hi"), "", code=2)
 
@@ -94,9 +152,23 @@ def test_invalid_option_values(tiny_target, option):
 def long_generation(target) -> subprocess.Popen:
     """A greedy count that goes on for thousands of tokens (seconds on the real model)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "specrun", "run", "-t", str(target), "--raw", "--temp", "0", "-n", "3000",
-         "1, 2, 3, 4, 5, 6,"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "run",
+            "-t",
+            str(target),
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "3000",
+            "1, 2, 3, 4, 5, 6,",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
 

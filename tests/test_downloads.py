@@ -16,15 +16,15 @@ from pathlib import Path
 import huggingface_hub.file_download as file_download
 import huggingface_hub.utils as hub_utils
 import pytest
+from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
+from hubserver import Fault, HubServer
 from huggingface_hub import constants as hf_constants
 from typer.testing import CliRunner
 
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
-from hubserver import Fault, HubServer
-from specrun.models.catalog import load_catalog, resolve_model
-from specrun.errors import Interrupted
-from specrun.models.hub import NotCached, lock_path
 from specrun.cli.models import app
+from specrun.errors import Interrupted
+from specrun.models.catalog import load_catalog, resolve_model
+from specrun.models.hub import NotCached, lock_path
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 
@@ -77,13 +77,23 @@ def test_pull_downloads_a_file_checks_it_and_records_its_sha256(llama_1b, hub, h
     assert f"Checking sha256 of {Q4_K_M}" in result.stderr
     sha256 = hashlib.sha256(llama_1b).hexdigest()
     record = lock()[f"{LLAMA_1B}/{Q4_K_M}"]
-    assert (record["sha256"], record["source"], record["size"]) == (sha256, "the Hub's LFS hash", len(llama_1b))
-    assert [line.split()[0] for line in hub.log] == ["GET", "HEAD", "GET"]  # listing, metadata, bytes
+    assert (record["sha256"], record["source"], record["size"]) == (
+        sha256,
+        "the Hub's LFS hash",
+        len(llama_1b),
+    )
+    assert [line.split()[0] for line in hub.log] == [
+        "GET",
+        "HEAD",
+        "GET",
+    ]  # listing, metadata, bytes
 
     requests = len(hub.log)
     again = invoke("pull", "llama-1b-q4")
     assert again.exit_code == 0 and again.stdout == result.stdout
-    assert len(hub.log) == requests and "Checking" not in again.stderr  # cached, checked already: no work
+    assert (
+        len(hub.log) == requests and "Checking" not in again.stderr
+    )  # cached, checked already: no work
 
     shown = invoke("show", "llama-1b-q4")  # a real GGUF came down
     assert shown.exit_code == 0 and re.search(r"^architecture:\s+llama$", shown.stdout, re.M)
@@ -91,14 +101,16 @@ def test_pull_downloads_a_file_checks_it_and_records_its_sha256(llama_1b, hub, h
 
 def test_a_split_gguf_comes_down_part_by_part(hub, hf_cache, tiny_draft):
     content = tiny_draft.read_bytes()
-    thirds = [content[i * len(content) // 3:(i + 1) * len(content) // 3] for i in range(3)]
+    thirds = [content[i * len(content) // 3 : (i + 1) * len(content) // 3] for i in range(3)]
     for name, part in zip(QWEN_14B_PARTS, thirds):
         hub.add(QWEN_14B, name, part)
     hub.add(QWEN_14B, "qwen2.5-14b-instruct-q8_0.gguf", b"another quant, not fetched")
     model = resolve_model("qwen-14b-q4", catalog=load_catalog())
     assert [p.name for p in model.parts] == QWEN_14B_PARTS and model.path == model.parts[0]
     assert b"".join(p.read_bytes() for p in model.parts) == content
-    assert sorted(k for k in lock() if k.startswith(QWEN_14B)) == [f"{QWEN_14B}/{n}" for n in QWEN_14B_PARTS]
+    assert sorted(k for k in lock() if k.startswith(QWEN_14B)) == [
+        f"{QWEN_14B}/{n}" for n in QWEN_14B_PARTS
+    ]
     assert not any("q8_0" in line for line in hub.log)
 
 
@@ -117,7 +129,10 @@ def test_a_connection_dropped_mid_file_resumes(hub):
     hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(cut_after=chunk + 5000, times=1)
     result = invoke("pull", "llama-1b-q4")
     if result.exit_code:
-        assert re.search(next_run("20.97 MB"), result.stderr.splitlines()[-1]) and "resumes" in result.stderr
+        assert (
+            re.search(next_run("20.97 MB"), result.stderr.splitlines()[-1])
+            and "resumes" in result.stderr
+        )
         result = invoke("pull", "llama-1b-q4")
     assert result.exit_code == 0, result.output
     assert Path(result.stdout.split(": ", 1)[1].strip()).read_bytes() == content
@@ -130,8 +145,10 @@ def test_a_connection_dropped_mid_file_resumes(hub):
 
 def pinned_catalog(tmp_path: Path, sha256: str) -> Path:
     path = tmp_path / "pinned.toml"
-    path.write_text(f'[[model]]\nalias = "tiny"\nfamily = "llama3"\nrepo = "{LLAMA_1B}"\nfile = "{Q4_K_M}"\n'
-                    f'sha256 = "{sha256}"\n')
+    path.write_text(
+        f'[[model]]\nalias = "tiny"\nfamily = "llama3"\nrepo = "{LLAMA_1B}"\nfile = "{Q4_K_M}"\n'
+        f'sha256 = "{sha256}"\n'
+    )
     return path
 
 
@@ -139,10 +156,17 @@ def test_a_file_that_is_not_its_pin_is_refused(llama_1b, hub, tmp_path):
     wrong = hashlib.sha256(b"what the pin was made from").hexdigest()
     result = invoke("--catalog", str(pinned_catalog(tmp_path, wrong)), "pull", "tiny")
     line = one_error_line(result)
-    assert line == (f"specrun: error: {LLAMA_1B}/{Q4_K_M} has sha256 {hashlib.sha256(llama_1b).hexdigest()}, "
-                    f"not {wrong} (the pin in models.toml); it is not used: remove it with "
-                    "`specrun models rm tiny` and pull it again")
-    right = invoke("--catalog", str(pinned_catalog(tmp_path, hashlib.sha256(llama_1b).hexdigest())), "pull", "tiny")
+    assert line == (
+        f"specrun: error: {LLAMA_1B}/{Q4_K_M} has sha256 {hashlib.sha256(llama_1b).hexdigest()}, "
+        f"not {wrong} (the pin in models.toml); it is not used: remove it with "
+        "`specrun models rm tiny` and pull it again"
+    )
+    right = invoke(
+        "--catalog",
+        str(pinned_catalog(tmp_path, hashlib.sha256(llama_1b).hexdigest())),
+        "pull",
+        "tiny",
+    )
     assert right.exit_code == 0, right.output
     assert lock()[f"{LLAMA_1B}/{Q4_K_M}"]["source"] == "the pin in models.toml"
 
@@ -153,8 +177,10 @@ def test_a_corrupted_download_is_refused(llama_1b, hub):
     corrupted[len(corrupted) // 2] ^= 0xFF
     hub.served[f"{LLAMA_1B}/{Q4_K_M}"] = bytes(corrupted)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
-    assert f"has sha256 {hashlib.sha256(corrupted).hexdigest()}, not {hashlib.sha256(llama_1b).hexdigest()} " \
-           "(the Hub's LFS hash); it is not used" in line
+    assert (
+        f"has sha256 {hashlib.sha256(corrupted).hexdigest()}, not {hashlib.sha256(llama_1b).hexdigest()} "
+        "(the Hub's LFS hash); it is not used" in line
+    )
     with pytest.raises(Exception, match="it is not used"):  # a later run refuses it as well
         resolve_model("llama-1b-q4", catalog=load_catalog())
 
@@ -173,7 +199,9 @@ def test_verify_hashes_again_and_a_changed_file_is_refused(llama_1b, hub):
     assert f"not {sha256} (the Hub's LFS hash, as recorded in {lock_path()})" in line
     assert "not used" in one_error_line(invoke("verify", "llama-1b-q4"))
 
-    removed = invoke("rm", "llama-1b-q4")  # and the lock forgets it, so a new download is trusted afresh
+    removed = invoke(
+        "rm", "llama-1b-q4"
+    )  # and the lock forgets it, so a new download is trusted afresh
     assert removed.exit_code == 0 and f"{LLAMA_1B}/{Q4_K_M}" not in lock()
     assert invoke("pull", "llama-1b-q4").exit_code == 0
 
@@ -181,12 +209,27 @@ def test_verify_hashes_again_and_a_changed_file_is_refused(llama_1b, hub):
 # --- failures, one line each ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status, code, expected", [
-    (401, "GatedRepo", f"{LLAMA_1B} is gated: accept its terms on http://127.0.0.1:PORT/{LLAMA_1B} and set HF_TOKEN "
-                       "or run `hf auth login` (`huggingface-cli login` before huggingface_hub 1.0)"),
-    (401, None, f"{LLAMA_1B}: the Hub refused access (HTTP 401 Unauthorized); set HF_TOKEN or run `hf auth login`"),
-    (404, "RepoNotFound", f"no Hugging Face repo {LLAMA_1B}, or it is private and needs a token"),
-])
+@pytest.mark.parametrize(
+    "status, code, expected",
+    [
+        (
+            401,
+            "GatedRepo",
+            f"{LLAMA_1B} is gated: accept its terms on http://127.0.0.1:PORT/{LLAMA_1B} and set HF_TOKEN "
+            "or run `hf auth login` (`huggingface-cli login` before huggingface_hub 1.0)",
+        ),
+        (
+            401,
+            None,
+            f"{LLAMA_1B}: the Hub refused access (HTTP 401 Unauthorized); set HF_TOKEN or run `hf auth login`",
+        ),
+        (
+            404,
+            "RepoNotFound",
+            f"no Hugging Face repo {LLAMA_1B}, or it is private and needs a token",
+        ),
+    ],
+)
 def test_refusals_of_the_listing(llama_1b, hub, status, code, expected):
     hub.faults[f"/api/models/{LLAMA_1B}/tree/"] = Fault(status=status, error_code=code)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
@@ -196,33 +239,47 @@ def test_refusals_of_the_listing(llama_1b, hub, status, code, expected):
 
 def test_a_file_the_repo_lacks(llama_1b, hub):
     line = one_error_line(invoke("pull", f"{LLAMA_1B}/Llama-3.2-1B-Instruct-Q8_0.gguf"))
-    assert line == f"specrun: error: {LLAMA_1B} has no file Llama-3.2-1B-Instruct-Q8_0.gguf; its GGUF files: {Q4_K_M}"
+    assert (
+        line
+        == f"specrun: error: {LLAMA_1B} has no file Llama-3.2-1B-Instruct-Q8_0.gguf; its GGUF files: {Q4_K_M}"
+    )
 
 
-@pytest.mark.parametrize("status, expected", [
-    (403, "the Hub refused access (HTTP 403 Forbidden); set HF_TOKEN or run `hf auth login`"),
-    (400, "the Hub answered HTTP 400 Bad Request; the next run starts over and fetches all 513.70 kB again"),  # nothing partial
-])
+@pytest.mark.parametrize(
+    "status, expected",
+    [
+        (403, "the Hub refused access (HTTP 403 Forbidden); set HF_TOKEN or run `hf auth login`"),
+        (
+            400,
+            "the Hub answered HTTP 400 Bad Request; the next run starts over and fetches all 513.70 kB again",
+        ),  # nothing partial
+    ],
+)
 def test_refusals_of_the_file(llama_1b, hub, status, expected):
     hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(status=status)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
     assert line.startswith(f"specrun: error: {LLAMA_1B}: {Q4_K_M}: {expected}")
-    assert not any(request.startswith("GET /" + LLAMA_1B) for request in hub.log)  # refused at the HEAD
+    assert not any(
+        request.startswith("GET /" + LLAMA_1B) for request in hub.log
+    )  # refused at the HEAD
 
 
 def test_a_connection_lost_for_good_says_the_next_run_starts_over(llama_1b, hub):
     """The file stops at the same byte however often huggingface_hub asks for the rest."""
     hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(cut_after=len(llama_1b) // 2)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
-    assert line.startswith(f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the download from {os.environ['HF_ENDPOINT']} failed (")
+    assert line.startswith(
+        f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the download from {os.environ['HF_ENDPOINT']} failed ("
+    )
     assert re.search(next_run(f"{len(llama_1b) / 1e3:.2f} kB"), line)
     with pytest.raises(NotCached):  # whatever partial file huggingface_hub kept is never used
         resolve_model("llama-1b-q4", catalog=load_catalog(), download=False)
 
 
 def test_ctrl_c_mid_file_says_what_the_next_run_fetches(llama_1b, hub):
-    hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(cut_after=len(llama_1b) // 2,
-                                                then=lambda: os.kill(os.getpid(), signal.SIGINT))
+    hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(
+        cut_after=len(llama_1b) // 2, then=lambda: os.kill(os.getpid(), signal.SIGINT)
+    )
     with pytest.raises(Interrupted) as raised:
         resolve_model("llama-1b-q4", catalog=load_catalog())
     assert str(raised.value).startswith(f"download of {LLAMA_1B}: {Q4_K_M} interrupted; ")
@@ -231,12 +288,18 @@ def test_ctrl_c_mid_file_says_what_the_next_run_fetches(llama_1b, hub):
 
 
 def test_a_failure_of_xet_storage_names_the_switch_to_plain_https(llama_1b, hub):
-    xet_available = getattr(file_download, "is_xet_available", lambda: False)  # what the download asks
+    xet_available = getattr(
+        file_download, "is_xet_available", lambda: False
+    )  # what the download asks
     if not xet_available():
-        pytest.skip("this huggingface_hub downloads without Xet (hf_xet not installed, or a release before Xet)")
+        pytest.skip(
+            "this huggingface_hub downloads without Xet (hf_xet not installed, or a release before Xet)"
+        )
     hub.xet = True
     line = one_error_line(invoke("pull", "llama-1b-q4"))
-    assert line.startswith(f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the download from Xet storage failed (")
+    assert line.startswith(
+        f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the download from Xet storage failed ("
+    )
     assert "HF_HUB_DISABLE_XET=1 downloads over plain HTTPS instead" in line
     assert any(request.startswith("GET /cas/") for request in hub.log)
 
@@ -249,14 +312,20 @@ def test_an_unreachable_hub_fails_within_seconds(hf_cache, hub, monkeypatch):
     started = time.monotonic()
     line = one_error_line(invoke("pull", "llama-1b-q4"))
     assert time.monotonic() - started < 3
-    assert line == (f"specrun: error: cannot reach the Hugging Face Hub at {closed} (Connection refused); "
-                    "models already in the cache work without it (HF_HUB_OFFLINE=1)")
+    assert line == (
+        f"specrun: error: cannot reach the Hugging Face Hub at {closed} (Connection refused); "
+        "models already in the cache work without it (HF_HUB_OFFLINE=1)"
+    )
 
 
-def test_a_download_larger_than_the_free_space_is_refused_before_the_first_byte(llama_1b, hub, hf_cache):
+def test_a_download_larger_than_the_free_space_is_refused_before_the_first_byte(
+    llama_1b, hub, hf_cache
+):
     hub.listed_sizes[f"{LLAMA_1B}/{Q4_K_M}"] = 10**18
     line = one_error_line(invoke("pull", "llama-1b-q4"))
-    assert line.startswith(f"specrun: error: {LLAMA_1B} needs 1000000000.00 GB more on disk and {hf_cache} has only")
+    assert line.startswith(
+        f"specrun: error: {LLAMA_1B} needs 1000000000.00 GB more on disk and {hf_cache} has only"
+    )
     assert not any("/resolve/" in request for request in hub.log)
 
 
@@ -265,8 +334,12 @@ def small_disk(tmp_path):
     """A 256 kB tmpfs: a disk that really fills up. Needs the right to mount (root)."""
     folder = tmp_path / "small-disk"
     folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a tmpfs here")
     yield folder
     subprocess.run(["umount", str(folder)], check=True)
@@ -276,8 +349,12 @@ def test_a_disk_that_fills_up_during_the_download(hub, small_disk, monkeypatch):
     """The file fits when specrun checks; then another writer takes the space."""
     monkeypatch.setenv("HF_HUB_CACHE", str(small_disk / "hub"))
     hub.add(LLAMA_1B, Q4_K_M, os.urandom(200_000))
-    hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(times=1, then=lambda: (small_disk / "other").write_bytes(bytes(200_000)))
+    hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(
+        times=1, then=lambda: (small_disk / "other").write_bytes(bytes(200_000))
+    )
     line = one_error_line(invoke("pull", "llama-1b-q4"))
-    assert line.startswith(f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the disk is full ({small_disk / 'hub'}); free "
-                           "some space or set HF_HUB_CACHE to a larger disk; ")
+    assert line.startswith(
+        f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the disk is full ({small_disk / 'hub'}); free "
+        "some space or set HF_HUB_CACHE to a larger disk; "
+    )
     assert re.search(next_run("200.00 kB"), line)

@@ -4,27 +4,44 @@ from __future__ import annotations
 
 import pytest
 
-from specrun.llama.placement import GIB, MARGIN, FitError, Gpu, fit, gpu_bytes
 from specrun.llama.footprint import Footprint
+from specrun.llama.placement import GIB, MARGIN, FitError, Gpu, fit, gpu_bytes
 
 GB = 10**9
 
 
-def model(name: str, layers: int, layer: int, *, kv: int, output: int, inputs: int, compute: int) -> Footprint:
-    return Footprint(name=name, n_layer=layers, layer_weights=(layer,) * layers, input_weights=inputs,
-                     output_weights=output, kv_per_layer=kv, compute=compute)
+def model(
+    name: str, layers: int, layer: int, *, kv: int, output: int, inputs: int, compute: int
+) -> Footprint:
+    return Footprint(
+        name=name,
+        n_layer=layers,
+        layer_weights=(layer,) * layers,
+        input_weights=inputs,
+        output_weights=output,
+        kv_per_layer=kv,
+        compute=compute,
+    )
 
 
 # Round numbers so every count below is a line of arithmetic.
-TARGET = model("target.gguf", 10, 1 * GB, kv=GB // 10, output=GB // 2, inputs=GB // 2, compute=GB // 2)
-DRAFT = model("draft.gguf", 4, GB // 4, kv=0, output=0, inputs=GB // 10, compute=0)  # 1 GB on the GPU
+TARGET = model(
+    "target.gguf", 10, 1 * GB, kv=GB // 10, output=GB // 2, inputs=GB // 2, compute=GB // 2
+)
+DRAFT = model(
+    "draft.gguf", 4, GB // 4, kv=0, output=0, inputs=GB // 10, compute=0
+)  # 1 GB on the GPU
 
 
 def test_gpu_bytes_follow_llama_cpps_offload_order():
     assert gpu_bytes(TARGET, 0) == 0
-    assert gpu_bytes(TARGET, 1) == 1 * GB + GB // 10 + GB // 2  # the last layer, its KV, the compute buffer
+    assert (
+        gpu_bytes(TARGET, 1) == 1 * GB + GB // 10 + GB // 2
+    )  # the last layer, its KV, the compute buffer
     assert gpu_bytes(TARGET, 10) == 10 * GB + GB + GB // 2
-    assert gpu_bytes(TARGET, 11) == 10 * GB + GB + GB // 2 + GB // 2  # n_layer + 1: the output layer too
+    assert (
+        gpu_bytes(TARGET, 11) == 10 * GB + GB + GB // 2 + GB // 2
+    )  # n_layer + 1: the output layer too
 
 
 def test_the_draft_goes_first_then_the_target_layers_that_fit():
@@ -33,19 +50,31 @@ def test_the_draft_goes_first_then_the_target_layers_that_fit():
     placed = fit(TARGET, DRAFT, [Gpu("CUDA0", 8 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB)
     assert (placed.target_layers, placed.draft_layers) == (5, 5)
     assert placed.split is None and placed.draft_gpu is None
-    assert placed.line == "target: 5/10 layers on CUDA0 (9.1 of 24.0 GB free), 5 on CPU; draft: 4/4 on CUDA0"
+    assert (
+        placed.line
+        == "target: 5/10 layers on CUDA0 (9.1 of 24.0 GB free), 5 on CPU; draft: 4/4 on CUDA0"
+    )
 
 
 def test_everything_fits_and_the_output_layer_goes_too():
     # 0.5 + 10 * 1.1 + 0.5 (output) = 12.0 GB of room needed, beside the 1 GB draft.
     placed = fit(TARGET, DRAFT, [Gpu("CUDA0", 13 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB)
-    assert placed.target_layers == 11 and "10/10 layers on CUDA0" in placed.line and "on CPU" not in placed.line
+    assert (
+        placed.target_layers == 11
+        and "10/10 layers on CUDA0" in placed.line
+        and "on CPU" not in placed.line
+    )
 
 
 def test_two_gpus_split_the_target_by_free_memory():
     # Budgets 6 and 3 GB; the draft takes 1 GB of the larger: 5 + 3 = 8 GB of room,
     # 0.5 + 6 * 1.1 = 7.1 <= 8 < 8.2 -> 6 layers, split 5:3.
-    placed = fit(TARGET, DRAFT, [Gpu("CUDA0", 6 * GB + MARGIN, 24 * GB), Gpu("CUDA1", 3 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB)
+    placed = fit(
+        TARGET,
+        DRAFT,
+        [Gpu("CUDA0", 6 * GB + MARGIN, 24 * GB), Gpu("CUDA1", 3 * GB + MARGIN, 24 * GB)],
+        cpu_free=64 * GB,
+    )
     assert placed.target_layers == 6
     assert placed.split == pytest.approx((5 / 8, 3 / 8)) and placed.draft_gpu == 0
 
@@ -57,27 +86,37 @@ def test_rpc_devices_take_target_layers_and_the_draft_stays_here():
     placed = fit(TARGET, DRAFT, [remote, Gpu("CUDA0", 4 * GB + MARGIN, 8 * GB)], cpu_free=64 * GB)
     assert (placed.target_layers, placed.draft_layers, placed.draft_gpu) == (11, 5, None)
     assert placed.split == pytest.approx((20 / 23, 3 / 23))
-    assert placed.line.startswith("target: 10/10 layers on RPC0@10.0.0.2:50052 + CUDA0 (RPC0: 21.1 of 24.0 GB free")
+    assert placed.line.startswith(
+        "target: 10/10 layers on RPC0@10.0.0.2:50052 + CUDA0 (RPC0: 21.1 of 24.0 GB free"
+    )
     assert placed.line.endswith("; draft: 4/4 on CUDA0")
 
 
 def test_with_only_remote_devices_the_draft_runs_on_this_machines_cpu():
     # 8 GB of room, all the target's: 0.5 + 6 * 1.1 = 7.1 <= 8 < 8.2 -> 6 layers.
-    placed = fit(TARGET, DRAFT, [Gpu("RPC0", 8 * GB + MARGIN, 16 * GB, endpoint="h:1")], cpu_free=64 * GB)
+    placed = fit(
+        TARGET, DRAFT, [Gpu("RPC0", 8 * GB + MARGIN, 16 * GB, endpoint="h:1")], cpu_free=64 * GB
+    )
     assert (placed.target_layers, placed.draft_layers) == (6, 0)
-    assert placed.line == ("target: 6/10 layers on RPC0@h:1 (9.1 of 16.0 GB free), 4 on CPU; "
-                           "draft: on this machine's CPU")
+    assert placed.line == (
+        "target: 6/10 layers on RPC0@h:1 (9.1 of 16.0 GB free), 4 on CPU; "
+        "draft: on this machine's CPU"
+    )
 
 
 def test_a_draft_that_cannot_fit_is_said_before_loading():
-    with pytest.raises(FitError, match=r"the draft draft.gguf needs 1.0 GB on the GPU and CUDA0 has 1.5 GB free"):
+    with pytest.raises(
+        FitError, match=r"the draft draft.gguf needs 1.0 GB on the GPU and CUDA0 has 1.5 GB free"
+    ):
         fit(TARGET, DRAFT, [Gpu("CUDA0", int(1.5 * GB), 24 * GB)], cpu_free=64 * GB)
 
 
 def test_a_target_the_cpu_cannot_hold_either_is_said_with_the_numbers():
     # No layer fits beside the draft: everything stays in system memory,
     # 0.5 (input) + 10 + 10 * 0.1 (KV) + 0.5 (output) + 0.5 (compute) + 0.1 (draft input) = 12.6 GB.
-    with pytest.raises(FitError, match=r"needs 12.6 GB of system memory beyond the GPUs and 8.0 GB is available"):
+    with pytest.raises(
+        FitError, match=r"needs 12.6 GB of system memory beyond the GPUs and 8.0 GB is available"
+    ):
         fit(TARGET, DRAFT, [Gpu("CUDA0", 1 * GB + MARGIN, 24 * GB)], cpu_free=8 * GB)
 
 
@@ -111,14 +150,21 @@ def headline_pair():
 
     from specrun.llama.footprint import footprint
 
-    return (footprint(*llama_70b_q4_k_m(), name="Llama-3.3-70B-Instruct-Q4_K_M.gguf", n_ctx=4096),
-            footprint(*llama_1b_q4_k_m(), name="Llama-3.2-1B-Instruct-Q4_K_M.gguf", n_ctx=4096))
+    return (
+        footprint(*llama_70b_q4_k_m(), name="Llama-3.3-70B-Instruct-Q4_K_M.gguf", n_ctx=4096),
+        footprint(*llama_1b_q4_k_m(), name="Llama-3.2-1B-Instruct-Q4_K_M.gguf", n_ctx=4096),
+    )
 
 
 @pytest.mark.parametrize("gpus, layers", GB_70B_TABLE)
 def test_the_70b_and_1b_pair_on_the_gpus_people_own(headline_pair, gpus, layers):
     target, draft = headline_pair
-    placed = fit(target, draft, [Gpu(f"CUDA{i}", gb * GB, gb * GB) for i, gb in enumerate(gpus)], cpu_free=128 * GB)
+    placed = fit(
+        target,
+        draft,
+        [Gpu(f"CUDA{i}", gb * GB, gb * GB) for i, gb in enumerate(gpus)],
+        cpu_free=128 * GB,
+    )
     assert placed.target_layers == layers
     assert placed.draft_layers == draft.n_layer + 1  # the draft always goes whole
     on_gpu = min(layers, 80)
@@ -130,5 +176,7 @@ def test_the_70b_and_1b_pair_on_the_gpus_people_own(headline_pair, gpus, layers)
 
 def test_the_70b_target_on_8_gb_with_16_gb_of_ram_is_refused_before_loading(headline_pair):
     target, draft = headline_pair
-    with pytest.raises(FitError, match=r"needs .* GB of system memory beyond the GPUs and 16.0 GB is available"):
+    with pytest.raises(
+        FitError, match=r"needs .* GB of system memory beyond the GPUs and 16.0 GB is available"
+    ):
         fit(target, draft, [Gpu("CUDA0", 8 * GB, 8 * GB)], cpu_free=16 * GB)

@@ -30,8 +30,12 @@ BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB
 def logged_buffers(path: Path, n_ctx: int) -> dict[str, float]:
     """MiB by kind (model, KV, compute) that llama.cpp logs while loading `path`, summed over buffers,
     leaving out CPU_REPACK: its tensors are copies of ones the mapped buffer's range spans too."""
-    log = subprocess.run([sys.executable, "-c", LOAD_AND_LOG, str(path), str(n_ctx)],
-                         capture_output=True, text=True, check=True).stderr
+    log = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_LOG, str(path), str(n_ctx)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
     sizes = {"model": 0.0, "KV": 0.0, "compute": 0.0}
     for buffer, kind, mib in BUFFER_LINE.findall(log):
         if buffer != "CPU_REPACK":
@@ -46,7 +50,9 @@ def demo_headers(demo_pair: tuple[Path, Path]) -> dict[Path, tuple]:
 
 @pytest.mark.parametrize("n_ctx", [512, 4096])
 @pytest.mark.parametrize("which", [0, 1], ids=["f16-target", "q4_0-draft"])
-def test_estimate_matches_what_llama_cpp_allocates(demo_pair, demo_headers, which: int, n_ctx: int) -> None:
+def test_estimate_matches_what_llama_cpp_allocates(
+    demo_pair, demo_headers, which: int, n_ctx: int
+) -> None:
     path = demo_pair[which]
     tensors, meta = demo_headers[path]
     estimated = footprint(tensors, meta, name=path.name, n_ctx=n_ctx)
@@ -66,7 +72,9 @@ def test_tiny_model_bytes_by_hand(tiny_target: Path) -> None:
     assert got.layer_weights == (layer, layer) == (164352, 164352)
     assert got.input_weights == n_vocab * 64 * 4  # token_embd
     assert got.output_weights == 64 * 4 + n_vocab * 64 * 4  # output_norm, output
-    assert got.weights == tiny_target.stat().st_size - GGUFReader(tiny_target).data_offset  # the data section
+    assert (
+        got.weights == tiny_target.stat().st_size - GGUFReader(tiny_target).data_offset
+    )  # the data section
     assert got.kv_per_layer == 1024 * (4 * 16 + 4 * 16) * 2  # K and V f16 at every position
     # The larger phase here is the layers': f16 mask, 3 n_ff f32, 4 n_embd f32 per token.
     assert got.compute == 512 * (2 * 1024 + 12 * 128 + 16 * 64)
@@ -82,9 +90,27 @@ def test_llama_70b_q4_k_m_by_hand() -> None:
     gate_and_up = 2 * n_embd * n_ff // 256 * Q4_K
     norms = 2 * n_embd * 4
     # use_more_bits: layers 0-9, 70-79 and every third from 12 to 69 take Q6_K for attn_v and ffn_down.
-    more_bits = q_and_o + k + n_embd * n_kv // 256 * Q6_K + gate_and_up + n_ff * n_embd // 256 * Q6_K + norms
-    plain = q_and_o + k + n_embd * n_kv // 256 * Q5_K + gate_and_up + n_ff * n_embd // 256 * Q4_K + norms
-    assert (got.layer_weights[0], got.layer_weights[10], got.layer_weights[12]) == (more_bits, plain, more_bits)
+    more_bits = (
+        q_and_o
+        + k
+        + n_embd * n_kv // 256 * Q6_K
+        + gate_and_up
+        + n_ff * n_embd // 256 * Q6_K
+        + norms
+    )
+    plain = (
+        q_and_o
+        + k
+        + n_embd * n_kv // 256 * Q5_K
+        + gate_and_up
+        + n_ff * n_embd // 256 * Q4_K
+        + norms
+    )
+    assert (got.layer_weights[0], got.layer_weights[10], got.layer_weights[12]) == (
+        more_bits,
+        plain,
+        more_bits,
+    )
     assert got.layer_weights.count(more_bits) == 10 + 10 + 20
     assert got.input_weights == n_embd * n_vocab // 256 * Q4_K + 64 * 4  # token_embd, rope_freqs
     assert got.output_weights == n_embd * 4 + n_embd * n_vocab // 256 * Q6_K
@@ -100,7 +126,9 @@ def test_llama_1b_q4_k_m_ties_its_output_to_the_embedding() -> None:
     got = footprint(tensors, meta, name="Llama-3.2-1B-Instruct-Q4_K_M.gguf", n_ctx=4096)
     assert got.n_layer == 16
     assert got.output_weights == 2048 * 4  # output_norm alone
-    assert got.input_weights == 2048 * 128256 // 256 * Q6_K + 32 * 4  # token_embd (Q6_K: it is the output), rope_freqs
+    assert (
+        got.input_weights == 2048 * 128256 // 256 * Q6_K + 32 * 4
+    )  # token_embd (Q6_K: it is the output), rope_freqs
     assert got.weights == pytest.approx(0.81e9, rel=0.03)
     assert got.kv_per_layer == 4096 * 2 * 8 * 64 * 2
 
@@ -111,5 +139,6 @@ def test_context_and_batch_scale_kv_and_compute() -> None:
     large = footprint(tensors, meta, name="1b", n_ctx=8192, n_ubatch=512)
     assert large.kv_per_layer == 2 * small.kv_per_layer
     assert large.compute == 4 * small.compute
-    assert footprint(tensors, meta, name="1b", n_ctx=256).compute == large.compute // 2  # batch capped at n_ctx
-
+    assert (
+        footprint(tensors, meta, name="1b", n_ctx=256).compute == large.compute // 2
+    )  # batch capped at n_ctx

@@ -8,13 +8,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from specrun.errors import SpecrunError
 from specrun.core.gamma import (
-    PLAIN_SAMPLE_COST, PLAIN_SAMPLE_ROUNDS, PLAIN_SAMPLE_SPACING, AdaptiveGamma, CostModel, FixedGamma, HeuristicGamma,
-    PlainSamples, expected_rate, parse_policy,
+    PLAIN_SAMPLE_COST,
+    PLAIN_SAMPLE_ROUNDS,
+    PLAIN_SAMPLE_SPACING,
+    AdaptiveGamma,
+    CostModel,
+    FixedGamma,
+    HeuristicGamma,
+    PlainSamples,
+    expected_rate,
+    parse_policy,
 )
 from specrun.core.loop import Round
 from specrun.core.stats import Stats
+from specrun.errors import SpecrunError
 
 
 @dataclass
@@ -35,7 +43,9 @@ class SimRound:
 
     @property
     def seconds(self) -> float:
-        return self.catch_up_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
+        return (
+            self.catch_up_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
+        )
 
 
 @dataclass
@@ -53,7 +63,9 @@ class Machine:
         return self.verify_base + self.verify_per_token * width
 
     def rate(self, gamma: int) -> float:
-        return expected_rate(self.alpha, gamma, self.t_draft, self.t_verify(gamma + 1), self.overhead)
+        return expected_rate(
+            self.alpha, gamma, self.t_draft, self.t_verify(gamma + 1), self.overhead
+        )
 
     def best_rate(self, gamma_max: int) -> float:
         return max(self.rate(g) for g in range(gamma_max + 1))
@@ -64,8 +76,15 @@ class Machine:
             accepted += 1
         jitter = rng.uniform(0.97, 1.03)  # measured times are never exact
         catch_up_seconds = (skipped * self.catch_up if gamma else 0.0) * jitter
-        return SimRound(gamma, gamma, accepted, gamma * self.t_draft * jitter, self.t_verify(gamma + 1) * jitter,
-                        self.overhead, catch_up_seconds=catch_up_seconds)
+        return SimRound(
+            gamma,
+            gamma,
+            accepted,
+            gamma * self.t_draft * jitter,
+            self.t_verify(gamma + 1) * jitter,
+            self.overhead,
+            catch_up_seconds=catch_up_seconds,
+        )
 
 
 def simulate(policy, machine: Machine, rounds: int, seed: int = 0) -> list[SimRound]:
@@ -84,10 +103,18 @@ def throughput(history: list[SimRound]) -> float:
     return sum(r.tokens for r in history) / sum(r.seconds for r in history)
 
 
-GPU_LIKE = Machine(alpha=0.8, t_draft=0.002, verify_base=0.030, verify_per_token=0.0005)  # verify nearly flat
-CPU_LIKE = Machine(alpha=0.75, t_draft=0.0045, verify_base=0.0045, verify_per_token=0.0035)  # steep verify
-SAME_MODEL = Machine(alpha=0.98, t_draft=0.008, verify_base=0.0045, verify_per_token=0.0035)  # draft as slow as target
-HARD = Machine(alpha=0.1, t_draft=0.001, verify_base=0.010, verify_per_token=0.001)  # pays only at high α
+GPU_LIKE = Machine(
+    alpha=0.8, t_draft=0.002, verify_base=0.030, verify_per_token=0.0005
+)  # verify nearly flat
+CPU_LIKE = Machine(
+    alpha=0.75, t_draft=0.0045, verify_base=0.0045, verify_per_token=0.0035
+)  # steep verify
+SAME_MODEL = Machine(
+    alpha=0.98, t_draft=0.008, verify_base=0.0045, verify_per_token=0.0035
+)  # draft as slow as target
+HARD = Machine(
+    alpha=0.1, t_draft=0.001, verify_base=0.010, verify_per_token=0.001
+)  # pays only at high α
 
 
 def test_fixed_policy_is_fixed():
@@ -109,7 +136,9 @@ def test_heuristic_grows_after_full_acceptance_and_shrinks_after_a_rejection():
     assert policy.next_gamma() == 1  # never below 1
 
 
-@pytest.mark.parametrize("machine", [GPU_LIKE, CPU_LIKE, SAME_MODEL], ids=["gpu-like", "cpu-like", "same-model"])
+@pytest.mark.parametrize(
+    "machine", [GPU_LIKE, CPU_LIKE, SAME_MODEL], ids=["gpu-like", "cpu-like", "same-model"]
+)
 def test_adaptive_reaches_the_best_fixed_rate(machine):
     """Against the best fixed γ (or plain) run on the same random acceptances, several seeds."""
     best = max(range(9), key=machine.rate)
@@ -117,14 +146,18 @@ def test_adaptive_reaches_the_best_fixed_rate(machine):
     for seed in range(5):
         auto = throughput(simulate(AdaptiveGamma(8), machine, 400, seed))
         ratios.append(auto / throughput(simulate(FixedGamma(best), machine, 400, seed)))
-        assert auto >= 0.95 * throughput(simulate(FixedGamma(0), machine, 400, seed))  # never much below plain
+        assert auto >= 0.95 * throughput(
+            simulate(FixedGamma(0), machine, 400, seed)
+        )  # never much below plain
     assert np.mean(ratios) >= 0.96 and min(ratios) >= 0.93, ratios  # the issue asks for 95%
 
 
 def test_probes_stay_cheap_when_the_draft_must_catch_up():
     """On a CPU, a draft that skipped N tokens spends ~N/10 plain rounds catching up before
     a probe: probes must then be rare enough not to cost more than a few percent."""
-    machine = Machine(alpha=0.75, t_draft=0.0048, verify_base=0.0045, verify_per_token=0.0035, catch_up=0.0008)
+    machine = Machine(
+        alpha=0.75, t_draft=0.0048, verify_base=0.0045, verify_per_token=0.0035, catch_up=0.0008
+    )
     for seed in range(5):
         auto = throughput(simulate(AdaptiveGamma(8), machine, 500, seed))
         assert auto >= 0.97 * throughput(simulate(FixedGamma(0), machine, 500, seed))
@@ -155,7 +188,9 @@ def test_adaptive_follows_a_change_of_text_and_probes_back():
         plain = simulate(FixedGamma(0), HARD, 100, seed + 10)
         assert throughput(history[30:]) >= 0.92 * throughput(plain[30:])
         history = simulate(policy, easy, 150, seed + 20)
-        came_back = next(i for i, r in enumerate(history) if all(h.gamma >= 2 for h in history[i: i + 20]))
+        came_back = next(
+            i for i, r in enumerate(history) if all(h.gamma >= 2 for h in history[i : i + 20])
+        )
         assert came_back <= 100  # within a few probe intervals (at most 32 rounds each)
 
 
@@ -187,7 +222,9 @@ def test_no_probes_where_even_perfect_acceptance_would_not_pay():
 def test_the_first_decode_of_a_shape_is_no_sample_of_its_cost():
     costs = CostModel(decay=None)
     costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
-    costs.observe(SimRound(1, 1, 1, 0.001, 0.020, 0.0, verify_first_of_shape=True))  # graph setup included
+    costs.observe(
+        SimRound(1, 1, 1, 0.001, 0.020, 0.0, verify_first_of_shape=True)
+    )  # graph setup included
     assert costs.measured_widths == {1: 0.010}
     assert costs.t_draft == pytest.approx(0.001)  # the draft's time and the overhead still count
     costs.observe(SimRound(1, 1, 1, 0.001, 0.012, 0.0))
@@ -206,11 +243,15 @@ def test_cost_model_interpolates_unmeasured_widths():
     assert curve_is_t_verify()
     costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))  # width 5
     assert costs.t_verify(3) == pytest.approx(0.020)  # between measured widths
-    assert costs.t_verify(7) == 0.030  # beyond the widest measured, one sample each end: flat, to be explored
+    assert (
+        costs.t_verify(7) == 0.030
+    )  # beyond the widest measured, one sample each end: flat, to be explored
     assert curve_is_t_verify()
     costs.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))
     costs.observe(SimRound(4, 4, 4, 0.004, 0.030, 0.0))
-    assert costs.t_verify(7) == pytest.approx(0.040)  # both ends measured twice: along the last slope
+    assert costs.t_verify(7) == pytest.approx(
+        0.040
+    )  # both ends measured twice: along the last slope
     assert curve_is_t_verify() and costs.verify_curve(9)[6] == pytest.approx(0.040)
     costs.observe(SimRound(2, 2, 2, 0.002, 0.015, 0.0))  # width 3
     assert costs.t_verify(2) == pytest.approx(0.0125)
@@ -218,13 +259,17 @@ def test_cost_model_interpolates_unmeasured_widths():
     costs.observe(SimRound(0, 0, 0, 0.0, 0.025, 0.0))
     assert costs.t_verify(1) == pytest.approx(0.015)  # a plain mean without decay
     assert curve_is_t_verify()
-    costs.observe(SimRound(6, 6, 6, 0.006, 0.025, 0.0))  # width 7, cheaper than width 5: noise, or a GPU
+    costs.observe(
+        SimRound(6, 6, 6, 0.006, 0.025, 0.0)
+    )  # width 7, cheaper than width 5: noise, or a GPU
     assert costs.t_verify(9) == 0.025  # a falling slope is not extended: flat, to be explored
     assert curve_is_t_verify()
 
 
-@pytest.mark.parametrize("spec, name", [("auto", "auto"), ("heuristic", "heuristic"), ("3", "fixed:3"),
-                                        ("fixed:0", "fixed:0")])
+@pytest.mark.parametrize(
+    "spec, name",
+    [("auto", "auto"), ("heuristic", "heuristic"), ("3", "fixed:3"), ("fixed:0", "fixed:0")],
+)
 def test_parse_policy(spec, name):
     assert parse_policy(spec).name == name
 
@@ -261,8 +306,17 @@ def test_plain_samples_in_every_generation():
     for length in (60, 5):  # two generations; the last round of each ends it
         for i in range(length):
             gammas.append(policy.next_gamma())
-            policy.observe(SimRound(gammas[-1], gammas[-1], 0, 0.0, 0.01, 0.0,
-                                    finish_reason="length" if i == length - 1 else None))
+            policy.observe(
+                SimRound(
+                    gammas[-1],
+                    gammas[-1],
+                    0,
+                    0.0,
+                    0.01,
+                    0.0,
+                    finish_reason="length" if i == length - 1 else None,
+                )
+            )
     plain = [i for i, g in enumerate(gammas) if g == 0]
     assert (PLAIN_SAMPLE_ROUNDS, PLAIN_SAMPLE_SPACING) == (3, 24)
     assert plain == [1, 2, 3, 28, 29, 30, 55, 56, 57, 61, 62, 63]
@@ -277,7 +331,9 @@ def test_plain_samples_cost_under_one_percent_where_speculation_pays():
     total, plain = 0.0, []
     for i in range(5000):
         gamma = policy.next_gamma()
-        event = SimRound(gamma, gamma, gamma, 0.008 if gamma else 0.0, 0.012 if gamma else 0.010, 0.0)
+        event = SimRound(
+            gamma, gamma, gamma, 0.008 if gamma else 0.0, 0.012 if gamma else 0.010, 0.0
+        )
         policy.observe(event)
         total += event.seconds
         plain += [i] if gamma == 0 else []
@@ -288,15 +344,21 @@ def test_plain_samples_cost_under_one_percent_where_speculation_pays():
     assert min(b - a for a, b in zip(starts[1:], starts[2:])) > 2 * PLAIN_SAMPLE_SPACING
 
 
-def growing_generation(policy, machine: Machine, rng: np.random.Generator, tokens: int = 128) -> list[Round]:
+def growing_generation(
+    policy, machine: Machine, rng: np.random.Generator, tokens: int = 128
+) -> list[Round]:
     """One generation on `machine`, where every forward pass grows dearer with the context
     (+5% over the generation, as measured on the demo pair) and 3% of rounds stall (+60%)."""
     rounds, position, skipped = [], 0, 0
     while position < tokens:
         event = machine.round(policy.next_gamma(), rng, skipped)
         scale = (1 + 0.05 * position / tokens) * (1.6 if rng.random() < 0.03 else 1.0)
-        event = replace(event, draft_seconds=event.draft_seconds * scale, verify_seconds=event.verify_seconds * scale,
-                        finish_reason="length" if position + event.tokens >= tokens else None)
+        event = replace(
+            event,
+            draft_seconds=event.draft_seconds * scale,
+            verify_seconds=event.verify_seconds * scale,
+            finish_reason="length" if position + event.tokens >= tokens else None,
+        )
         skipped = skipped + event.tokens if event.gamma == 0 else 0
         position += event.tokens
         policy.observe(event)
@@ -324,8 +386,18 @@ def test_speedup_estimate_follows_a_growing_context_and_stalls(spec):
 
 def as_round(r: SimRound) -> Round:
     tokens = tuple(range(r.tokens))
-    return Round(tokens, (True,) * r.accepted + (False,), (), r.gamma, r.drafted, r.accepted,
-                 r.draft_seconds, r.verify_seconds, r.overhead_seconds, catch_up_seconds=r.catch_up_seconds)
+    return Round(
+        tokens,
+        (True,) * r.accepted + (False,),
+        (),
+        r.gamma,
+        r.drafted,
+        r.accepted,
+        r.draft_seconds,
+        r.verify_seconds,
+        r.overhead_seconds,
+        catch_up_seconds=r.catch_up_seconds,
+    )
 
 
 @pytest.mark.parametrize("spec", ["3", "6", "heuristic", "auto"])
@@ -351,21 +423,33 @@ def test_plain_decoding_is_estimated_at_one():
     tokens and that token are six plain decodes."""
     stats = Stats()
     stats.add(Round((7,), (False,), (), 0, 0, 0, 0.0, 0.0, 0.0002, prompt_pass=True))
-    assert stats.recent_tokens_per_second is None and not stats.costs.measured_widths  # no decode to learn from
+    assert (
+        stats.recent_tokens_per_second is None and not stats.costs.measured_widths
+    )  # no decode to learn from
     for _ in range(5):
         stats.add(Round((7,), (False,), (), 0, 0, 0, 0.0, 0.010, 0.0))
     stats.add(Round((), (), (), 0, 0, 0, 0.0, 0.010, 0.0, finish_reason="stop", ended_at_eog=True))
-    assert (stats.generated, stats.rounds, stats.plain_rounds) == (6, 7, 5)  # the first decode is no sample
+    assert (stats.generated, stats.rounds, stats.plain_rounds) == (
+        6,
+        7,
+        5,
+    )  # the first decode is no sample
     assert stats.time_to_first_token == pytest.approx(0.0002)
     assert stats.estimated_speedup == pytest.approx(0.060 / 0.0602)
 
 
 def test_no_speedup_figure_before_a_plain_round_is_measured():
     stats = Stats()
-    stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.050, 0.0)))  # the first round: one-time costs, not a sample
+    stats.add(
+        as_round(SimRound(0, 0, 0, 0.0, 0.050, 0.0))
+    )  # the first round: one-time costs, not a sample
     stats.add(as_round(SimRound(4, 4, 4, 0.004, 0.012, 0.0)))
-    assert stats.estimated_speedup is None and stats.as_dict()["estimated_speedup_plain_rounds"] == 0
-    stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.030, 0.0)))  # right after a draft: slower, not a sample
+    assert (
+        stats.estimated_speedup is None and stats.as_dict()["estimated_speedup_plain_rounds"] == 0
+    )
+    stats.add(
+        as_round(SimRound(0, 0, 0, 0.0, 0.030, 0.0))
+    )  # right after a draft: slower, not a sample
     assert stats.estimated_speedup is None
     stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.010, 0.0)))
     assert stats.estimated_speedup == pytest.approx(8 * 0.010 / 0.106)

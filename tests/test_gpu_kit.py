@@ -19,20 +19,27 @@ import synthetic  # noqa: E402
 import trim  # noqa: E402
 
 
-@pytest.mark.parametrize("shape, file_type, published_gb", [
-    # Sizes of the published GGUF files on Hugging Face (Llama 3 8B and 70B Instruct, 3.2 1B Instruct).
-    ("llama3-8b", "q4_k_m", 4.92),
-    ("llama3-8b", "f16", 16.1),
-    ("llama3-70b", "q4_k_m", 42.5),
-    ("llama3.2-1b", "q4_0", 0.77),
-])
-def test_synthetic_models_are_as_large_as_the_real_ones(shape: str, file_type: str, published_gb: float) -> None:
+@pytest.mark.parametrize(
+    "shape, file_type, published_gb",
+    [
+        # Sizes of the published GGUF files on Hugging Face (Llama 3 8B and 70B Instruct, 3.2 1B Instruct).
+        ("llama3-8b", "q4_k_m", 4.92),
+        ("llama3-8b", "f16", 16.1),
+        ("llama3-70b", "q4_k_m", 42.5),
+        ("llama3.2-1b", "q4_0", 0.77),
+    ],
+)
+def test_synthetic_models_are_as_large_as_the_real_ones(
+    shape: str, file_type: str, published_gb: float
+) -> None:
     size = synthetic.data_bytes(synthetic.SHAPES[shape], file_type) / 1e9
     assert size == pytest.approx(published_gb, rel=0.02)
 
 
 def test_q4_k_m_keeps_six_bits_where_llama_cpp_does() -> None:
-    layout = {name: kind for name, _, kind in synthetic.tensors(synthetic.SHAPES["llama3-8b"], "q4_k_m")}
+    layout = {
+        name: kind for name, _, kind in synthetic.tensors(synthetic.SHAPES["llama3-8b"], "q4_k_m")
+    }
     Q = synthetic.Q
     assert layout["output.weight"] == Q.Q6_K and layout["token_embd.weight"] == Q.Q4_K
     six_bit = [i for i in range(32) if layout[f"blk.{i}.ffn_down.weight"] == Q.Q6_K]
@@ -41,10 +48,17 @@ def test_q4_k_m_keeps_six_bits_where_llama_cpp_does() -> None:
 
 
 def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
-    files = ["llama_cpp/llama.py", "vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
-             "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", "vendor/llama.cpp/ggml/src/ggml-vulkan/v.cpp",
-             "vendor/llama.cpp/models/ggml-vocab-llama.gguf", "vendor/llama.cpp/tools/server/server.cpp",
-             "vendor/llama.cpp/tools/completion/completion.cpp", "vendor/llama.cpp/docs/build.md"]
+    files = [
+        "llama_cpp/llama.py",
+        "vendor/llama.cpp/CMakeLists.txt",
+        "vendor/llama.cpp/ggml/src/ggml.c",
+        "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu",
+        "vendor/llama.cpp/ggml/src/ggml-vulkan/v.cpp",
+        "vendor/llama.cpp/models/ggml-vocab-llama.gguf",
+        "vendor/llama.cpp/tools/server/server.cpp",
+        "vendor/llama.cpp/tools/completion/completion.cpp",
+        "vendor/llama.cpp/docs/build.md",
+    ]
     sdist = tmp_path / "sdist.tar.gz"
     with tarfile.open(sdist, "w:gz") as archive:
         for name in files:
@@ -54,24 +68,45 @@ def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
     dest = tmp_path / "trimmed"
     trim.trim(sdist, dest)
     kept = {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()}
-    assert kept == {"llama_cpp/llama.py", "vendor/llama.cpp/CMakeLists.txt", "vendor/llama.cpp/ggml/src/ggml.c",
-                    "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu", "vendor/llama.cpp/tools/completion/completion.cpp",
-                    "vendor/llama.cpp/tools/CMakeLists.txt", "vendor/llama.cpp/examples/CMakeLists.txt"}
-    assert "add_subdirectory(completion)" in (dest / "vendor/llama.cpp/tools/CMakeLists.txt").read_text()
+    assert kept == {
+        "llama_cpp/llama.py",
+        "vendor/llama.cpp/CMakeLists.txt",
+        "vendor/llama.cpp/ggml/src/ggml.c",
+        "vendor/llama.cpp/ggml/src/ggml-cuda/mmq.cu",
+        "vendor/llama.cpp/tools/completion/completion.cpp",
+        "vendor/llama.cpp/tools/CMakeLists.txt",
+        "vendor/llama.cpp/examples/CMakeLists.txt",
+    }
+    assert (
+        "add_subdirectory(completion)"
+        in (dest / "vendor/llama.cpp/tools/CMakeLists.txt").read_text()
+    )
 
 
 def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
     """The kit's own command on tiny shapes, with the installed llama-cpp-python."""
-    env = dict(os.environ, KIT_WORK=str(tmp_path / "work"), OUT=str(tmp_path / "out"), PYTHON=sys.executable)
-    done = subprocess.run([str(KIT / "kit.sh"), "run", "--cpu", "--installed"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        KIT_WORK=str(tmp_path / "work"),
+        OUT=str(tmp_path / "out"),
+        PYTHON=sys.executable,
+    )
+    done = subprocess.run(
+        [str(KIT / "kit.sh"), "run", "--cpu", "--installed"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["machine"]["gpu"] == "none" and "CPU" in results["machine"]["backends"]
     assert set(results["targets"]) == {"tiny-q4_k_m", "tiny-f16"}
     for target in results["targets"].values():
         widths = target["verify_ms_by_width"]
-        assert list(widths) == [str(w) for w in range(1, 9)] and all(ms > 0 for ms in widths.values())
+        assert list(widths) == [str(w) for w in range(1, 9)] and all(
+            ms > 0 for ms in widths.values()
+        )
         assert target["draft_ms_per_token"] > 0
         for run in ("specrun_plain", "specrun_fixed"):
             assert target[run]["generated"] == 32 and target[run]["tokens_per_second"] > 0
@@ -85,6 +120,11 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
     assert "CPU only" in report and "## tiny-f16" in report and "| specrun γ=4 |" in report
 
     # A second call keeps what the first measured.
-    again = subprocess.run([str(KIT / "kit.sh"), "run", "--cpu", "--installed"], env=env,
-                           capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        [str(KIT / "kit.sh"), "run", "--cpu", "--installed"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert again.returncode == 0 and "tiny-f16: measured before, kept" in again.stdout

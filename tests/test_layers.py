@@ -15,8 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"specrun": ROOT / "specrun", "specrun_tui": ROOT / "tui"}
 # The engine is a library: none of it may reach up into a front end.
 FRONT_ENDS = {"specrun.cli", "specrun.chat_cli", "specrun.models_cli", "specrun.commands"}
-LIBRARY = {"specrun.runtime", "specrun.sampling", "specrun.speculative", "specrun.gamma", "specrun.stats",
-           "specrun.drafting", "specrun.engine", "specrun.prompt", "specrun.backend"}
+LIBRARY = {
+    "specrun.runtime",
+    "specrun.sampling",
+    "specrun.speculative",
+    "specrun.gamma",
+    "specrun.stats",
+    "specrun.drafting",
+    "specrun.engine",
+    "specrun.prompt",
+    "specrun.backend",
+}
 
 
 def modules() -> dict[str, Path]:
@@ -41,7 +50,10 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 def graph() -> dict[str, set[str]]:
     """Module -> the project modules it imports (a package's __init__ re-exports are left out)."""
     known = modules()
-    return {name: imports_of(path, set(known)) - {name, "specrun", "specrun_tui"} for name, path in known.items()}
+    return {
+        name: imports_of(path, set(known)) - {name, "specrun", "specrun_tui"}
+        for name, path in known.items()
+    }
 
 
 def test_no_import_cycle():
@@ -54,7 +66,9 @@ def test_no_import_cycle():
 def test_the_library_never_imports_a_front_end():
     for name, imported in graph().items():
         if name in LIBRARY:
-            assert not imported & (FRONT_ENDS | {m for m in imported if m.startswith("specrun_tui")}), name
+            assert not imported & (
+                FRONT_ENDS | {m for m in imported if m.startswith("specrun_tui")}
+            ), name
 
 
 if __name__ == "__main__":

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
+
 from specrun.core.drafting import HybridDraft, ModelDraft
-from specrun.core.lookup import CANDIDATES, MATCH_CAP, LookupDraft
 from specrun.core.gamma import AdaptiveGamma, FixedGamma
-from specrun.prompt import prompt_tokens
-from specrun.llama.model import Detokenizer, Model, Tokens
-from specrun.core.sampling import SamplingParams
+from specrun.core.lookup import CANDIDATES, MATCH_CAP, LookupDraft
 from specrun.core.loop import Round, generate
+from specrun.core.sampling import SamplingParams
+from specrun.llama.model import Detokenizer, Model, Tokens
+from specrun.prompt import prompt_tokens
 
 
 def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list[int]:
@@ -27,7 +27,9 @@ def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list
     a copy that reaches the end goes on from its own start (period len(ctx) - best)."""
     for size in range(min(ngram_max, len(ctx)), ngram_min - 1, -1):
         suffix = ctx[-size:]
-        starts = [s + size for s in range(len(ctx) - size) if ctx[s : s + size] == suffix][-CANDIDATES:]
+        starts = [s + size for s in range(len(ctx) - size) if ctx[s : s + size] == suffix][
+            -CANDIDATES:
+        ]
         if starts:
             first, count = Counter(ctx[s] for s in starts).most_common(1)[0]
             if count < 2 * (len(starts) - count):
@@ -56,11 +58,15 @@ def test_incremental_index_matches_the_definition(chunks):
     """Growing the sequence chunk by chunk (as rounds do), and restarting on an edited prefix.
     A fresh lookup follows the definition; one that saw the earlier rounds may only cut its
     draft shorter (its track record), never to nothing."""
-    lookups = {1: LookupDraft(ngram_max=3, ngram_min=1, max_tokens=5),
-               2: LookupDraft(ngram_max=3, ngram_min=2, max_tokens=5)}
+    lookups = {
+        1: LookupDraft(ngram_max=3, ngram_min=1, max_tokens=5),
+        2: LookupDraft(ngram_max=3, ngram_min=2, max_tokens=5),
+    }
     ctx: list[int] = []
     for i, chunk in enumerate(chunks):
-        ctx = ctx + chunk if i % 3 else chunk + ctx[len(chunk):]  # every third chunk edits the prefix
+        ctx = (
+            ctx + chunk if i % 3 else chunk + ctx[len(chunk) :]
+        )  # every third chunk edits the prefix
         for ngram_min, lookup in lookups.items():
             expected = naive_lookup(ctx, 4, 3, ngram_min)
             assert propose(LookupDraft(3, ngram_min, 5), ctx, 4) == expected
@@ -77,7 +83,16 @@ def test_lookup_proposes_the_continuation_of_a_repeat():
 
 def test_a_copy_that_reaches_the_end_repeats_its_period():
     # [1, 2] last continued at index 6, three tokens before the end: "3, 1, 2" again and again.
-    assert propose(LookupDraft(ngram_max=2), [9, 1, 2, 3, 1, 2, 3, 1, 2], 8) == [3, 1, 2, 3, 1, 2, 3, 1]
+    assert propose(LookupDraft(ngram_max=2), [9, 1, 2, 3, 1, 2, 3, 1, 2], 8) == [
+        3,
+        1,
+        2,
+        3,
+        1,
+        2,
+        3,
+        1,
+    ]
 
 
 def test_the_most_frequent_continuation_wins_and_a_split_vote_proposes_nothing():
@@ -91,7 +106,11 @@ def test_a_longer_match_beats_a_more_recent_one():
     # Both occurrences of [1, 2] continue with 3; the first also matches the 7 before it.
     ctx = [7, 1, 2, 3, 5, 5, 0, 1, 2, 3, 6, 6, 7, 1, 2]
     assert propose(LookupDraft(ngram_max=2), ctx, 3) == [3, 5, 5]
-    assert propose(LookupDraft(ngram_max=2), ctx[1:], 3) == [3, 6, 6]  # equal matches: the most recent
+    assert propose(LookupDraft(ngram_max=2), ctx[1:], 3) == [
+        3,
+        6,
+        6,
+    ]  # equal matches: the most recent
 
 
 def test_a_draft_cut_short_limits_its_key_next_time():
@@ -135,7 +154,16 @@ def test_a_round_reads_only_the_new_tokens(prefill):
 def test_a_new_conversation_or_an_edited_one_starts_over():
     lookup = LookupDraft(ngram_max=2)
     assert propose(lookup, [1, 2, 3, 4, 1, 2]) == [3, 4, 1, 2, 3, 4, 1, 2]
-    assert propose(lookup, [7, 8, 9, 5, 6, 7, 8]) == [9, 5, 6, 7, 8, 9, 5, 6]  # unrelated and longer
+    assert propose(lookup, [7, 8, 9, 5, 6, 7, 8]) == [
+        9,
+        5,
+        6,
+        7,
+        8,
+        9,
+        5,
+        6,
+    ]  # unrelated and longer
     edited = [7, 8, 6, 5, 6, 7, 8, 2]  # the same length and last indexed token, the middle edited
     assert propose(lookup, edited) == propose(LookupDraft(ngram_max=2), edited)
     ctx = [1, 2, 3, 4, 1, 2]
@@ -181,8 +209,19 @@ def test_lookup_under_sampling_stays_valid_and_reproducible(target):
     params = SamplingParams(temperature=0.7, seed=5)
 
     def run():
-        return [t for e in generate(target, prompt, draft=LookupDraft(), params=params, policy=FixedGamma(4),
-                                    max_tokens=40) if isinstance(e, Round) for t in e.tokens]
+        return [
+            t
+            for e in generate(
+                target,
+                prompt,
+                draft=LookupDraft(),
+                params=params,
+                policy=FixedGamma(4),
+                max_tokens=40,
+            )
+            if isinstance(e, Round)
+            for t in e.tokens
+        ]
 
     first = run()
     assert first == run() and len(first) == 40
@@ -191,8 +230,11 @@ def test_lookup_under_sampling_stays_valid_and_reproducible(target):
 def test_real_model_copies_an_extraction_with_lookup(demo_pair):
     target_path, _ = demo_pair
     with Model(target_path, n_ctx=1024) as target:
-        prompt = prompt_tokens(target, 'Copy this JSON and change the age to 31:\n{"name": "Alice", "age": 30, '
-                                       '"city": "Paris", "email": "alice@example.com"}')
+        prompt = prompt_tokens(
+            target,
+            'Copy this JSON and change the age to 31:\n{"name": "Alice", "age": 30, '
+            '"city": "Paris", "email": "alice@example.com"}',
+        )
         plain, _ = greedy_tokens(target, prompt, max_tokens=48)
         tokens, rounds = greedy_tokens(target, prompt, LookupDraft(), AdaptiveGamma(8), 48)
         assert_greedy_identical(target, prompt, plain, tokens, epsilon=0.05)

@@ -6,12 +6,12 @@ import json
 
 import pytest
 from gguf import GGUFReader
+from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from huggingface_hub import try_to_load_from_cache
 from typer.testing import CliRunner
 
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
-from specrun.llama.gguf import GGUFFileError, check_gguf_file
 from specrun.cli.models import app
+from specrun.llama.gguf import GGUFFileError, check_gguf_file
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 
@@ -22,13 +22,17 @@ def invoke(*args: str):
 
 def shown_fields(stdout: str) -> dict[str, str]:
     """`name: value` lines of `models show` as a dict."""
-    return {name: value.strip() for name, value in (line.split(":", 1) for line in stdout.splitlines())}
+    return {
+        name: value.strip() for name, value in (line.split(":", 1) for line in stdout.splitlines())
+    }
 
 
 @pytest.fixture
 def llama_1b(hf_cache, tmp_path):
     """llama-1b-q4 in the cache as a tiny but real GGUF."""
-    content = write_tiny_gguf(tmp_path / "source.gguf", context=512, tokens=("<s>", "</s>", "x", "y", "z"))
+    content = write_tiny_gguf(
+        tmp_path / "source.gguf", context=512, tokens=("<s>", "</s>", "x", "y", "z")
+    )
     return add_cached_file(hf_cache, LLAMA_1B, Q4_K_M, content)
 
 
@@ -38,10 +42,20 @@ def test_list_is_an_aligned_table_with_cached_state(llama_1b):
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED"]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert rows["llama-1b-q4"].split() == ["llama-1b-q4", "llama3", "1B", "Q4_K_M", "0.81", "GB", "yes"]
+    assert rows["llama-1b-q4"].split() == [
+        "llama-1b-q4",
+        "llama3",
+        "1B",
+        "Q4_K_M",
+        "0.81",
+        "GB",
+        "yes",
+    ]
     assert rows["llama-70b-q4"].split()[-1] == "-"
     column = lines[0].index("FAMILY")
-    assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines)  # aligned
+    assert all(
+        line[column - 2 : column] == "  " and line[column] != " " for line in lines
+    )  # aligned
 
 
 def test_list_json(llama_1b):
@@ -49,13 +63,18 @@ def test_list_json(llama_1b):
     assert result.exit_code == 0, result.output
     rows = {row["alias"]: row for row in json.loads(result.stdout)}
     assert rows["llama-1b-q4"]["cached"] is True and rows["llama-1b-q4"]["path"] == str(llama_1b)
-    assert rows["llama-70b-q4"]["cached"] is False and rows["llama-70b-q4"]["drafts"][0] == "llama-1b-q4"
+    assert (
+        rows["llama-70b-q4"]["cached"] is False
+        and rows["llama-70b-q4"]["drafts"][0] == "llama-1b-q4"
+    )
     assert rows["demo-target"]["local"] == "demo:target"
 
 
 def test_catalog_option_adds_aliases(hf_cache, tmp_path):
     extra = tmp_path / "extra.toml"
-    extra.write_text('[[model]]\nalias = "mine"\nfamily = "llama3"\nrepo = "me/x-GGUF"\nfile = "x.gguf"\nparams = "9B"\n')
+    extra.write_text(
+        '[[model]]\nalias = "mine"\nfamily = "llama3"\nrepo = "me/x-GGUF"\nfile = "x.gguf"\nparams = "9B"\n'
+    )
     result = invoke("--catalog", str(extra), "list")
     assert result.exit_code == 0, result.output
     assert any(line.split()[:3] == ["mine", "llama3", "9B"] for line in result.stdout.splitlines())
@@ -66,7 +85,10 @@ def test_catalog_syntax_error_is_one_line_with_file_and_line(hf_cache, tmp_path)
     broken.write_text('[[model]]\nalias = "a"\nfamily = "x\n')
     result = invoke("--catalog", str(broken), "list")
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"specrun: error: {broken}: line 3") and result.stderr.count("\n") == 1
+    assert (
+        result.stderr.startswith(f"specrun: error: {broken}: line 3")
+        and result.stderr.count("\n") == 1
+    )
 
 
 def test_pull_dry_run_shows_files_and_sizes_and_fetches_nothing(hf_cache):
@@ -76,7 +98,10 @@ def test_pull_dry_run_shows_files_and_sizes_and_fetches_nothing(hf_cache):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert f"qwen-14b-q4: {QWEN_14B}" in out
-    assert f"{QWEN_14B_PARTS[0]}  10 B  cached" in out and f"{QWEN_14B_PARTS[2]}  size unknown  to download" in out
+    assert (
+        f"{QWEN_14B_PARTS[0]}  10 B  cached" in out
+        and f"{QWEN_14B_PARTS[2]}  size unknown  to download" in out
+    )
     assert "llama-70b-q4: bartowski/Llama-3.3-70B-Instruct-GGUF" in out
     assert "would download about 42.52 GB (catalog figure" in out
     assert try_to_load_from_cache(QWEN_14B, QWEN_14B_PARTS[2], cache_dir=hf_cache) is None
@@ -91,7 +116,9 @@ def test_pull_of_a_cached_model_needs_no_network(llama_1b):
 def test_pull_offline_fails_with_one_clear_line(hf_cache):
     result = invoke("pull", "llama-1b-q4")
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"specrun: error: {LLAMA_1B}: {Q4_K_M} is not in the Hugging Face cache")
+    assert result.stderr.startswith(
+        f"specrun: error: {LLAMA_1B}: {Q4_K_M} is not in the Hugging Face cache"
+    )
     assert "HF_HUB_OFFLINE" in result.stderr and result.stderr.count("\n") == 1
 
 
@@ -106,7 +133,11 @@ def test_show_alias_prints_gguf_metadata_and_compatible_drafts(llama_1b):
     assert result.exit_code == 0, result.output
     fields = shown_fields(result.stdout)
     assert fields["file"] == str(llama_1b)
-    assert fields["architecture"] == "llama" and fields["layers"] == "2" and fields["context length"] == "512"
+    assert (
+        fields["architecture"] == "llama"
+        and fields["layers"] == "2"
+        and fields["context length"] == "512"
+    )
     assert fields["vocabulary"] == "5 tokens, gpt2 (BPE)"
     assert fields["file type"] == "F16" and fields["chat template"] == "yes"
     assert fields["catalog family"] == "llama3"
@@ -115,7 +146,12 @@ def test_show_alias_prints_gguf_metadata_and_compatible_drafts(llama_1b):
 
 def test_show_target_lists_its_recommended_drafts(hf_cache, tmp_path):
     content = write_tiny_gguf(tmp_path / "source.gguf", chat_template=None)
-    add_cached_file(hf_cache, "bartowski/Llama-3.3-70B-Instruct-GGUF", "Llama-3.3-70B-Instruct-Q4_K_M.gguf", content)
+    add_cached_file(
+        hf_cache,
+        "bartowski/Llama-3.3-70B-Instruct-GGUF",
+        "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+        content,
+    )
     result = invoke("show", "llama-70b-q4")
     assert result.exit_code == 0, result.output
     fields = shown_fields(result.stdout)
@@ -133,22 +169,32 @@ def test_show_path(hf_cache, tmp_path):
     assert "compatible drafts" not in fields
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"PK\x03\x04 a zip, not a model", "is not a GGUF file"),
-    (None, "is truncated: its tensor data needs"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"PK\x03\x04 a zip, not a model", "is not a GGUF file"),
+        (None, "is truncated: its tensor data needs"),
+    ],
+)
 def test_show_rejects_a_bad_file(hf_cache, tmp_path, content, expected):
     path = tmp_path / "bad.gguf"
     if content is None:  # a real GGUF cut short, as by an interrupted copy
         content = write_tiny_gguf(tmp_path / "whole.gguf")[:-40]
     path.write_bytes(content)
     result = invoke("show", str(path))
-    assert result.exit_code == 1 and expected in result.stderr and result.stderr.startswith("specrun: error: ")
+    assert (
+        result.exit_code == 1
+        and expected in result.stderr
+        and result.stderr.startswith("specrun: error: ")
+    )
 
 
 def test_show_of_a_model_not_downloaded(hf_cache):
     result = invoke("show", "gemma-27b-q4")
-    assert result.exit_code == 1 and "ggml-org/gemma-3-27b-it-GGUF: gemma-3-27b-it-Q4_K_M.gguf" in result.stderr
+    assert (
+        result.exit_code == 1
+        and "ggml-org/gemma-3-27b-it-GGUF: gemma-3-27b-it-Q4_K_M.gguf" in result.stderr
+    )
 
 
 def test_rm_deletes_the_alias_files_and_keeps_the_rest(hf_cache):
@@ -177,7 +223,9 @@ def test_check_gguf_file_agrees_with_gguf_reader_on_where_the_data_ends(tmp_path
     assert max(t.data_offset + t.n_bytes for t in reader.tensors) == len(whole)
     check_gguf_file(path)  # whole: no error
     path.write_bytes(whole[:-1])
-    with pytest.raises(GGUFFileError, match=f"needs {len(whole)} bytes, the file has {len(whole) - 1}"):
+    with pytest.raises(
+        GGUFFileError, match=f"needs {len(whole)} bytes, the file has {len(whole) - 1}"
+    ):
         check_gguf_file(path)
 
 

@@ -13,27 +13,54 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 from tinymodels import write_tiny_model
 
 from specrun import doctor
-from specrun.llama import devices
-from specrun.llama import install
+from specrun.llama import devices, install
 from specrun.llama import model as runtime
 
 ROOT = Path(__file__).resolve().parent.parent
-SAPPHIRE_RAPIDS = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx_vnni", "avx512f", "avx512cd",
-                   "avx512vl", "avx512dq", "avx512bw", "avx512vbmi", "avx512_vnni", "avx512_bf16",
-                   "amx_tile", "amx_int8", "amx_bf16"}
-CPU_BUILD = devices.BuildInfo("0.3.36", ("CPU",), ("AVX", "AVX2", "FMA", "F16C", "REPACK"), ("CPU_REPACK",))
-AMX_BUILD = replace(CPU_BUILD, cpu_features=CPU_BUILD.cpu_features + ("AVX512", "AMX_INT8"),
-                    extra_buffer_types=("AMX", "CPU_REPACK"))
+SAPPHIRE_RAPIDS = {
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "bmi2",
+    "avx_vnni",
+    "avx512f",
+    "avx512cd",
+    "avx512vl",
+    "avx512dq",
+    "avx512bw",
+    "avx512vbmi",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+}
+CPU_BUILD = devices.BuildInfo(
+    "0.3.36", ("CPU",), ("AVX", "AVX2", "FMA", "F16C", "REPACK"), ("CPU_REPACK",)
+)
+AMX_BUILD = replace(
+    CPU_BUILD,
+    cpu_features=CPU_BUILD.cpu_features + ("AVX512", "AMX_INT8"),
+    extra_buffer_types=("AMX", "CPU_REPACK"),
+)
 
 
 def specrun(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specrun", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, **env}, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "specrun", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -54,7 +81,14 @@ def test_an_amx_host_builds_its_avx512_and_vnni_but_not_amx():
     built = options(install.cpu_cmake_args(SAPPHIRE_RAPIDS, "x86_64"))
     assert built["GGML_NATIVE"] == "OFF"  # -march=native would switch AMX on
     assert {built[o] for o in install.AMX_OPTIONS} == {"OFF"}
-    for option in ("GGML_AVX2", "GGML_AVX512", "GGML_AVX512_VNNI", "GGML_AVX512_BF16", "GGML_AVX_VNNI", "GGML_FMA"):
+    for option in (
+        "GGML_AVX2",
+        "GGML_AVX512",
+        "GGML_AVX512_VNNI",
+        "GGML_AVX512_BF16",
+        "GGML_AVX_VNNI",
+        "GGML_FMA",
+    ):
         assert built[option] == "ON", option
 
 
@@ -89,24 +123,31 @@ def test_the_build_flags_decide_which_cached_wheel_is_used():
 
 
 def test_the_pinned_version_is_read_from_pyproject():
-    assert f'"llama-cpp-python=={install.pinned_version()}"' in (ROOT / "pyproject.toml").read_text()
+    assert (
+        f'"llama-cpp-python=={install.pinned_version()}"' in (ROOT / "pyproject.toml").read_text()
+    )
 
 
 # --- run time: whatever build is loaded, weights stay off AMX ----------------------------
 
 
-@pytest.mark.parametrize("build, allow, extra", [
-    (CPU_BUILD, False, True),  # no AMX: REPACK and the rest as llama.cpp likes
-    (AMX_BUILD, False, False),  # AMX in the build: extra buffer types off
-    (AMX_BUILD, True, True),  # SPECRUN_AMX=1: the user's call
-])
+@pytest.mark.parametrize(
+    "build, allow, extra",
+    [
+        (CPU_BUILD, False, True),  # no AMX: REPACK and the rest as llama.cpp likes
+        (AMX_BUILD, False, False),  # AMX in the build: extra buffer types off
+        (AMX_BUILD, True, True),  # SPECRUN_AMX=1: the user's call
+    ],
+)
 def test_load_parameters_follow_the_build(build, allow, extra):
     params = runtime.load_params(12, build, allow_amx=allow)
     assert params.use_extra_bufts is extra
     assert params.n_gpu_layers == 12
 
 
-@pytest.mark.parametrize("value, allowed", [("1", True), ("on", True), ("yes", True), ("0", False), ("", False)])
+@pytest.mark.parametrize(
+    "value, allowed", [("1", True), ("on", True), ("yes", True), ("0", False), ("", False)]
+)
 def test_the_amx_switch(value, allowed):
     assert devices.amx_allowed({devices.AMX_ENV: value}) is allowed
 
@@ -124,7 +165,9 @@ def test_the_guarded_load_keeps_repack_and_the_logits(demo_pair, monkeypatch, ca
         got = guarded.logits(tokens, 4)
     log = capfd.readouterr().err
     assert log.count("buffer type overridden to CPU_REPACK") == 7 * guarded.n_layer
-    assert "token_embd.weight" not in "".join(line for line in log.splitlines() if "overridden" in line)
+    assert "token_embd.weight" not in "".join(
+        line for line in log.splitlines() if "overridden" in line
+    )
     assert (got.argmax(-1) == expected.argmax(-1)).all()
 
 
@@ -141,9 +184,14 @@ def test_repack_takes_only_what_its_rules_accept():
         ("output.weight", "Q4_0", (576, 49152)),
     ]
     assert devices.repack_patterns(tensors, AMX_BUILD) == [
-        r"^blk\.(0|1)\.attn_q\.weight$", r"^blk\.(0)\.ffn_down\.weight$", r"^blk\.(0)\.ffn_up\.weight$",
-        r"^output\.weight$"]
-    assert r"^blk\.(0)\.ffn_up\.weight$" not in devices.repack_patterns(tensors, CPU_BUILD)  # no AVX512
+        r"^blk\.(0|1)\.attn_q\.weight$",
+        r"^blk\.(0)\.ffn_down\.weight$",
+        r"^blk\.(0)\.ffn_up\.weight$",
+        r"^output\.weight$",
+    ]
+    assert r"^blk\.(0)\.ffn_up\.weight$" not in devices.repack_patterns(
+        tensors, CPU_BUILD
+    )  # no AVX512
     no_repack = replace(AMX_BUILD, cpu_features=("AVX2", "AVX512"))
     assert devices.repack_patterns(tensors, no_repack) == []
 
@@ -160,7 +208,9 @@ def test_the_loaded_build_describes_itself():
 
 def test_metal_shows_as_metal():
     assert devices.backend_name("MTL") == "Metal"
-    assert devices.accelerator_name(replace(CPU_BUILD, backends=("Metal", "BLAS", "CPU"))) == "Metal"
+    assert (
+        devices.accelerator_name(replace(CPU_BUILD, backends=("Metal", "BLAS", "CPU"))) == "Metal"
+    )
     assert devices.accelerator_name(CPU_BUILD) == "CPU"
 
 
@@ -169,9 +219,14 @@ def test_metal_shows_as_metal():
 
 def supervised(body: str) -> subprocess.CompletedProcess:
     """`body` run as the work of a supervised process, the way the `specrun` command runs."""
-    program = ("import ctypes, os, signal, sys\nfrom specrun.llama.supervise import supervise\ndef work():\n"
-               + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ") + "    return 0\nsys.exit(supervise(work))\n")
-    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    program = (
+        "import ctypes, os, signal, sys\nfrom specrun.llama.supervise import supervise\ndef work():\n"
+        + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ")
+        + "    return 0\nsys.exit(supervise(work))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
 
 
 def test_a_segfault_prints_one_line_and_keeps_what_was_written():
@@ -211,9 +266,26 @@ def test_a_llama_cpp_assertion_is_one_line_and_no_backtrace(tmp_path):
 
 def long_json_generation(target: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "specrun", "run", "-t", str(target), "--raw", "--temp", "0", "-n", "3000",
-         "--json", "1, 2, 3, 4, 5, 6,"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "run",
+            "-t",
+            str(target),
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "3000",
+            "--json",
+            "1, 2, 3, 4, 5, 6,",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
     )
 
 
@@ -252,9 +324,26 @@ def test_two_ctrl_c_in_quick_succession(demo_pair):
 def test_ctrl_c_during_loading_is_not_swallowed(demo_pair):
     """llama.cpp logs while it loads; the interrupt must not vanish in the log callback."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "specrun", "run", "-t", str(demo_pair[0]), "--verbose", "--temp", "0",
-         "-n", "3000", "--raw", "1, 2, 3,"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "run",
+            "-t",
+            str(demo_pair[0]),
+            "--verbose",
+            "--temp",
+            "0",
+            "-n",
+            "3000",
+            "--raw",
+            "1, 2, 3,",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
     )
     process.stderr.readline()  # llama.cpp has begun to log: the load is under way
     process.send_signal(signal.SIGINT)
@@ -286,7 +375,9 @@ def test_doctor_json_on_this_machine(demo_pair):
     assert set(report["caches"]) == {"specrun", "huggingface", "llama wheels"}
     assert not any("CPU features this CPU lacks" in p["problem"] for p in report["problems"])
     placement = report["demo_placement"]
-    assert placement["target_bytes"] > 270_000_000  # the F16 weights, and the KV cache and compute on top
+    assert (
+        placement["target_bytes"] > 270_000_000
+    )  # the F16 weights, and the KV cache and compute on top
     if not any(d["kind"] in ("GPU", "iGPU") for d in report["devices"]):
         assert placement["fit"] == "no GPU: everything runs on the CPU"
 
@@ -296,13 +387,25 @@ def test_doctor_text_names_build_devices_and_caches():
     assert result.returncode == 0, result.stderr
     for heading in ("llama-cpp-python", "backends:", "devices", "caches", "demo pair:"):
         assert heading in result.stdout
-    assert "specrun's sampling: compiled" in result.stdout  # setup.py built specrun/core/_sampling.c
+    assert (
+        "specrun's sampling: compiled" in result.stdout
+    )  # setup.py built specrun/core/_sampling.c
 
 
-def report_for(build: devices.BuildInfo, gpus: list[doctor.HostGpu], flags: set[str] | None = None,
-               allow_amx: bool = False) -> doctor.Report:
-    return doctor.Report(build=build, devices=[], host_cpu_flags=flags or {"avx", "avx2", "fma", "f16c"},
-                         host_gpus=gpus, amx_allowed=allow_amx, demo_pair_present=True)
+def report_for(
+    build: devices.BuildInfo,
+    gpus: list[doctor.HostGpu],
+    flags: set[str] | None = None,
+    allow_amx: bool = False,
+) -> doctor.Report:
+    return doctor.Report(
+        build=build,
+        devices=[],
+        host_cpu_flags=flags or {"avx", "avx2", "fma", "f16c"},
+        host_gpus=gpus,
+        amx_allowed=allow_amx,
+        demo_pair_present=True,
+    )
 
 
 def test_doctor_gives_the_cuda_reinstall_for_a_cpu_build_on_an_nvidia_machine():
@@ -312,8 +415,16 @@ def test_doctor_gives_the_cuda_reinstall_for_a_cpu_build_on_an_nvidia_machine():
     assert "llama-cpp-python==0.3.36" in found[0].fix and "whl/cu124" in found[0].fix
 
 
-@pytest.mark.parametrize("cuda, index", [((12, 4), "cu124"), ((12, 8), "cu125"), ((13, 1), "cu130"),
-                                          ((11, 8), "cu118"), (None, "cu124")])
+@pytest.mark.parametrize(
+    "cuda, index",
+    [
+        ((12, 4), "cu124"),
+        ((12, 8), "cu125"),
+        ((13, 1), "cu130"),
+        ((11, 8), "cu118"),
+        (None, "cu124"),
+    ],
+)
 def test_the_newest_cuda_wheel_the_driver_runs(cuda, index):
     assert doctor.cuda_wheel_index(cuda) == index
 
@@ -349,9 +460,13 @@ def test_json_and_stats_name_the_device(tiny_target):
 
 
 def test_gpu_layers_on_a_cpu_build_warn_once(tiny_target):
-    result = specrun("run", "-t", str(tiny_target), "--temp", "0", "-n", "4", "--gpu-layers", "10", "the sea")
+    result = specrun(
+        "run", "-t", str(tiny_target), "--temp", "0", "-n", "4", "--gpu-layers", "10", "the sea"
+    )
     assert result.returncode == 0
-    assert result.stderr.count("--gpu-layers is ignored: this llama.cpp build has no GPU backend") == 1
+    assert (
+        result.stderr.count("--gpu-layers is ignored: this llama.cpp build has no GPU backend") == 1
+    )
 
 
 def test_running_out_of_memory_is_named_as_such(demo_pair):
@@ -359,16 +474,47 @@ def test_running_out_of_memory_is_named_as_such(demo_pair):
     weights map but the 8192-token KV cache (188 MiB) cannot be allocated."""
     import resource
 
-    baseline = subprocess.run([sys.executable, "-c", "import specrun, re; print(re.search(r'VmSize:\\s+(\\d+)', "
-                               "open('/proc/self/status').read()).group(1))"], capture_output=True, text=True, cwd=ROOT)
-    limit = (int(baseline.stdout) * 1024 + demo_pair[0].stat().st_size + 100 * 2**20)
+    baseline = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import specrun, re; print(re.search(r'VmSize:\\s+(\\d+)', "
+            "open('/proc/self/status').read()).group(1))",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    limit = int(baseline.stdout) * 1024 + demo_pair[0].stat().st_size + 100 * 2**20
 
     def cap_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    result = subprocess.run([sys.executable, "-m", "specrun", "run", "-t", str(demo_pair[0]), "--ctx", "8192",
-                             "--threads", "1", "--temp", "0", "-n", "4", "hi"], capture_output=True, text=True,
-                            timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT, preexec_fn=cap_memory)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "run",
+            "-t",
+            str(demo_pair[0]),
+            "--ctx",
+            "8192",
+            "--threads",
+            "1",
+            "--temp",
+            "0",
+            "-n",
+            "4",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+        preexec_fn=cap_memory,
+    )
     assert result.returncode in (1, 128 + signal.SIGABRT), result.stderr
     line = one_error_line(result)
     assert "memory" in line and "--ctx" in line and "--gpu-layers" in line

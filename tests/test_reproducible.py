@@ -7,15 +7,15 @@ import json
 
 import numpy as np
 import pytest
-
-from specrun.engine import Engine
-from specrun.options import DraftOptions, LoadOptions
-from specrun.llama.model import Model
-from specrun.core import sampling
-from specrun.core.sampling import NEAR_TIE, SamplingParams, greedy_choice, verify_greedy
-from specrun.core.loop import Round
-from specrun.core.stats import Stats
 from test_cli import specrun
+
+from specrun.core import sampling
+from specrun.core.loop import Round
+from specrun.core.sampling import NEAR_TIE, SamplingParams, greedy_choice, verify_greedy
+from specrun.core.stats import Stats
+from specrun.engine import Engine
+from specrun.llama.model import Model
+from specrun.options import DraftOptions, LoadOptions
 
 GREEDY = SamplingParams(temperature=0)
 GAMMAS = ("0", "1", "4", "auto")
@@ -29,7 +29,9 @@ def pair(request):
     return request.getfixturevalue("demo_pair")
 
 
-def generation(engine: Engine, gamma: str, prompt: list[int], max_tokens: int) -> tuple[list[int], str]:
+def generation(
+    engine: Engine, gamma: str, prompt: list[int], max_tokens: int
+) -> tuple[list[int], str]:
     engine.set_gamma(gamma)
     rounds = [e for e in engine.stream(prompt, max_tokens=max_tokens) if isinstance(e, Round)]
     return [t for r in rounds for t in r.tokens], "".join(r.text for r in rounds)
@@ -38,15 +40,24 @@ def generation(engine: Engine, gamma: str, prompt: list[int], max_tokens: int) -
 def test_greedy_output_is_byte_identical_at_every_gamma(pair):
     """One engine, every γ, two turns: the second reuses the cache the first left behind."""
     target, draft = pair
-    with Engine.load(target, draft, options=REPRODUCIBLE, params=GREEDY, drafting=DraftOptions(gamma="4")) as engine:
+    with Engine.load(
+        target, draft, options=REPRODUCIBLE, params=GREEDY, drafting=DraftOptions(gamma="4")
+    ) as engine:
         assert engine.target.invariance is not None
-        for text in ("Write a short poem about the sea.", "List three prime numbers and explain why."):
+        for text in (
+            "Write a short poem about the sea.",
+            "List three prime numbers and explain why.",
+        ):
             first = engine.prompt(text)
             outputs = {}
             for gamma in GAMMAS:
                 tokens, answer = generation(engine, gamma, first, 48)
                 follow_up = first + tokens + engine.target.tokenize(" And then?", add_special=False)
-                outputs[gamma] = (tokens, answer.encode(), generation(engine, gamma, follow_up, 24)[1].encode())
+                outputs[gamma] = (
+                    tokens,
+                    answer.encode(),
+                    generation(engine, gamma, follow_up, 24)[1].encode(),
+                )
             assert outputs["0"][0], "nothing generated"
             for gamma in GAMMAS[1:]:
                 assert outputs[gamma] == outputs["0"], f"γ={gamma} differs from plain decoding"
@@ -57,13 +68,21 @@ def test_serial_verify_is_plain_decoding_at_every_gamma(pair):
     position per pass gives plain decoding's output (without --reproducible) at every γ."""
     target, draft = pair
     prompt_text = "Write a short poem about the sea."
-    with Engine.load(target, options=LoadOptions(n_ctx=512, threads=1), params=GREEDY,
-                     drafting=DraftOptions(gamma="0")) as plain:
+    with Engine.load(
+        target,
+        options=LoadOptions(n_ctx=512, threads=1),
+        params=GREEDY,
+        drafting=DraftOptions(gamma="0"),
+    ) as plain:
         expected = generation(plain, "0", plain.prompt(prompt_text), 48)
-    with Engine.load(target, draft, options=LoadOptions(n_ctx=512, threads=1), params=GREEDY) as engine:
+    with Engine.load(
+        target, draft, options=LoadOptions(n_ctx=512, threads=1), params=GREEDY
+    ) as engine:
         engine.target.max_width = 1  # what the load-time check sets for "serial"
         for gamma in GAMMAS[1:]:
-            assert generation(engine, gamma, engine.prompt(prompt_text), 48) == expected, f"γ={gamma}"
+            assert generation(engine, gamma, engine.prompt(prompt_text), 48) == expected, (
+                f"γ={gamma}"
+            )
 
 
 def test_reproducible_logits_do_not_depend_on_the_batch(pair):
@@ -75,7 +94,9 @@ def test_reproducible_logits_do_not_depend_on_the_batch(pair):
         batch = model.logits(sequence, 5)
         model.reset()
         model.logits(sequence[:-5], 0)
-        plain = np.concatenate([model.logits(sequence[:n], 1) for n in range(len(sequence) - 4, len(sequence) + 1)])
+        plain = np.concatenate(
+            [model.logits(sequence[:n], 1) for n in range(len(sequence) - 4, len(sequence) + 1)]
+        )
         assert np.array_equal(batch, plain), model.invariance
 
 
@@ -91,7 +112,9 @@ def test_near_ties_count_rows_whose_top_two_are_close(compiled, monkeypatch):
     rows[4] = np.arange(10)[::-1]  # the best at the start
     choices = [greedy_choice(row) for row in rows]
     assert [best for best, _ in choices] == list(rows.argmax(axis=1))
-    np.testing.assert_allclose([gap for _, gap in choices], [NEAR_TIE / 2, 2 * NEAR_TIE, 5.0, 0.0, 1.0], rtol=1e-5)
+    np.testing.assert_allclose(
+        [gap for _, gap in choices], [NEAR_TIE / 2, 2 * NEAR_TIE, 5.0, 0.0, 1.0], rtol=1e-5
+    )
     flipped = rows[:, ::-1].copy()
     assert [best for best, _ in map(greedy_choice, flipped)] == list(flipped.argmax(axis=1))
     # Greedy verification checks the rows it reads, one per committed token, and no more.
@@ -100,7 +123,9 @@ def test_near_ties_count_rows_whose_top_two_are_close(compiled, monkeypatch):
 
 
 def test_near_ties_reach_the_figures(tiny_target, tiny_draft):
-    with Engine.load(tiny_target, tiny_draft, options=LoadOptions(threads=1), params=GREEDY) as engine:
+    with Engine.load(
+        tiny_target, tiny_draft, options=LoadOptions(threads=1), params=GREEDY
+    ) as engine:
         stats = Stats()
         for event in engine.stream("the sea", max_tokens=32):
             stats.add(event)
@@ -112,8 +137,21 @@ def test_near_ties_reach_the_figures(tiny_target, tiny_draft):
 
 
 def test_run_reproducible_says_how_and_reports_it(tiny_target, tiny_draft):
-    common = ["run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "16", "--threads", "1",
-              "--reproducible", "the sea"]
+    common = [
+        "run",
+        "-t",
+        str(tiny_target),
+        "-d",
+        str(tiny_draft),
+        "--temp",
+        "0",
+        "-n",
+        "16",
+        "--threads",
+        "1",
+        "--reproducible",
+        "the sea",
+    ]
     answers = {gamma: specrun(*common, "--gamma", gamma) for gamma in ("0", "3")}
     assert answers["0"].returncode == answers["3"].returncode == 0, answers["3"].stderr
     assert answers["0"].stdout == answers["3"].stdout and answers["0"].stdout.strip()
@@ -127,8 +165,24 @@ def test_run_reproducible_says_how_and_reports_it(tiny_target, tiny_draft):
 def test_serve_reproducible_answers_as_plain_decoding_does(tiny_target, tiny_draft):
     from test_serve import Server, chat
 
-    plain = json.loads(specrun("run", "-t", str(tiny_target), "--reproducible", "--gamma", "0", "--temp", "0",
-                               "-n", "24", "--threads", "1", "--json", "the sea").stdout)
+    plain = json.loads(
+        specrun(
+            "run",
+            "-t",
+            str(tiny_target),
+            "--reproducible",
+            "--gamma",
+            "0",
+            "--temp",
+            "0",
+            "-n",
+            "24",
+            "--threads",
+            "1",
+            "--json",
+            "the sea",
+        ).stdout
+    )
     server = Server("-t", str(tiny_target), "-d", str(tiny_draft), "--reproducible", "--gamma", "3")
     try:
         assert server.stats()["reproducible"] == plain["reproducible"]

@@ -17,13 +17,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from specrun.llama import rpc
 from specrun.errors import SpecrunError
+from specrun.llama import rpc
 
 READY_SECONDS = 60  # a loaded test machine takes a while to start Python and ggml
 
@@ -35,13 +35,20 @@ def free_port() -> int:
 
 
 def specrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "specrun", *args], input="", capture_output=True, text=True,
-                            timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
     return result
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess, expected: str, code: int = 1) -> None:
+def assert_one_line_error(
+    result: subprocess.CompletedProcess, expected: str, code: int = 1
+) -> None:
     lines = result.stderr.strip().splitlines()
     assert result.returncode == code, result.stderr
     assert len(lines) == 1 and lines[0].startswith("specrun: error: "), result.stderr
@@ -56,9 +63,22 @@ class Server:
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "specrun", "rpc-server", "--port", self.endpoint.split(":")[1],
-                 "--threads", "1", *extra], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)  # its own process group: the supervisor and the child that serves
+                [
+                    sys.executable,
+                    "-m",
+                    "specrun",
+                    "rpc-server",
+                    "--port",
+                    self.endpoint.split(":")[1],
+                    "--threads",
+                    "1",
+                    *extra,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # its own process group: the supervisor and the child that serves
         deadline = time.monotonic() + READY_SECONDS
         while True:
             try:
@@ -89,10 +109,25 @@ def two_servers(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
         server.stop()
 
 
-def test_greedy_output_split_over_two_servers_is_the_local_output(two_servers, tiny_target, tiny_draft):
+def test_greedy_output_split_over_two_servers_is_the_local_output(
+    two_servers, tiny_target, tiny_draft
+):
     first, second = two_servers
-    common = ["run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "40", "--threads", "1",
-              "--json", "the sea"]
+    common = [
+        "run",
+        "-t",
+        str(tiny_target),
+        "-d",
+        str(tiny_draft),
+        "--temp",
+        "0",
+        "-n",
+        "40",
+        "--threads",
+        "1",
+        "--json",
+        "the sea",
+    ]
     local = specrun(*common, "--gamma", "0")
     split = specrun(*common, "--gamma", "3", "--rpc", f"{first.endpoint},{second.endpoint}")
     assert local.returncode == split.returncode == 0, split.stderr
@@ -101,7 +136,9 @@ def test_greedy_output_split_over_two_servers_is_the_local_output(two_servers, t
     assert record["rpc"] == [first.endpoint, second.endpoint] and record["device"] == "CPU + RPC"
     # Both layers of the target remote, one on each server; the draft here.
     placement = split.stderr.strip().splitlines()[0]
-    assert f"target: 2/2 layers on RPC0@{first.endpoint} + RPC1@{second.endpoint}" in placement, placement
+    assert f"target: 2/2 layers on RPC0@{first.endpoint} + RPC1@{second.endpoint}" in placement, (
+        placement
+    )
     assert "split 0.50:0.50" in placement and "draft: on this machine's CPU" in placement, placement
     assert record["gpu_layers"] == ["2/2", "0/2"]
 
@@ -124,13 +161,19 @@ def test_a_server_of_another_protocol_version_is_one_line(tiny_target):
             connection, _ = listener.accept()
             with connection:
                 connection.recv(1 + 8 + rpc.CAPS_SIZE)
-                connection.sendall(struct.pack("<Q", 4 + rpc.CAPS_SIZE) + bytes([6, 1, 0, 0]) + bytes(rpc.CAPS_SIZE))
+                connection.sendall(
+                    struct.pack("<Q", 4 + rpc.CAPS_SIZE)
+                    + bytes([6, 1, 0, 0])
+                    + bytes(rpc.CAPS_SIZE)
+                )
 
         peer = threading.Thread(target=answer_once, daemon=True)
         peer.start()
         result = specrun("run", "-t", str(tiny_target), "--threads", "1", "--rpc", endpoint, "hi")
         peer.join(timeout=10)
-    assert_one_line_error(result, f"the RPC server {endpoint} speaks protocol 6.1.0 and this llama.cpp 7.0.0")
+    assert_one_line_error(
+        result, f"the RPC server {endpoint} speaks protocol 6.1.0 and this llama.cpp 7.0.0"
+    )
 
 
 @pytest.mark.parametrize("value", ["localhost", "127.0.0.1:0", "127.0.0.1:x", ":50052", "a:1,a:1"])
@@ -139,13 +182,29 @@ def test_a_malformed_rpc_option_is_a_usage_error(tiny_target, value):
     assert_one_line_error(result, "--rpc", code=2)
 
 
-def test_a_server_killed_mid_generation_ends_with_one_line_and_keeps_the_text(two_servers, tiny_target):
+def test_a_server_killed_mid_generation_ends_with_one_line_and_keeps_the_text(
+    two_servers, tiny_target
+):
     first, second = two_servers
-    args = ["run", "-t", str(tiny_target), "--raw", "--temp", "0", "-n", "900", "--threads", "1", "the sea"]
+    args = [
+        "run",
+        "-t",
+        str(tiny_target),
+        "--raw",
+        "--temp",
+        "0",
+        "-n",
+        "900",
+        "--threads",
+        "1",
+        "the sea",
+    ]
     local = specrun(*args)
     client = subprocess.Popen(
         [sys.executable, "-m", "specrun", *args, "--rpc", f"{first.endpoint},{second.endpoint}"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     started = client.stdout.read(8)  # generation is under way, its layers on both servers
@@ -164,13 +223,19 @@ def test_a_server_killed_mid_generation_ends_with_one_line_and_keeps_the_text(tw
 
 
 def test_rpc_server_refuses_bad_input(tmp_path):
-    assert_one_line_error(specrun("rpc-server", "--host", "localhost"), "--host must be an IPv4 address", code=2)
-    assert_one_line_error(specrun("rpc-server", "--device", "NOPE0"), "--device: no device 'NOPE0' here", code=2)
+    assert_one_line_error(
+        specrun("rpc-server", "--host", "localhost"), "--host must be an IPv4 address", code=2
+    )
+    assert_one_line_error(
+        specrun("rpc-server", "--device", "NOPE0"), "--device: no device 'NOPE0' here", code=2
+    )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        assert_one_line_error(specrun("rpc-server", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}")
+        assert_one_line_error(
+            specrun("rpc-server", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}"
+        )
 
 
 def test_rpc_server_beyond_loopback_warns_that_nobody_is_checked(tmp_path):

@@ -36,14 +36,22 @@ def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:
 
 token_ids = st.integers(min_value=3, max_value=330)
 steps = st.lists(
-    st.tuples(st.integers(min_value=0, max_value=40), st.lists(token_ids, min_size=1, max_size=12),
-              st.integers(min_value=1, max_value=4)),
-    min_size=1, max_size=6,
+    st.tuples(
+        st.integers(min_value=0, max_value=40),
+        st.lists(token_ids, min_size=1, max_size=12),
+        st.integers(min_value=1, max_value=4),
+    ),
+    min_size=1,
+    max_size=6,
 )
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,  # the same examples on every run
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,  # the same examples on every run
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(start=st.lists(token_ids, min_size=2, max_size=30), steps=steps)
 def test_cache_after_any_rollbacks_equals_fresh_evaluation(cached, fresh, start, steps):
     """Arbitrary extend/rollback sequences: the cached logits equal a fresh evaluation."""
@@ -182,8 +190,14 @@ def test_bad_files_give_clear_errors(tmp_path, tiny_target):
         Model(truncated)
 
 
-@given(base=st.lists(token_ids, max_size=12), tail=st.lists(token_ids, max_size=6), more=st.lists(token_ids, max_size=4),
-       start=st.integers(-20, 20), stop=st.integers(-20, 20), step=st.sampled_from([1, 2, -1]))
+@given(
+    base=st.lists(token_ids, max_size=12),
+    tail=st.lists(token_ids, max_size=6),
+    more=st.lists(token_ids, max_size=4),
+    start=st.integers(-20, 20),
+    stop=st.integers(-20, 20),
+    step=st.sampled_from([1, 2, -1]),
+)
 def test_a_continuation_reads_as_the_list_it_stands_for(base, tail, more, start, stop, step):
     tokens = Tokens(base)
     continuation = tokens.then(tail)
@@ -192,14 +206,26 @@ def test_a_continuation_reads_as_the_list_it_stands_for(base, tail, more, start,
     assert len(continuation) == len(expected)
     assert continuation[start:stop:step] == expected[start:stop:step]
     n = len(expected)
-    assert [continuation[i] for i in range(n)] == [continuation[i - n] for i in range(n)] == expected
+    assert (
+        [continuation[i] for i in range(n)] == [continuation[i - n] for i in range(n)] == expected
+    )
     assert list(tokens) == tokens[:] == base + more
 
 
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(start=st.lists(token_ids, min_size=2, max_size=30), steps=steps, edits=st.lists(st.booleans(), max_size=6))
-def test_continuations_and_unrelated_sequences_keep_the_cache_exact(cached, fresh, start, steps, edits):
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    start=st.lists(token_ids, min_size=2, max_size=30),
+    steps=steps,
+    edits=st.lists(st.booleans(), max_size=6),
+)
+def test_continuations_and_unrelated_sequences_keep_the_cache_exact(
+    cached, fresh, start, steps, edits
+):
     """The loop's append-only context with rolled-back drafts, interleaved with plain lists
     that edit it (a chat turn, another prompt): the cached logits equal a fresh evaluation."""
     ctx = Tokens([1] + start)

@@ -7,9 +7,17 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specrun.errors import SpecrunError
 from specrun.core import sampling
-from specrun.core.sampling import SamplingParams, _top_k_ids, distribution, pick, probabilities, sample, verify
+from specrun.core.sampling import (
+    SamplingParams,
+    _top_k_ids,
+    distribution,
+    pick,
+    probabilities,
+    sample,
+    verify,
+)
+from specrun.errors import SpecrunError
 
 DRAWS = 20_000
 P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
@@ -40,7 +48,9 @@ def assert_follows(counts: np.ndarray, expected: np.ndarray) -> None:
     if support.sum() == 1:
         return  # one possible token, and only it was produced
     result = chisquare(counts[support], expected[support] / expected[support].sum() * counts.sum())
-    assert result.pvalue > P_VALUE_FLOOR, f"output does not follow the target (p={result.pvalue:.2e})"
+    assert result.pvalue > P_VALUE_FLOOR, (
+        f"output does not follow the target (p={result.pvalue:.2e})"
+    )
 
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
@@ -68,7 +78,9 @@ def test_draft_equal_to_target_is_always_accepted(params):
         drafts = [sample(q, draws) for _ in range(4)]
         accepted, _ = verify(np.tile(logits, (5, 1)), drafts, [q] * 4, params, draws)
         assert accepted == 4
-    assert_follows(first_token_counts(logits, logits, params, 2, seed=1), probabilities(logits, params))
+    assert_follows(
+        first_token_counts(logits, logits, params, 2, seed=1), probabilities(logits, params)
+    )
 
 
 def test_disjoint_draft_is_always_rejected_and_resampled_from_target():
@@ -79,7 +91,9 @@ def test_disjoint_draft_is_always_rejected_and_resampled_from_target():
     for _ in range(200):
         accepted, token = verify(np.tile(p_logits, (2, 1)), [sample(q, rng)], [q], PLAIN, rng)
         assert accepted == 0 and token < 4
-    assert_follows(first_token_counts(p_logits, q_logits, PLAIN, 1, seed=2), probabilities(p_logits, PLAIN))
+    assert_follows(
+        first_token_counts(p_logits, q_logits, PLAIN, 1, seed=2), probabilities(p_logits, PLAIN)
+    )
 
 
 @pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
@@ -113,7 +127,10 @@ def test_transform_applies_each_filter():
     min_p = probabilities(logits, SamplingParams(temperature=1, top_k=0, top_p=1, min_p=0.3))
     assert np.count_nonzero(min_p) == 3  # kept: p >= 0.3 * 0.4
     hot = probabilities(logits, SamplingParams(temperature=2, top_k=0, top_p=1, min_p=0))
-    np.testing.assert_allclose(hot / hot.sum(), np.sqrt([0.4, 0.3, 0.15, 0.1, 0.05]) / np.sqrt([0.4, 0.3, 0.15, 0.1, 0.05]).sum())
+    np.testing.assert_allclose(
+        hot / hot.sum(),
+        np.sqrt([0.4, 0.3, 0.15, 0.1, 0.05]) / np.sqrt([0.4, 0.3, 0.15, 0.1, 0.05]).sum(),
+    )
     greedy = probabilities(logits, SamplingParams(temperature=0))
     np.testing.assert_array_equal(greedy, [1, 0, 0, 0, 0])
 
@@ -136,7 +153,9 @@ def test_residual_rounding_to_zero_does_not_divide_by_zero():
         assert token in (0, 1)
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(min_p=1.0)])
+@pytest.mark.parametrize(
+    "bad", [dict(temperature=-1), dict(top_k=-1), dict(top_p=0), dict(min_p=1.0)]
+)
 def test_invalid_sampling_values_are_user_errors(bad):
     with pytest.raises(SpecrunError):
         SamplingParams(**bad)
@@ -158,7 +177,9 @@ def ranked(logits):
 
 def test_the_compiled_sampling_is_built():
     """setup.py builds it as optional, so an install goes on without it; here it must be there."""
-    assert sampling.compiled(), "specrun/core/_sampling.c did not compile: run `pip install -e .` and read its output"
+    assert sampling.compiled(), (
+        "specrun/core/_sampling.c did not compile: run `pip install -e .` and read its output"
+    )
 
 
 @pytest.mark.parametrize("search", TOP_K_SEARCHES)
@@ -178,7 +199,9 @@ def test_top_k_candidates_at_the_end_and_among_ties(search):
     tied = np.zeros(1000, dtype=np.float32)
     tied[[3, 500, 998]] = 1.0
     assert set(search(tied, 5)) == {3, 500, 998, 0, 1}
-    rounded = np.round(np.random.default_rng(1).normal(size=5000), 1).astype(np.float32)  # ties everywhere
+    rounded = np.round(np.random.default_rng(1).normal(size=5000), 1).astype(
+        np.float32
+    )  # ties everywhere
     for k in (1, 7, 40):
         assert set(search(rounded, k)) == set(ranked(rounded)[:k])
     masked = np.full(100, -np.inf, dtype=np.float32)
@@ -195,21 +218,29 @@ def test_the_compiled_top_k_is_ranked_and_refuses_wrong_sizes():
     with pytest.raises(ValueError, match="need 1 <= k"):
         sampling._compiled.top_k(logits, 0)
     with pytest.raises(ValueError, match="ids must hold k = 10"):
-        sampling._compiled.distribution(logits, 10, 0.9, 0.05, 0.8, np.empty(9, np.int64), np.empty(10))
+        sampling._compiled.distribution(
+            logits, 10, 0.9, 0.05, 0.8, np.empty(9, np.int64), np.empty(10)
+        )
     with pytest.raises(ValueError, match="temperature > 0"):
-        sampling._compiled.distribution(logits, 10, 0.9, 0.05, 0.0, np.empty(10, np.int64), np.empty(10))
+        sampling._compiled.distribution(
+            logits, 10, 0.9, 0.05, 0.0, np.empty(10, np.int64), np.empty(10)
+        )
 
 
 CHAINS = [
     SamplingParams(temperature=0.8),  # llama.cpp's defaults
     SamplingParams(temperature=1.3, top_k=100, top_p=1.0, min_p=0.0),
     SamplingParams(temperature=0.5, top_k=7, top_p=0.5, min_p=0.2),
-    SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0),  # top-k off: the whole vocabulary
+    SamplingParams(
+        temperature=1.0, top_k=0, top_p=0.9, min_p=0.0
+    ),  # top-k off: the whole vocabulary
     SamplingParams(temperature=2.0, top_k=1),
 ]
 
 
-@pytest.mark.parametrize("params", CHAINS, ids=lambda p: f"T{p.temperature}-k{p.top_k}-p{p.top_p}-m{p.min_p}")
+@pytest.mark.parametrize(
+    "params", CHAINS, ids=lambda p: f"T{p.temperature}-k{p.top_k}-p{p.top_p}-m{p.min_p}"
+)
 def test_the_compiled_chain_is_numpys(params, monkeypatch):
     """specrun/core/_sampling.c and the numpy chain: the same support and the same
     probabilities to rounding, on rows with and without ties and masked tokens."""
@@ -238,4 +269,6 @@ def test_a_draft_distribution_verifies_as_its_dense_vector(params):
     for _ in range(300):
         drafts = [q.sample(sparse_rng) for q in qs]
         assert drafts == [sample(q, dense_rng) for q in dense]
-        assert verify(p_logits, drafts, qs, params, sparse_rng) == verify(p_logits, drafts, dense, params, dense_rng)
+        assert verify(p_logits, drafts, qs, params, sparse_rng) == verify(
+            p_logits, drafts, dense, params, dense_rng
+        )

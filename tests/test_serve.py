@@ -12,9 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import openai
@@ -31,9 +31,25 @@ class Server:
     """`specrun serve` in a subprocess on a free port; stderr is collected as it comes."""
 
     def __init__(self, *options: str, env: dict[str, str] | None = None) -> None:
-        command = [sys.executable, "-m", "specrun", "serve", "--port", "0", "--threads", "1", *options]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+        command = [
+            sys.executable,
+            "-m",
+            "specrun",
+            "serve",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            *options,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         self.lines: list[str] = []
         self.model = self.url = ""
         ready = threading.Event()
@@ -88,15 +104,20 @@ def demo_server(demo_pair: tuple[Path, Path]):
 
 
 def run_json(*args: str) -> dict:
-    result = subprocess.run([sys.executable, "-m", "specrun", "run", "--threads", "1", "--json", *args],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", "run", "--threads", "1", "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
 def chat(server: Server, content: str, **fields: object):
-    return server.client().chat.completions.create(model=server.model, messages=[{"role": "user", "content": content}],
-                                                   **fields)
+    return server.client().chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": content}], **fields
+    )
 
 
 def open_stream(server: Server, body: dict) -> socket.socket:
@@ -104,8 +125,10 @@ def open_stream(server: Server, body: dict) -> socket.socket:
     host, port = server.url.removeprefix("http://").split(":")
     connection = socket.create_connection((host, int(port)))
     payload = json.dumps({**body, "stream": True}).encode()
-    connection.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    connection.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+    )
     received = b""
     while b'"text": "' not in received:
         chunk = connection.recv(4096)
@@ -130,23 +153,53 @@ def test_models_and_health(server):
 
 
 def test_greedy_chat_is_the_answer_of_run_json(server, tiny_target, tiny_draft):
-    record = run_json("-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3", "--temp", "0", "-n", "24",
-                      "the sea")
+    record = run_json(
+        "-t",
+        str(tiny_target),
+        "-d",
+        str(tiny_draft),
+        "--gamma",
+        "3",
+        "--temp",
+        "0",
+        "-n",
+        "24",
+        "the sea",
+    )
     response = chat(server, "the sea", temperature=0, max_tokens=24)
     assert response.choices[0].message.content == record["text"]
     assert response.choices[0].finish_reason == record["finish_reason"]
-    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (record["prompt_tokens"],
-                                                                              record["generated_tokens"])
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (
+        record["prompt_tokens"],
+        record["generated_tokens"],
+    )
     figures = response.model_extra["specrun"]
-    assert figures.keys() == Stats().as_dict().keys() and figures.keys() <= record.keys()  # --json's names
-    assert figures["generated_tokens"] == response.usage.completion_tokens and figures["drafted"] > 0
+    assert (
+        figures.keys() == Stats().as_dict().keys() and figures.keys() <= record.keys()
+    )  # --json's names
+    assert (
+        figures["generated_tokens"] == response.usage.completion_tokens and figures["drafted"] > 0
+    )
 
 
 def test_completions_send_the_prompt_as_is(server, tiny_target, tiny_draft):
-    record = run_json("-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3", "--temp", "0", "-n", "20",
-                      "--raw", "the cat is")
-    response = server.client().completions.create(model=server.model, prompt="the cat is", temperature=0,
-                                                  max_tokens=20)
+    record = run_json(
+        "-t",
+        str(tiny_target),
+        "-d",
+        str(tiny_draft),
+        "--gamma",
+        "3",
+        "--temp",
+        "0",
+        "-n",
+        "20",
+        "--raw",
+        "the cat is",
+    )
+    response = server.client().completions.create(
+        model=server.model, prompt="the cat is", temperature=0, max_tokens=20
+    )
     assert response.choices[0].text == record["text"]
     assert response.usage.prompt_tokens == record["prompt_tokens"]
 
@@ -155,7 +208,10 @@ def test_streamed_chat_is_the_whole_answer_in_chunks(server):
     whole = chat(server, "hello world", temperature=0, max_tokens=30)
     chunks = list(chat(server, "hello world", temperature=0, max_tokens=30, stream=True))
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == whole.choices[0].message.content
+    assert (
+        "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+        == whole.choices[0].message.content
+    )
     last = chunks[-1]
     assert last.choices[0].finish_reason == whole.choices[0].finish_reason
     assert last.usage.completion_tokens == whole.usage.completion_tokens
@@ -176,10 +232,14 @@ def test_a_stream_ends_with_done(server):
 
 def test_stop_text_and_the_token_limit_set_the_finish_reason(server):
     client = server.client()
-    full = client.completions.create(model=server.model, prompt="the sea", temperature=0, max_tokens=24)
+    full = client.completions.create(
+        model=server.model, prompt="the sea", temperature=0, max_tokens=24
+    )
     assert full.choices[0].finish_reason == "length" and len(full.choices[0].text) > 6
     stop = full.choices[0].text[4:7]
-    cut = client.completions.create(model=server.model, prompt="the sea", temperature=0, max_tokens=24, stop=[stop])
+    cut = client.completions.create(
+        model=server.model, prompt="the sea", temperature=0, max_tokens=24, stop=[stop]
+    )
     assert cut.choices[0].finish_reason == "stop"
     assert cut.choices[0].text == full.choices[0].text[: full.choices[0].text.index(stop)]
 
@@ -193,18 +253,23 @@ def test_sampling_fields_mean_what_the_options_mean(server, narrowing):
 
 
 def test_a_seed_repeats_a_sampled_answer(server):
-    answers = {chat(server, "the dog", temperature=1.0, seed=11, max_tokens=24).choices[0].message.content
-               for _ in range(2)}
+    answers = {
+        chat(server, "the dog", temperature=1.0, seed=11, max_tokens=24).choices[0].message.content
+        for _ in range(2)
+    }
     assert len(answers) == 1
 
 
 def test_the_next_turn_reuses_the_cached_prefix(server):
     first = chat(server, "the sun and the moon", temperature=0, max_tokens=16)
-    messages = [{"role": "user", "content": "the sun and the moon"},
-                {"role": "assistant", "content": first.choices[0].message.content},
-                {"role": "user", "content": "and the tree"}]
-    second = server.client().chat.completions.create(model=server.model, messages=messages, temperature=0,
-                                                     max_tokens=16)
+    messages = [
+        {"role": "user", "content": "the sun and the moon"},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "and the tree"},
+    ]
+    second = server.client().chat.completions.create(
+        model=server.model, messages=messages, temperature=0, max_tokens=16
+    )
     figures = second.model_extra["specrun"]
     assert figures["prompt_evaluated"] <= figures["prompt_tokens"] - first.usage.prompt_tokens
 
@@ -229,29 +294,97 @@ BAD_REQUESTS = {
     "no prompt": (COMPLETIONS_PATH, {"max_tokens": 4}, 400, "prompt", "missing_required_parameter"),
     "messages not a list": (CHAT_PATH, {"messages": "hello"}, 400, "messages", "invalid_type"),
     "no messages at all": (CHAT_PATH, {"messages": []}, 400, "messages", "invalid_value"),
-    "content a number": (CHAT_PATH, {"messages": [{"role": "user", "content": 5}]}, 400,
-                         "messages[0].content", "invalid_type"),
-    "unknown role": (CHAT_PATH, {"messages": [{"role": "robot", "content": "hi"}]}, 400,
-                     "messages[0].role", "invalid_value"),
+    "content a number": (
+        CHAT_PATH,
+        {"messages": [{"role": "user", "content": 5}]},
+        400,
+        "messages[0].content",
+        "invalid_type",
+    ),
+    "unknown role": (
+        CHAT_PATH,
+        {"messages": [{"role": "robot", "content": "hi"}]},
+        400,
+        "messages[0].role",
+        "invalid_value",
+    ),
     "prompt a list": (COMPLETIONS_PATH, {"prompt": [1, 2]}, 400, "prompt", "invalid_type"),
-    "temperature a word": (CHAT_PATH, {"messages": HELLO, "temperature": "hot"}, 400, "temperature", "invalid_type"),
-    "max_tokens a fraction": (CHAT_PATH, {"messages": HELLO, "max_tokens": 1.5}, 400, "max_tokens", "invalid_type"),
-    "max_tokens a bool": (CHAT_PATH, {"messages": HELLO, "max_tokens": True}, 400, "max_tokens", "invalid_type"),
-    "stream a word": (CHAT_PATH, {"messages": HELLO, "stream": "yes"}, 400, "stream", "invalid_type"),
+    "temperature a word": (
+        CHAT_PATH,
+        {"messages": HELLO, "temperature": "hot"},
+        400,
+        "temperature",
+        "invalid_type",
+    ),
+    "max_tokens a fraction": (
+        CHAT_PATH,
+        {"messages": HELLO, "max_tokens": 1.5},
+        400,
+        "max_tokens",
+        "invalid_type",
+    ),
+    "max_tokens a bool": (
+        CHAT_PATH,
+        {"messages": HELLO, "max_tokens": True},
+        400,
+        "max_tokens",
+        "invalid_type",
+    ),
+    "stream a word": (
+        CHAT_PATH,
+        {"messages": HELLO, "stream": "yes"},
+        400,
+        "stream",
+        "invalid_type",
+    ),
     "stop a number": (CHAT_PATH, {"messages": HELLO, "stop": 3}, 400, "stop", "invalid_type"),
-    "negative temperature": (CHAT_PATH, {"messages": HELLO, "temperature": -1}, 400, "temperature", "invalid_value"),
+    "negative temperature": (
+        CHAT_PATH,
+        {"messages": HELLO, "temperature": -1},
+        400,
+        "temperature",
+        "invalid_value",
+    ),
     "top_p zero": (CHAT_PATH, {"messages": HELLO, "top_p": 0}, 400, "top_p", "invalid_value"),
-    "top_p above one": (CHAT_PATH, {"messages": HELLO, "top_p": 1.5}, 400, "top_p", "invalid_value"),
+    "top_p above one": (
+        CHAT_PATH,
+        {"messages": HELLO, "top_p": 1.5},
+        400,
+        "top_p",
+        "invalid_value",
+    ),
     "min_p one": (CHAT_PATH, {"messages": HELLO, "min_p": 1}, 400, "min_p", "invalid_value"),
     "negative top_k": (CHAT_PATH, {"messages": HELLO, "top_k": -1}, 400, "top_k", "invalid_value"),
     "negative seed": (CHAT_PATH, {"messages": HELLO, "seed": -1}, 400, "seed", "invalid_value"),
-    "zero max_tokens": (COMPLETIONS_PATH, {"prompt": "hi", "max_tokens": 0}, 400, "max_tokens", "invalid_value"),
+    "zero max_tokens": (
+        COMPLETIONS_PATH,
+        {"prompt": "hi", "max_tokens": 0},
+        400,
+        "max_tokens",
+        "invalid_value",
+    ),
     "two answers": (CHAT_PATH, {"messages": HELLO, "n": 2}, 400, "n", "invalid_value"),
-    "prompt longer than the context": (CHAT_PATH, {"messages": [{"role": "user", "content": "the " * 1100}]}, 400,
-                                       "messages", "context_length_exceeded"),
-    "unknown model": (CHAT_PATH, {"model": "gpt-4", "messages": HELLO}, 404, "model", "model_not_found"),
-    "body over the limit": (COMPLETIONS_PATH, b'{"prompt": "' + b"a" * (4 * 2**20) + b'"}', 413, None,
-                            "body_too_large"),
+    "prompt longer than the context": (
+        CHAT_PATH,
+        {"messages": [{"role": "user", "content": "the " * 1100}]},
+        400,
+        "messages",
+        "context_length_exceeded",
+    ),
+    "unknown model": (
+        CHAT_PATH,
+        {"model": "gpt-4", "messages": HELLO},
+        404,
+        "model",
+        "model_not_found",
+    ),
+    "body over the limit": (
+        COMPLETIONS_PATH,
+        b'{"prompt": "' + b"a" * (4 * 2**20) + b'"}',
+        413,
+        None,
+        "body_too_large",
+    ),
     "unknown path": ("/v1/embeddings", {"input": "hi"}, 404, None, None),
 }
 
@@ -260,7 +393,9 @@ BAD_REQUESTS = {
 def test_a_bad_request_gets_an_openai_error_and_the_server_serves_on(server, case):
     path, body, status, param, code = BAD_REQUESTS[case]
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    response = httpx.post(f"{server.url}{path}", content=content, headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{server.url}{path}", content=content, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert error.keys() == {"message", "type", "param", "code"} and error["message"]
@@ -272,13 +407,16 @@ def test_a_chunked_body_over_the_limit_is_refused(server):
     def chunks():  # no Content-Length: the size shows only while reading
         for _ in range(5):
             yield b" " * 2**20
+
     response = httpx.post(f"{server.url}{COMPLETIONS_PATH}", content=chunks())
     assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
 
 
 def test_a_wrong_method_is_an_openai_error(server):
     response = httpx.get(f"{server.url}{CHAT_PATH}")
-    assert response.status_code == 405 and response.json()["error"]["message"] == "Method Not Allowed"
+    assert (
+        response.status_code == 405 and response.json()["error"]["message"] == "Method Not Allowed"
+    )
 
 
 # --- the queue, disconnects and shutdown -----------------------------------------------------
@@ -288,12 +426,19 @@ def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo
     server = demo_server  # --queue 1: one generation runs, one request may wait
     long_body = {"prompt": COUNTING, "max_tokens": 2000, "temperature": 0}
     first = open_stream(server, long_body)
-    live = server.wait_for(lambda s: s["running"] and s["running"]["generated_tokens"] > 0)["running"]
+    live = server.wait_for(lambda s: s["running"] and s["running"]["generated_tokens"] > 0)[
+        "running"
+    ]
     assert live["recent_tokens_per_second"] > 0 and live["finish_reason"] is None
 
-    waiting = socket.create_connection(first.getpeername())  # a queued request whose client then leaves
+    waiting = socket.create_connection(
+        first.getpeername()
+    )  # a queued request whose client then leaves
     payload = json.dumps({"prompt": "hi", "max_tokens": 4}).encode()
-    waiting.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+    waiting.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(payload), payload)
+    )
     server.wait_for(lambda s: s["queued"] == 1)
 
     with pytest.raises(openai.APIStatusError) as busy:
@@ -307,8 +452,13 @@ def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo
     assert figures["totals"]["cancelled"] == 1 and figures["totals"]["rejected"] == 1
 
     with ThreadPoolExecutor(1) as pool:
-        queued = pool.submit(server.client().completions.create, model=server.model, prompt="hi", max_tokens=4,
-                             temperature=0)
+        queued = pool.submit(
+            server.client().completions.create,
+            model=server.model,
+            prompt="hi",
+            max_tokens=4,
+            temperature=0,
+        )
         server.wait_for(lambda s: s["queued"] == 1)
         first.close()  # the running generation ends at its next round; the queued one runs
         answer = queued.result(timeout=120)
@@ -325,7 +475,9 @@ def test_a_signal_ends_the_running_generation_and_exits_0(demo_pair, signum):
     assert server.stop(signum) == 0
     rest = read_to_end(stream)
     assert '"code": "shutting_down"' in rest
-    assert rest.endswith("data: [DONE]\n\n\r\n0\r\n\r\n")  # the last event, then the end of a chunked body
+    assert rest.endswith(
+        "data: [DONE]\n\n\r\n0\r\n\r\n"
+    )  # the last event, then the end of a chunked body
     stderr = "".join(server.lines)
     assert "Traceback" not in stderr and stderr.rstrip().endswith("specrun: stopped")
 
@@ -335,16 +487,22 @@ def test_a_signal_ends_the_running_generation_and_exits_0(demo_pair, signum):
 
 @pytest.mark.parametrize("given", ["flag", "environment"])
 def test_an_api_key_is_required_when_set(tiny_target, given):
-    options, env = (["--api-key", "s3cret"], {}) if given == "flag" else ([], {"SPECRUN_API_KEY": "s3cret"})
+    options, env = (
+        (["--api-key", "s3cret"], {}) if given == "flag" else ([], {"SPECRUN_API_KEY": "s3cret"})
+    )
     server = Server("-t", str(tiny_target), *options, env=env)
     try:
         for wrong in ("wrong", "s3cre"):
             with pytest.raises(openai.AuthenticationError) as refused:
                 server.client(api_key=wrong).models.list()
-            assert refused.value.status_code == 401 and refused.value.body["code"] == "invalid_api_key"
+            assert (
+                refused.value.status_code == 401 and refused.value.body["code"] == "invalid_api_key"
+            )
         assert httpx.get(f"{server.url}/v1/stats").status_code == 401
         assert httpx.get(f"{server.url}/health").status_code == 200
-        answer = server.client(api_key="s3cret").completions.create(model=server.model, prompt="hi", max_tokens=3)
+        answer = server.client(api_key="s3cret").completions.create(
+            model=server.model, prompt="hi", max_tokens=3
+        )
         assert answer.usage.completion_tokens >= 1
     finally:
         assert server.stop() == 0
@@ -353,24 +511,47 @@ def test_an_api_key_is_required_when_set(tiny_target, given):
 def test_listening_beyond_loopback_warns(tiny_target):
     server = Server("-t", str(tiny_target), "--host", "0.0.0.0")
     assert server.stop(signal.SIGINT) == 0
-    assert any(line.startswith("specrun: warning: listening on 0.0.0.0, reachable from other machines, with no "
-                               "API key") for line in server.lines), server.lines
+    assert any(
+        line.startswith(
+            "specrun: warning: listening on 0.0.0.0, reachable from other machines, with no API key"
+        )
+        for line in server.lines
+    ), server.lines
 
 
 def test_a_port_in_use_is_one_line_before_anything_loads(tiny_target):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "specrun", "serve", "-t", str(tiny_target), "--port", str(port)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "specrun", "serve", "-t", str(tiny_target), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 1
-    assert result.stderr.strip() == f"specrun: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert (
+        result.stderr.strip()
+        == f"specrun: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
 
 
-@pytest.mark.parametrize("options, message", [(["--port", "70000"], "--port"), (["--api-key", ""], "--api-key"),
-                                              (["--queue", "-1"], "--queue")])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--port", "70000"], "--port"),
+        (["--api-key", ""], "--api-key"),
+        (["--queue", "-1"], "--queue"),
+    ],
+)
 def test_bad_options_are_one_line_usage_errors(tiny_target, options, message):
-    result = subprocess.run([sys.executable, "-m", "specrun", "serve", "-t", str(tiny_target), *options],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", "serve", "-t", str(tiny_target), *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("specrun: error: ") and message in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("specrun: error: ") and message in lines[0], (
+        result.stderr
+    )

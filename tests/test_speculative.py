@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import pytest
-
 from identity import GREEDY, assert_greedy_identical, greedy_tokens
-from specrun.core.drafting import ModelDraft
-from specrun.errors import SpecrunError
-from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma
-from specrun.llama.model import Model
-from specrun.core.sampling import SamplingParams
-from specrun.core.loop import Prefill, Round, generate
 from tinymodels import write_tiny_model
+
+from specrun.core.drafting import ModelDraft
+from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma
+from specrun.core.loop import Prefill, Round, generate
+from specrun.core.sampling import SamplingParams
+from specrun.errors import SpecrunError
+from specrun.llama.model import Model
 
 PROMPT = "the cat and the dog in the big red road"
 
@@ -28,12 +28,17 @@ def draft_model(tiny_draft):
         yield model
 
 
-@pytest.mark.parametrize("policy", [FixedGamma(1), FixedGamma(3), FixedGamma(8), HeuristicGamma(6), AdaptiveGamma(6)],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "policy",
+    [FixedGamma(1), FixedGamma(3), FixedGamma(8), HeuristicGamma(6), AdaptiveGamma(6)],
+    ids=lambda p: p.name,
+)
 def test_greedy_speculative_equals_target_alone(target, draft_model, policy):
     prompt = target.tokenize(PROMPT)
     plain, _ = greedy_tokens(target, prompt, max_tokens=64)
-    speculative, rounds = greedy_tokens(target, prompt, ModelDraft(draft_model, target.n_vocab), policy, 64)
+    speculative, rounds = greedy_tokens(
+        target, prompt, ModelDraft(draft_model, target.n_vocab), policy, 64
+    )
     assert assert_greedy_identical(target, prompt, plain, speculative, epsilon=1e-3) == "identical"
     if policy.name != "auto":
         assert sum(r.accepted for r in rounds) > 0  # the draft really was used
@@ -44,7 +49,9 @@ def test_padded_draft_vocabulary_keeps_identity(target, tiny_draft_padded):
     prompt = target.tokenize(PROMPT)
     plain, _ = greedy_tokens(target, prompt)
     with Model(tiny_draft_padded, n_ctx=512) as padded:
-        speculative, rounds = greedy_tokens(target, prompt, ModelDraft(padded, target.n_vocab), FixedGamma(4))
+        speculative, rounds = greedy_tokens(
+            target, prompt, ModelDraft(padded, target.n_vocab), FixedGamma(4)
+        )
     assert speculative == plain
     assert sum(r.accepted for r in rounds) > 0
 
@@ -52,7 +59,9 @@ def test_padded_draft_vocabulary_keeps_identity(target, tiny_draft_padded):
 def test_gamma_zero_is_plain_decoding(target, draft_model):
     prompt = target.tokenize(PROMPT)
     plain, _ = greedy_tokens(target, prompt, max_tokens=20)
-    tokens, rounds = greedy_tokens(target, prompt, ModelDraft(draft_model, target.n_vocab), FixedGamma(0), 20)
+    tokens, rounds = greedy_tokens(
+        target, prompt, ModelDraft(draft_model, target.n_vocab), FixedGamma(0), 20
+    )
     assert tokens == plain
     assert all(r.drafted == 0 and len(r.tokens) == 1 for r in rounds)
 
@@ -64,8 +73,14 @@ def test_a_draft_that_is_not_asked_is_not_prefilled_and_catches_up_when_it_is(ta
     plain, _ = greedy_tokens(target, prompt, max_tokens=12)
     draft_model.reset()
     warm_up = [0, 0, 0, 1, 1, 1]
-    events = generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab), params=GREEDY,
-                      policy=FixedSchedule(warm_up), max_tokens=12)
+    events = generate(
+        target,
+        prompt,
+        draft=ModelDraft(draft_model, target.n_vocab),
+        params=GREEDY,
+        policy=FixedSchedule(warm_up),
+        max_tokens=12,
+    )
     tokens, rounds, draft_cache = [], [], []
     for event in events:
         if isinstance(event, Round):
@@ -76,7 +91,9 @@ def test_a_draft_that_is_not_asked_is_not_prefilled_and_catches_up_when_it_is(ta
     # The first round's token came from the prompt's pass; the policy chose from the second on.
     assert [r.prompt_pass for r in rounds[:2]] == [True, False] and rounds[0].gamma == 0
     assert [r.gamma for r in rounds[1:7]] == warm_up
-    assert draft_cache[:5] == [0] * 5  # the prefill, the prompt's pass and the plain rounds left the draft alone
+    assert (
+        draft_cache[:5] == [0] * 5
+    )  # the prefill, the prompt's pass and the plain rounds left the draft alone
     # The first drafting round took in the prompt and the 4 tokens so far, then drafted one.
     assert draft_cache[5] == len(prompt) + 4
     assert rounds[4].catch_up_seconds > 0 and all(r.catch_up_seconds == 0 for r in rounds[:4])
@@ -93,7 +110,9 @@ def test_the_first_token_comes_from_the_prompts_pass(tiny_target, monkeypatch):
         target.reset()
         decodes: list[int] = []  # the cache's length before each decode
         decode = target._decode
-        monkeypatch.setattr(target, "_decode", lambda: decodes.append(len(target.tokens)) or decode())
+        monkeypatch.setattr(
+            target, "_decode", lambda: decodes.append(len(target.tokens)) or decode()
+        )
         policy = FixedSchedule([0] * 8)
         events = list(generate(target, prompt, params=GREEDY, policy=policy, max_tokens=8))
     prefill, rounds = events[0], events[1:]
@@ -127,8 +146,13 @@ def test_end_of_generation_inside_an_accepted_draft_stops_there(target, tiny_dir
     eos = plain[stop_at]
     path = write_tiny_model(tiny_dir / f"eos-{eos}.gguf", eos_id=eos)
     with Model(path, n_ctx=512) as eos_target, Model(path, n_ctx=512) as same_weights_draft:
-        tokens, rounds = greedy_tokens(eos_target, prompt, ModelDraft(same_weights_draft, eos_target.n_vocab),
-                                       FixedGamma(8), max_tokens=40)
+        tokens, rounds = greedy_tokens(
+            eos_target,
+            prompt,
+            ModelDraft(same_weights_draft, eos_target.n_vocab),
+            FixedGamma(8),
+            max_tokens=40,
+        )
     assert tokens == plain[:stop_at]
     assert rounds[-1].finish_reason == "stop" and rounds[-1].ended_at_eog
     assert not any(r.ended_at_eog for r in rounds[:-1])
@@ -139,7 +163,9 @@ def test_end_of_generation_inside_an_accepted_draft_stops_there(target, tiny_dir
 def test_token_limit_is_exact(target, draft_model):
     prompt = target.tokenize(PROMPT)
     for limit in (1, 5, 13):
-        tokens, rounds = greedy_tokens(target, prompt, ModelDraft(draft_model, target.n_vocab), FixedGamma(8), limit)
+        tokens, rounds = greedy_tokens(
+            target, prompt, ModelDraft(draft_model, target.n_vocab), FixedGamma(8), limit
+        )
         assert len(tokens) == limit
         assert rounds[-1].finish_reason == "length"
 
@@ -151,27 +177,59 @@ def test_stop_string_ends_the_text_and_is_not_shown(target, draft_model):
     stop = full[3:6]
     assert len(stop) == 3 and full.find(stop) >= 1  # some text comes before it
     for draft in (None, ModelDraft(draft_model, target.n_vocab)):
-        rounds = [e for e in generate(target, prompt, draft=draft, params=GREEDY, policy=FixedGamma(4),
-                                      max_tokens=40, stop=[stop]) if isinstance(e, Round)]
+        rounds = [
+            e
+            for e in generate(
+                target,
+                prompt,
+                draft=draft,
+                params=GREEDY,
+                policy=FixedGamma(4),
+                max_tokens=40,
+                stop=[stop],
+            )
+            if isinstance(e, Round)
+        ]
         assert "".join(r.text for r in rounds) == full[: full.find(stop)]
         assert rounds[-1].finish_reason == "stop"
 
 
 def test_segments_mark_draft_tokens_and_stream_the_same_text(target, draft_model):
     prompt = target.tokenize(PROMPT)
-    rounds = [e for e in generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab),
-                                  params=GREEDY, policy=FixedGamma(4), max_tokens=40) if isinstance(e, Round)]
-    plain = [e for e in generate(target, prompt, params=GREEDY, max_tokens=40) if isinstance(e, Round)]
+    rounds = [
+        e
+        for e in generate(
+            target,
+            prompt,
+            draft=ModelDraft(draft_model, target.n_vocab),
+            params=GREEDY,
+            policy=FixedGamma(4),
+            max_tokens=40,
+        )
+        if isinstance(e, Round)
+    ]
+    plain = [
+        e for e in generate(target, prompt, params=GREEDY, max_tokens=40) if isinstance(e, Round)
+    ]
     assert "".join(r.text for r in rounds) == "".join(r.text for r in plain)
     assert any(drafted for r in rounds for _, drafted in r.segments)
-    assert all(r.from_draft == tuple([True] * r.accepted + [False])[: len(r.tokens)] for r in rounds)
+    assert all(
+        r.from_draft == tuple([True] * r.accepted + [False])[: len(r.tokens)] for r in rounds
+    )
 
 
 def test_prefill_reports_the_prompt_and_cancel_stops_between_rounds(target, draft_model):
     prompt = target.tokenize(PROMPT)
     rounds_seen = []
-    events = generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab), params=GREEDY,
-                      policy=FixedGamma(2), max_tokens=100, cancelled=lambda: len(rounds_seen) >= 3)
+    events = generate(
+        target,
+        prompt,
+        draft=ModelDraft(draft_model, target.n_vocab),
+        params=GREEDY,
+        policy=FixedGamma(2),
+        max_tokens=100,
+        cancelled=lambda: len(rounds_seen) >= 3,
+    )
     first = next(events)
     assert isinstance(first, Prefill) and first.prompt_tokens == len(prompt)
     for event in events:
@@ -184,8 +242,19 @@ def test_seeded_sampling_is_reproducible_and_speculation_keeps_it_valid(target, 
     params = SamplingParams(temperature=0.8, seed=123)
 
     def run():
-        return [t for e in generate(target, prompt, draft=ModelDraft(draft_model, target.n_vocab), params=params,
-                                    policy=FixedGamma(3), max_tokens=30) if isinstance(e, Round) for t in e.tokens]
+        return [
+            t
+            for e in generate(
+                target,
+                prompt,
+                draft=ModelDraft(draft_model, target.n_vocab),
+                params=params,
+                policy=FixedGamma(3),
+                max_tokens=30,
+            )
+            if isinstance(e, Round)
+            for t in e.tokens
+        ]
 
     assert run() == run()
 

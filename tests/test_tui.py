@@ -12,19 +12,23 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Sparkline
 
+from specrun.core.loop import Prefill, Round
+from specrun.core.sampling import SamplingParams
+from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.options import DraftOptions, LoadOptions
 from specrun.prompt import Message, render
-from specrun.core.sampling import SamplingParams
-from specrun.core.loop import Prefill, Round
-from specrun.core.stats import Stats
 from specrun_tui import SpecrunApp
 from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Figures
 from specrun_tui.screens import ChatScreen, HelpScreen, LoadingScreen
 from specrun_tui.widgets import (
-    Answer, Entry, FiguresPanel, ModelBar, Transcript,
+    Answer,
+    Entry,
+    FiguresPanel,
+    ModelBar,
+    Transcript,
 )
 
 GREEDY = SamplingParams(temperature=0.0, seed=1)
@@ -87,7 +91,9 @@ async def say(pilot: Pilot, text: str) -> ChatScreen:
 
 
 def notices(screen: ChatScreen) -> list[str]:
-    return [e.text.plain for e in screen.transcript.entries if isinstance(e, Entry) and e.kind != "user"]
+    return [
+        e.text.plain for e in screen.transcript.entries if isinstance(e, Entry) and e.kind != "user"
+    ]
 
 
 def answers(screen: ChatScreen) -> list[Answer]:
@@ -101,11 +107,15 @@ def shown(transcript: Transcript) -> str:
 def greedy_answer(target: Path, draft: Path, messages: list[Message], max_tokens: int) -> str:
     with load(target, draft) as engine:
         tokens = render(engine.target, messages)
-        return "".join(e.text for e in engine.stream(tokens, max_tokens=max_tokens) if isinstance(e, Round))
+        return "".join(
+            e.text for e in engine.stream(tokens, max_tokens=max_tokens) if isinstance(e, Round)
+        )
 
 
 @pytest.mark.asyncio
-async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(engine, tiny_target, tiny_draft):
+async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(
+    engine, tiny_target, tiny_draft
+):
     app = SpecrunApp(engine, max_tokens=24)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await say(pilot, "hello world")
@@ -145,7 +155,11 @@ async def test_a_stopped_answer_leaves_the_app_ready_for_the_next(engine, tiny_t
         assert screen.last_stats.finish_reason == "length" and screen.last_stats.generated == 8
         stopped, answer = answers(screen)
         # The stopped reply stayed in the conversation, so the next turn followed it.
-        turns = [Message("user", "the cat"), Message("assistant", stopped.text), Message("user", "the dog")]
+        turns = [
+            Message("user", "the cat"),
+            Message("assistant", stopped.text),
+            Message("user", "the dog"),
+        ]
         assert answer.text == greedy_answer(tiny_target, tiny_draft, turns, 8)
 
 
@@ -167,7 +181,9 @@ async def test_slash_commands_change_the_settings(engine, tiny_target, tiny_draf
         await say(pilot, "/set gamma many")
         await say(pilot, "/frobnicate")
         assert len(notices(screen)) == 3
-        assert engine.params.top_p == 0.95 and engine.policy == "heuristic"  # refused values change nothing
+        assert (
+            engine.params.top_p == 0.95 and engine.policy == "heuristic"
+        )  # refused values change nothing
 
         await say(pilot, "/stats")
         assert notices(screen)[-1] == "/stats: no answer yet"
@@ -213,11 +229,15 @@ async def test_draft_colours_toggle(engine):
 
         def coloured() -> str:
             cells = [cell for line in screen.transcript.lines for cell in line]
-            return "".join(cell.text for cell in cells if cell.style and cell.style.color == draft_style.color)
+            return "".join(
+                cell.text for cell in cells if cell.style and cell.style.color == draft_style.color
+            )
 
         assert not coloured()
         await pilot.press("ctrl+o")
-        assert "".join(coloured().split()) == "".join(drafted.split())  # wrapping takes the spaces at line ends
+        assert "".join(coloured().split()) == "".join(
+            drafted.split()
+        )  # wrapping takes the spaces at line ends
         await pilot.press("ctrl+o")
         assert not coloured()
 
@@ -240,11 +260,20 @@ async def test_a_long_answer_renders_only_its_last_line_per_refresh(engine):
         lines = [(f"line {i} ", i % 2 == 0) for i in range(1000)]
         for i in range(0, len(lines), 7):  # as refreshes bring them: a few segments at a time
             rendered.clear()
-            answer.append([(text + "\n" if from_draft else text, from_draft) for text, from_draft in lines[i:i + 7]])
-            assert sum(len(text) for text in rendered) <= 7 * 10 + 10  # what came, and the unfinished line before it
+            answer.append(
+                [
+                    (text + "\n" if from_draft else text, from_draft)
+                    for text, from_draft in lines[i : i + 7]
+                ]
+            )
+            assert (
+                sum(len(text) for text in rendered) <= 7 * 10 + 10
+            )  # what came, and the unfinished line before it
         await pilot.pause()
         assert answer.segments == [(t + "\n" if d else t, d) for t, d in lines]
-        assert shown(transcript).splitlines()[-500:] == [f"▌ {line}".rstrip() for line in answer.text.splitlines()[-500:]]
+        assert shown(transcript).splitlines()[-500:] == [
+            f"▌ {line}".rstrip() for line in answer.text.splitlines()[-500:]
+        ]
         assert transcript.scroll_offset.y == transcript.max_scroll_y > 0  # it follows the answer
 
 
@@ -260,7 +289,9 @@ async def test_an_answer_shows_as_markdown_once_finished(engine):
         assert "Use bold and code." in shown(transcript) and "• one" in shown(transcript)
         await pilot.resize_terminal(60, 40)
         await pilot.pause()
-        assert all(len(line.text) <= 60 for line in transcript.lines)  # rendered again at the new width
+        assert all(
+            len(line.text) <= 60 for line in transcript.lines
+        )  # rendered again at the new width
         assert "Use bold and code." in shown(transcript)
 
 
@@ -272,7 +303,9 @@ async def test_the_models_load_behind_a_loading_screen(tiny_target, tiny_draft, 
         async with app.run_test() as pilot:
             await pilot.pause(0.5)
             assert isinstance(app.screen, LoadingScreen)  # the app is alive while the engine loads
-            assert "Loading target and draft" in str(app.screen.query_one("#loading-status").render())
+            assert "Loading target and draft" in str(
+                app.screen.query_one("#loading-status").render()
+            )
             gate.touch()
             screen = await loaded(pilot)
             assert "target target.gguf" in str(screen.query_one(ModelBar).render())
@@ -281,15 +314,20 @@ async def test_the_models_load_behind_a_loading_screen(tiny_target, tiny_draft, 
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("loader, shown", [
-    (fail, "model file not found: nowhere.gguf"),
-    (crash, "llama.cpp crashed with a segmentation fault"),
-])
+@pytest.mark.parametrize(
+    "loader, shown",
+    [
+        (fail, "model file not found: nowhere.gguf"),
+        (crash, "llama.cpp crashed with a segmentation fault"),
+    ],
+)
 async def test_a_load_error_or_crash_is_shown_in_the_app(loader, shown):
     with EngineProcess(loader) as engine:
         app = SpecrunApp(engine)
         async with app.run_test(size=(160, 30)) as pilot:
-            await until(pilot, lambda: shown in str(app.screen.query_one("#loading-status").render()))
+            await until(
+                pilot, lambda: shown in str(app.screen.query_one("#loading-status").render())
+            )
             assert isinstance(app.screen, LoadingScreen) and app.is_running
 
 
@@ -300,8 +338,12 @@ async def test_a_load_error_or_crash_is_shown_in_the_app(loader, shown):
 # which keeps every figure a Stats figure and the picture stable.
 
 KNOWN_ROUNDS = [  # (γ, drafted, accepted, draft s, verify s, overhead s)
-    (3, 3, 3, 0.006, 0.020, 0.001), (3, 3, 1, 0.006, 0.020, 0.001), (3, 3, 2, 0.006, 0.021, 0.001),
-    (3, 3, 0, 0.006, 0.020, 0.001), (3, 3, 3, 0.006, 0.019, 0.001), (3, 3, 3, 0.006, 0.020, 0.001),
+    (3, 3, 3, 0.006, 0.020, 0.001),
+    (3, 3, 1, 0.006, 0.020, 0.001),
+    (3, 3, 2, 0.006, 0.021, 0.001),
+    (3, 3, 0, 0.006, 0.020, 0.001),
+    (3, 3, 3, 0.006, 0.019, 0.001),
+    (3, 3, 3, 0.006, 0.020, 0.001),
 ]
 
 
@@ -310,8 +352,19 @@ def known_readings() -> list[Figures]:
     stats.add(Prefill(prompt_tokens=20, evaluated=20, seconds=0.05))
     for gamma, drafted, accepted, draft_s, verify_s, overhead_s in KNOWN_ROUNDS:
         tokens = tuple(range(accepted + 1))
-        stats.add(Round(tokens, (True,) * accepted + (False,), (), gamma, drafted, accepted,
-                        draft_s, verify_s, overhead_s))
+        stats.add(
+            Round(
+                tokens,
+                (True,) * accepted + (False,),
+                (),
+                gamma,
+                drafted,
+                accepted,
+                draft_s,
+                verify_s,
+                overhead_s,
+            )
+        )
         readings.append(Figures.read(stats, "fixed:3"))
     return readings
 
@@ -319,7 +372,9 @@ def known_readings() -> list[Figures]:
 def load_on_cpu(target: Path, draft: Path) -> Engine:
     """No GPU layers, so the bar reads the same on any build of llama.cpp."""
     options = LoadOptions(gpu_layers=0, draft_gpu_layers=0)
-    return Engine.load(target, draft, options=options, params=GREEDY, drafting=DraftOptions(gamma="3"))
+    return Engine.load(
+        target, draft, options=options, params=GREEDY, drafting=DraftOptions(gamma="3")
+    )
 
 
 @pytest.fixture
@@ -347,4 +402,6 @@ def test_snapshot_of_the_help_screen(snap_compare, cpu_engine):
         screen.query_one(Input).cursor_blink = False
 
     app = SpecrunApp(cpu_engine)
-    assert snap_compare(app, run_before=stop_the_cursor_blinking, press=["f1"], terminal_size=(110, 32))
+    assert snap_compare(
+        app, run_before=stop_the_cursor_blinking, press=["f1"], terminal_size=(110, 32)
+    )

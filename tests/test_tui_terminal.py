@@ -19,10 +19,27 @@ PROMPT_BOX = "Message, or /help"
 
 
 def chat(target: Path, draft: Path, *options: str) -> Terminal:
-    env = {name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")}  # the pty's size
+    env = {
+        name: value for name, value in os.environ.items() if name not in ("COLUMNS", "LINES")
+    }  # the pty's size
     env["TERM"] = "xterm-256color"
-    return Terminal([sys.executable, "-m", "specrun", "chat", "-t", str(target), "-d", str(draft), "--temp", "0",
-                     *options], size=(120, 40), env=env)
+    return Terminal(
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "chat",
+            "-t",
+            str(target),
+            "-d",
+            str(draft),
+            "--temp",
+            "0",
+            *options,
+        ],
+        size=(120, 40),
+        env=env,
+    )
 
 
 def say(terminal: Terminal, line: str) -> None:
@@ -47,7 +64,9 @@ def test_set_gamma_3_takes_effect(tiny_target, tiny_draft):
         terminal.wait_for("stopped at the token limit")
         say(terminal, "/stats")
         screen = terminal.wait_for("mean gamma")
-        assert re.search(r"γ\s+3 \(fixed:3\)", screen)  # the panel: the last round's γ and the policy
+        assert re.search(
+            r"γ\s+3 \(fixed:3\)", screen
+        )  # the panel: the last round's γ and the policy
         drafted = int(re.search(r"drafted\s+(\d+)", screen)[1])
         mean_gamma = float(re.search(r"mean gamma\s+([\d.]+)", screen)[1])
         assert drafted > 0 and mean_gamma >= 2  # 3, but less where the token limit leaves less room
@@ -71,7 +90,10 @@ def test_escape_stops_a_long_answer(demo_pair):
 
 def start_a_long_answer(terminal: Terminal) -> None:
     terminal.wait_for(PROMPT_BOX, timeout=60)
-    say(terminal, "Write a Python function that checks whether a number is prime. Include a docstring.")
+    say(
+        terminal,
+        "Write a Python function that checks whether a number is prime. Include a docstring.",
+    )
     terminal.wait_for(re.compile(r"tok/s now\s+\d").search, timeout=60)  # the answer is under way
 
 

@@ -19,8 +19,33 @@ CHATML_TEMPLATE = (
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-WORDS = ["the", "a", "sea", "cat", "dog", "is", "and", "of", "to", "in", "blue", "red", "big", "small",
-         "day", "night", "sun", "moon", "tree", "road", "hello", "world", "code", "edit", "line"]
+WORDS = [
+    "the",
+    "a",
+    "sea",
+    "cat",
+    "dog",
+    "is",
+    "and",
+    "of",
+    "to",
+    "in",
+    "blue",
+    "red",
+    "big",
+    "small",
+    "day",
+    "night",
+    "sun",
+    "moon",
+    "tree",
+    "road",
+    "hello",
+    "world",
+    "code",
+    "edit",
+    "line",
+]
 
 N_EMBD, N_HEAD, N_LAYER, N_FF, N_CTX = 64, 4, 2, 128, 1024
 
@@ -33,7 +58,9 @@ def vocabulary(extra: int = 0, variant: str = "") -> tuple[list[str], list[float
     types = [T.UNKNOWN, T.CONTROL, T.CONTROL, T.CONTROL, T.CONTROL]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [T.BYTE] * 256
-    pieces = ["▁"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [f"▁{w}{variant}" for w in WORDS]
+    pieces = (
+        ["▁"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + [f"▁{w}{variant}" for w in WORDS]
+    )
     pieces += [w + variant for w in WORDS] + ["\n", ".", ",", "▁I", "I"]
     pieces = list(dict.fromkeys(pieces))  # "a" is both a letter and a word
     tokens += pieces
@@ -115,7 +142,9 @@ def write_tiny_model(
         writer.add_chat_template(chat_template)
     for name, tensor in base.items():
         if noise:
-            tensor = tensor + (rng.standard_normal(tensor.shape) * noise * tensor.std()).astype(np.float32)
+            tensor = tensor + (rng.standard_normal(tensor.shape) * noise * tensor.std()).astype(
+                np.float32
+            )
         if extra_vocab and name in ("token_embd.weight", "output.weight"):
             tensor = np.concatenate([tensor, np.zeros((extra_vocab, N_EMBD), dtype=np.float32)])
         writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))

@@ -28,10 +28,18 @@ class SpecrunApp(App[None]):
 
     CSS_PATH = "specrun.tcss"
     TITLE = "specrun"
-    BINDINGS = [Binding("ctrl+q", "quit", "Quit", priority=True)]  # the default, shown in the footer
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True)
+    ]  # the default, shown in the footer
 
-    def __init__(self, engine: EngineProcess, *, loading: str = "the models", system: str | None = None,
-                 max_tokens: int = 256) -> None:
+    def __init__(
+        self,
+        engine: EngineProcess,
+        *,
+        loading: str = "the models",
+        system: str | None = None,
+        max_tokens: int = 256,
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.loading = loading
@@ -58,7 +66,9 @@ class SpecrunApp(App[None]):
                 self.switch_screen(self.chat)
             elif isinstance(reply, (LoadFailed, Ended)) and isinstance(self.screen, LoadingScreen):
                 self.screen.show_error(reply.error)
-                self.notify(reply.error, title="Cannot load the models", severity="error", timeout=30)
+                self.notify(
+                    reply.error, title="Cannot load the models", severity="error", timeout=30
+                )
         if self.chat is not None and self.chat.is_mounted:
             self.chat.receive([r for r in replies if not isinstance(r, (Loaded, LoadFailed))])
 
@@ -68,4 +78,6 @@ def _terminal_hung_up() -> bool:
         return False
     poller = select.poll()
     poller.register(sys.__stdin__.fileno(), select.POLLHUP)
-    return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
+    return any(
+        events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0)
+    )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from specrun.errors import SpecrunError
 
@@ -44,7 +44,7 @@ class ShowHelp:
     pass
 
 
-Command = Union[Clear, SetSystem, SetSampling, SetMaxTokens, SetGamma, ShowStats, ShowHelp]
+Command = Clear | SetSystem | SetSampling | SetMaxTokens | SetGamma | ShowStats | ShowHelp
 
 COMMAND_HELP: list[tuple[str, str]] = [
     ("/clear", "forget the conversation and the figures"),

@@ -17,17 +17,27 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from specrun.errors import SpecrunError
 from specrun.core.gamma import parse_policy
 from specrun.core.sampling import SamplingParams
+from specrun.errors import SpecrunError
 from specrun.llama.supervise import crash_hint
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 from specrun_tui.messages import (
-    Ask, Command, Ended, Finished, Loaded, LoadFailed, Refused, Reply, Started, Stop,
+    Ask,
+    Command,
+    Ended,
+    Finished,
+    Loaded,
+    LoadFailed,
+    Refused,
+    Reply,
+    Started,
+    Stop,
 )
 
 if TYPE_CHECKING:
@@ -36,12 +46,14 @@ if TYPE_CHECKING:
 STOP_WAIT_SECONDS = 5.0  # for the engine to end its round, save auto's state and close
 
 
-def engine_summary(engine: "Engine") -> str:
+def engine_summary(engine: Engine) -> str:
     """Target, draft, device and GPU layers, for the bar at the top."""
     where = engine.placement()
     device, layers = where["device"], " + ".join(where["gpu_layers"])
     draft_name = engine.draft.name if engine.draft else "none"
-    return f"target {engine.target.name}  ·  draft {draft_name}  ·  {device}  ·  GPU layers {layers}"
+    return (
+        f"target {engine.target.name}  ·  draft {draft_name}  ·  {device}  ·  GPU layers {layers}"
+    )
 
 
 class EngineProcess:
@@ -53,18 +65,20 @@ class EngineProcess:
     Use as a context manager, or call `close`.
     """
 
-    def __init__(self, load: "Callable[[], Engine]") -> None:
+    def __init__(self, load: Callable[[], Engine]) -> None:
         # spawn, not fork: a forked child of a process that ran OpenMP (a test session)
         # or has threads (Textual) may hang.
         context = multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
-        self._process = context.Process(target=serve, args=(load, child_end), name="specrun-engine", daemon=True)
+        self._process = context.Process(
+            target=serve, args=(load, child_end), name="specrun-engine", daemon=True
+        )
         self._process.start()
         child_end.close()
         self.loaded: Loaded | None = None
         self.ended: str | None = None
 
-    def __enter__(self) -> "EngineProcess":
+    def __enter__(self) -> EngineProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -90,7 +104,9 @@ class EngineProcess:
             self.loaded = replace(self.loaded, policy=command.spec)
         elif isinstance(command, SetSampling):
             assert self.loaded is not None
-            self.loaded = replace(self.loaded, params=replace(self.params, **{command.field: command.value}))
+            self.loaded = replace(
+                self.loaded, params=replace(self.params, **{command.field: command.value})
+            )
         try:
             self._connection.send(command)
         except OSError:  # the engine process is gone; `receive` says why
@@ -102,13 +118,18 @@ class EngineProcess:
         try:
             while self.ended is None and self._connection.poll():
                 replies.append(self._connection.recv())
-                if isinstance(replies[-1], LoadFailed):  # its reason, not the exit that follows, is the end
+                if isinstance(
+                    replies[-1], LoadFailed
+                ):  # its reason, not the exit that follows, is the end
                     self.ended = replies[-1].error
         except (EOFError, OSError):
             self._process.join(STOP_WAIT_SECONDS)
             code = self._process.exitcode
-            self.ended = (crash_hint(-code) if code is not None and code < 0
-                          else f"the engine process ended (exit status {code})")
+            self.ended = (
+                crash_hint(-code)
+                if code is not None and code < 0
+                else f"the engine process ended (exit status {code})"
+            )
             replies.append(Ended(self.ended))
         for reply in replies:
             if isinstance(reply, Loaded):
@@ -127,7 +148,7 @@ class EngineProcess:
 # --- the engine's end --------------------------------------------------------------------
 
 
-def serve(load: "Callable[[], Engine]", connection: Connection) -> None:
+def serve(load: Callable[[], Engine], connection: Connection) -> None:
     """The engine process: load, then carry out commands until the pipe closes."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
@@ -138,7 +159,9 @@ def serve(load: "Callable[[], Engine]", connection: Connection) -> None:
         connection.send(LoadFailed(str(error)))
         return
     with engine:
-        connection.send(Loaded(engine_summary(engine), engine.policy.name, engine.params, engine.gamma_max))
+        connection.send(
+            Loaded(engine_summary(engine), engine.policy.name, engine.params, engine.gamma_max)
+        )
         _Session(engine, connection).run()
 
 
@@ -151,7 +174,7 @@ def _quiet_terminal() -> None:
 
 
 class _Session:
-    def __init__(self, engine: "Engine", connection: Connection) -> None:
+    def __init__(self, engine: Engine, connection: Connection) -> None:
         from specrun.chat import Conversation
 
         self.engine = engine
@@ -194,7 +217,9 @@ class _Session:
     def answer(self, ask: Ask) -> None:
         self.stop = False
         try:
-            turn = self.conversation.ask(self.engine, ask.text, max_tokens=ask.max_tokens, cancelled=self.cancelled)
+            turn = self.conversation.ask(
+                self.engine, ask.text, max_tokens=ask.max_tokens, cancelled=self.cancelled
+            )
         except SpecrunError as error:
             self.send(Refused(str(error)))
             return

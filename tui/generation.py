@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from specrun.core.loop import Event, Round, Segment
 from specrun.core.stats import Stats
@@ -22,11 +22,11 @@ class Figures:
     estimated_speedup: float | None
 
     @classmethod
-    def empty(cls, policy: str) -> "Figures":
+    def empty(cls, policy: str) -> Figures:
         return cls(None, None, None, None, policy, None, None)
 
     @classmethod
-    def read(cls, stats: Stats, policy: str) -> "Figures":
+    def read(cls, stats: Stats, policy: str) -> Figures:
         return cls(
             recent_tokens_per_second=stats.recent_tokens_per_second,
             tokens_per_second=stats.tokens_per_second,

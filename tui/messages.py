@@ -7,10 +7,9 @@ are, so the TUI computes its figures from the very records `specrun run` reads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
-from specrun.core.sampling import SamplingParams
 from specrun.core.loop import Prefill, Round
+from specrun.core.sampling import SamplingParams
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 
 # --- the TUI to the engine ---------------------------------------------------------------
@@ -27,8 +26,8 @@ class Stop:
     """End the answer after the current round."""
 
 
-Setting = Union[Clear, SetSystem, SetSampling, SetGamma]  # the slash commands the engine carries out
-Command = Union[Ask, Stop, Setting]
+Setting = Clear | SetSystem | SetSampling | SetGamma  # the slash commands the engine carries out
+Command = Ask | Stop | Setting
 
 # --- the engine to the TUI, besides its events -------------------------------------------
 
@@ -74,4 +73,4 @@ class Ended:
     error: str
 
 
-Reply = Union[Loaded, LoadFailed, Started, Refused, Finished, Ended, Prefill, Round]
+Reply = Loaded | LoadFailed | Started | Refused | Finished | Ended | Prefill | Round

@@ -11,11 +11,19 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
 
-from specrun.errors import SpecrunError
 from specrun.core.loop import Prefill, Round
 from specrun.core.stats import Stats
+from specrun.errors import SpecrunError
 from specrun_tui.commands import (
-    COMMAND_HELP, Clear, Command, SetGamma, SetMaxTokens, SetSampling, SetSystem, ShowHelp, ShowStats,
+    COMMAND_HELP,
+    Clear,
+    Command,
+    SetGamma,
+    SetMaxTokens,
+    SetSampling,
+    SetSystem,
+    ShowHelp,
+    ShowStats,
     parse_command,
 )
 from specrun_tui.engine_process import EngineProcess
@@ -236,7 +244,9 @@ class ChatScreen(Screen[None]):
             self.notify("Conversation cleared.")
         elif isinstance(command, SetSystem):
             self.engine.send(command)
-            self.notify(f"System prompt: {command.text}" if command.text else "System prompt removed.")
+            self.notify(
+                f"System prompt: {command.text}" if command.text else "System prompt removed."
+            )
         elif isinstance(command, SetSampling):
             self.engine.send(command)
             self.notify(f"{command.field} = {command.value}")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable
 
 from rich.console import RenderableType
 from rich.markdown import Markdown
-from rich.style import Style
 from rich.segment import Segment as Cells
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -18,8 +18,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Label, Sparkline, Static
 
-from specrun.system.formatting import format_or_dash
 from specrun.core.loop import Segment
+from specrun.system.formatting import format_or_dash
 from specrun_tui.generation import Figures
 
 
@@ -38,8 +38,12 @@ class Transcript(ScrollView):
     """
 
     COMPONENT_CLASSES = {
-        "transcript--user", "transcript--user-bar", "transcript--answer-bar", "transcript--draft",
-        "transcript--notice", "transcript--error",
+        "transcript--user",
+        "transcript--user-bar",
+        "transcript--answer-bar",
+        "transcript--draft",
+        "transcript--notice",
+        "transcript--error",
     }
 
     def __init__(self) -> None:
@@ -60,7 +64,7 @@ class Transcript(ScrollView):
     def add_notice(self, text: str, *, error: bool = False) -> None:
         self._add(Entry("error" if error else "notice", Text(text)))
 
-    def start_answer(self, *, show_origin: bool) -> "Answer":
+    def start_answer(self, *, show_origin: bool) -> Answer:
         answer = Answer(self, show_origin=show_origin)
         self._add(answer)
         return answer
@@ -78,14 +82,14 @@ class Transcript(ScrollView):
     def follow(self) -> None:
         self.scroll_end(animate=False, immediate=True)
 
-    def _add(self, entry: "Entry") -> None:
+    def _add(self, entry: Entry) -> None:
         self.entries.append(entry)
         self.redraw(entry)
         self.follow()
 
     # --- drawing ----------------------------------------------------------------------------
 
-    def redraw(self, entry: "Entry") -> None:
+    def redraw(self, entry: Entry) -> None:
         """Render `entry` again (it changed) and repaint its lines and any that moved."""
         width = self.scrollable_content_region.width
         if width != self._width:
@@ -104,7 +108,9 @@ class Transcript(ScrollView):
 
     def _relayout(self) -> None:
         self._width = self.scrollable_content_region.width
-        self._lines = [line for entry in self.entries for line in entry.lines(self, self._width, again=True)]
+        self._lines = [
+            line for entry in self.entries for line in entry.lines(self, self._width, again=True)
+        ]
         self._resize()
         self.refresh()
 
@@ -126,7 +132,9 @@ class Transcript(ScrollView):
     def style(self, component: str = "") -> Style:
         if component not in self._styles:
             base = self.rich_style
-            self._styles[component] = base + self.get_component_rich_style(component) if component else base
+            self._styles[component] = (
+                base + self.get_component_rich_style(component) if component else base
+            )
         return self._styles[component]
 
     def render_line(self, y: int) -> Strip:
@@ -136,14 +144,18 @@ class Transcript(ScrollView):
             return Strip.blank(width, self.rich_style)
         return self._lines[index].crop_extend(0, width, self.rich_style)
 
-    def render_text(self, renderable: RenderableType, width: int, *, bar: str | None, style: str = "") -> list[Strip]:
+    def render_text(
+        self, renderable: RenderableType, width: int, *, bar: str | None, style: str = ""
+    ) -> list[Strip]:
         """`renderable` as lines `width` wide: a blank line, then the text, one column
         in from a coloured bar (user messages, answers) or two in (notices)."""
         base = self.style()
         options = self.app.console.options.update_width(max(width - 3, 1))
         rendered = self.app.console.render_lines(renderable, options, style=self.style(style))
         left = [Cells("▌", self.style(bar)), Cells(" ", base)] if bar else [Cells("  ", base)]
-        return [Strip.blank(width, base)] + [Strip([*left, *line, Cells(" ", base)], width) for line in rendered]
+        return [Strip.blank(width, base)] + [
+            Strip([*left, *line, Cells(" ", base)], width) for line in rendered
+        ]
 
 
 @dataclass
@@ -156,8 +168,11 @@ class Entry:
     unchanged_lines: int = 0
 
     def lines(self, transcript: Transcript, width: int, *, again: bool = False) -> list[Strip]:
-        bar, style = ("transcript--user-bar", "transcript--user") if self.kind == "user" else \
-            (None, f"transcript--{self.kind}")
+        bar, style = (
+            ("transcript--user-bar", "transcript--user")
+            if self.kind == "user"
+            else (None, f"transcript--{self.kind}")
+        )
         lines = transcript.render_text(self.text, width, bar=bar, style=style)
         self.line_count = len(lines)
         return lines
@@ -180,7 +195,9 @@ class Answer:
         self._text = Text()  # the segments, draft ones coloured if `show_origin`
         self._coloured = show_origin  # what `_text` was built for
         self._line_end = 0  # characters up to the last line break of `_text`
-        self._settled: list[Strip] = []  # the blank line above, then the lines of the text up to `_settled_at`
+        self._settled: list[
+            Strip
+        ] = []  # the blank line above, then the lines of the text up to `_settled_at`
         self._settled_at = 0  # characters
 
     @property
@@ -217,7 +234,11 @@ class Answer:
             self._settled += transcript.render_text(whole, width, bar="transcript--answer-bar")[1:]
             self._settled_at = self._line_end
         rest = self._text[self._settled_at :]
-        tail = transcript.render_text(rest, width, bar="transcript--answer-bar")[1:] if rest or kept == 1 else []
+        tail = (
+            transcript.render_text(rest, width, bar="transcript--answer-bar")[1:]
+            if rest or kept == 1
+            else []
+        )
         self.unchanged_lines = kept
         lines = self._settled + tail
         self.line_count = len(lines)
@@ -243,17 +264,32 @@ class FigureRow:
 
 
 FIGURE_ROWS = [
-    FigureRow("tok/s now", lambda f: f.recent_tokens_per_second,
-              lambda f: format_or_dash(f.recent_tokens_per_second, ".1f")),
-    FigureRow("tok/s answer", lambda f: f.tokens_per_second,
-              lambda f: format_or_dash(f.tokens_per_second, ".1f")),
-    FigureRow("acceptance", lambda f: f.acceptance_rate,
-              lambda f: format_or_dash(f.acceptance_rate and f.acceptance_rate * 100, ".0f", "%")),
+    FigureRow(
+        "tok/s now",
+        lambda f: f.recent_tokens_per_second,
+        lambda f: format_or_dash(f.recent_tokens_per_second, ".1f"),
+    ),
+    FigureRow(
+        "tok/s answer",
+        lambda f: f.tokens_per_second,
+        lambda f: format_or_dash(f.tokens_per_second, ".1f"),
+    ),
+    FigureRow(
+        "acceptance",
+        lambda f: f.acceptance_rate,
+        lambda f: format_or_dash(f.acceptance_rate and f.acceptance_rate * 100, ".0f", "%"),
+    ),
     FigureRow("γ", lambda f: f.gamma, lambda f: f"{format_or_dash(f.gamma, 'd')} ({f.policy})"),
-    FigureRow("accepted/pass", lambda f: f.mean_accepted_length,
-              lambda f: format_or_dash(f.mean_accepted_length, ".2f")),
-    FigureRow("est. speedup", lambda f: f.estimated_speedup,
-              lambda f: format_or_dash(f.estimated_speedup, ".2f", "x")),
+    FigureRow(
+        "accepted/pass",
+        lambda f: f.mean_accepted_length,
+        lambda f: format_or_dash(f.mean_accepted_length, ".2f"),
+    ),
+    FigureRow(
+        "est. speedup",
+        lambda f: f.estimated_speedup,
+        lambda f: format_or_dash(f.estimated_speedup, ".2f", "x"),
+    ),
 ]
 
 

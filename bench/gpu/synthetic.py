@@ -45,11 +45,16 @@ SHAPES = {  # the published configs
     "llama3.2-1b": Shape(2048, 16, 32, 8, 8192, LLAMA3_VOCAB, 8192, tied_output=True),
     # The CPU mode: the same code on shapes a 2-core machine runs in seconds.
     "tiny-target": Shape(256, 4, 4, 2, 768, 8192, 2048),
-    "tiny-draft": Shape(256, 2, 4, 2, 512, 8192, 2048, tied_output=True),  # K-quant rows: 256 values
+    "tiny-draft": Shape(
+        256, 2, 4, 2, 512, 8192, 2048, tied_output=True
+    ),  # K-quant rows: 256 values
 }
 TYPES = ("q4_k_m", "q4_0", "f16")
-FILE_TYPES = {"q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M, "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-              "f16": gguf.LlamaFileType.MOSTLY_F16}
+FILE_TYPES = {
+    "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "f16": gguf.LlamaFileType.MOSTLY_F16,
+}
 # Byte offset and value of each block's f16 scale(s): dequantized weights of about 0.02.
 SCALES = {Q.Q4_0: {0: 3e-3}, Q.Q4_K: {0: 1e-4, 2: 1e-4}, Q.Q6_K: {208: 3e-5}}
 POOL_BLOCKS = 1 << 16
@@ -60,7 +65,9 @@ def use_more_bits(layer: int, n_layer: int) -> bool:
     return layer < n_layer // 8 or layer >= 7 * n_layer // 8 or (layer - n_layer // 8) % 3 == 2
 
 
-def weight_type(name: str, layer: int | None, n_layer: int, file_type: str, tied: bool = False) -> Q:
+def weight_type(
+    name: str, layer: int | None, n_layer: int, file_type: str, tied: bool = False
+) -> Q:
     if file_type == "f16":
         return Q.F16
     if name == "output" or (name == "token_embd" and tied):
@@ -77,22 +84,41 @@ def tensors(shape: Shape, file_type: str) -> list[tuple[str, tuple[int, int] | t
     head_dim = shape.n_embd // shape.n_head
     kv = shape.n_head_kv * head_dim
     out: list[tuple[str, tuple[int, ...], Q]] = [
-        ("token_embd.weight", (shape.n_vocab, shape.n_embd), weight_type("token_embd", None, 0, file_type, shape.tied_output))]
+        (
+            "token_embd.weight",
+            (shape.n_vocab, shape.n_embd),
+            weight_type("token_embd", None, 0, file_type, shape.tied_output),
+        )
+    ]
     for i in range(shape.n_layer):
-        def w(name: str, rows: int, columns: int) -> tuple[str, tuple[int, int], Q]:
-            return f"blk.{i}.{name}.weight", (rows, columns), weight_type(name, i, shape.n_layer, file_type)
+
+        def w(name: str, rows: int, columns: int, i: int = i) -> tuple[str, tuple[int, int], Q]:
+            return (
+                f"blk.{i}.{name}.weight",
+                (rows, columns),
+                weight_type(name, i, shape.n_layer, file_type),
+            )
 
         out += [
             (f"blk.{i}.attn_norm.weight", (shape.n_embd,), Q.F32),
-            w("attn_q", shape.n_embd, shape.n_embd), w("attn_k", kv, shape.n_embd),
-            w("attn_v", kv, shape.n_embd), w("attn_output", shape.n_embd, shape.n_embd),
+            w("attn_q", shape.n_embd, shape.n_embd),
+            w("attn_k", kv, shape.n_embd),
+            w("attn_v", kv, shape.n_embd),
+            w("attn_output", shape.n_embd, shape.n_embd),
             (f"blk.{i}.ffn_norm.weight", (shape.n_embd,), Q.F32),
-            w("ffn_gate", shape.n_ff, shape.n_embd), w("ffn_up", shape.n_ff, shape.n_embd),
+            w("ffn_gate", shape.n_ff, shape.n_embd),
+            w("ffn_up", shape.n_ff, shape.n_embd),
             w("ffn_down", shape.n_embd, shape.n_ff),
         ]
     out.append(("output_norm.weight", (shape.n_embd,), Q.F32))
     if not shape.tied_output:
-        out.append(("output.weight", (shape.n_vocab, shape.n_embd), weight_type("output", None, 0, file_type)))
+        out.append(
+            (
+                "output.weight",
+                (shape.n_vocab, shape.n_embd),
+                weight_type("output", None, 0, file_type),
+            )
+        )
     return out
 
 
@@ -173,8 +199,13 @@ def write_model(path: Path, shape: Shape, file_type: str, seed: int = 0) -> Path
     writer.add_add_bos_token(True)
     for name, dims, kind in layout:
         stored, dtype = storage_shape(dims, kind)
-        writer.add_tensor_info(name, stored, dtype, int(np.prod(stored)) * dtype.itemsize,
-                               raw_dtype=None if kind in (Q.F32, Q.F16) else kind)
+        writer.add_tensor_info(
+            name,
+            stored,
+            dtype,
+            int(np.prod(stored)) * dtype.itemsize,
+            raw_dtype=None if kind in (Q.F32, Q.F16) else kind,
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()

@@ -11,11 +11,12 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from specrun.cli.chat import chat
+from specrun.cli.models import app as models_app
 from specrun.cli.options import (
     DRAFTING,
     LOAD,
@@ -36,18 +37,17 @@ from specrun.cli.options import (
     read_prompt,
     takes,
 )
-from specrun.errors import OptionError, SpecrunError, report
-from specrun.system.interrupts import exit_status
-from specrun.cli.models import app as models_app
-from specrun.options import DraftOptions, LoadOptions, LookupOptions
 from specrun.cli.rpc import rpc_server
-from specrun.core.sampling import SamplingParams
 from specrun.cli.serve import serve
+from specrun.core.sampling import SamplingParams
+from specrun.errors import OptionError, SpecrunError, report
+from specrun.options import DraftOptions, LoadOptions, LookupOptions
+from specrun.system.interrupts import exit_status
 from specrun.system.textio import StdoutClosed, argument_text, guarded_stdout
 
 if TYPE_CHECKING:
-    from specrun.engine import Engine
     from specrun.core.stats import Stats
+    from specrun.engine import Engine
 
 app = typer.Typer(
     name="specrun",
@@ -70,8 +70,13 @@ def print_version(version: bool) -> None:
 @app.callback()
 def cli(
     # Eager: handled while parsing, before click asks for the missing command.
-    version: bool = typer.Option(False, "--version", is_eager=True, callback=print_version,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=print_version,
+        help="Print the version and exit.",
+    ),
 ) -> None:
     """Speculative decoding for GGUF models: a small draft guesses, the big target checks."""
 
@@ -79,13 +84,19 @@ def cli(
 @app.command()
 @takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def run(
-    prompt: Optional[str] = typer.Argument(None, help="The prompt; stdin, when piped, comes before it."),
-    system: Optional[str] = SYSTEM,
-    raw: bool = typer.Option(False, "--raw", help="Send the text as is, without the chat template."),
+    prompt: str | None = typer.Argument(
+        None, help="The prompt; stdin, when piped, comes before it."
+    ),
+    system: str | None = SYSTEM,
+    raw: bool = typer.Option(
+        False, "--raw", help="Send the text as is, without the chat template."
+    ),
     max_tokens: int = MAX_TOKENS,
     stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),
     stats: bool = typer.Option(False, "--stats", help="Print statistics to stderr."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (text and statistics) instead of the text."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (text and statistics) instead of the text."
+    ),
     *,
     sampling: SamplingParams,
     drafting: DraftOptions,
@@ -95,7 +106,10 @@ def run(
     """Generate one answer, streamed to stdout."""
     from specrun.core.stats import Stats
 
-    system, stop = argument_text(system, "--system"), [argument_text(text, "--stop") for text in stop]
+    system, stop = (
+        argument_text(system, "--system"),
+        [argument_text(text, "--stop") for text in stop],
+    )
     text = read_prompt(prompt)
     choice = models.resolve()
     engine = load_engine(choice, load, params=sampling, drafting=drafting)
@@ -112,33 +126,58 @@ def run(
                 if not as_json:
                     sys.stdout.write(chunk)
                     sys.stdout.flush()
-    except KeyboardInterrupt as interrupt:  # Ctrl-C, SIGTERM, SIGHUP: keep the text, end the JSON object
+    except (
+        KeyboardInterrupt
+    ) as interrupt:  # Ctrl-C, SIGTERM, SIGHUP: keep the text, end the JSON object
         figures.finish_reason = "interrupted"
         _finish_output(answer, figures, engine, choice, as_json=as_json, stats=stats)
         note("interrupted")
-        raise typer.Exit(exit_status(interrupt))
+        raise typer.Exit(exit_status(interrupt)) from None
     finally:
         engine.close()
     _finish_output(answer, figures, engine, choice, as_json=as_json, stats=stats)
 
 
-def _finish_output(answer: list[str], figures: "Stats", engine: "Engine", choice: ModelChoice, *,
-                   as_json: bool, stats: bool) -> None:
+def _finish_output(
+    answer: list[str],
+    figures: Stats,
+    engine: Engine,
+    choice: ModelChoice,
+    *,
+    as_json: bool,
+    stats: bool,
+) -> None:
     from specrun.core.loop import more_room_hint
 
     threads = engine.target.threads
     where = engine.placement()
     if as_json:
-        draft = str(choice.draft) if isinstance(choice.draft, Path) else LOOKUP if choice.draft else None
-        record = {"text": "".join(answer), "target": str(choice.target), "draft": draft, "threads": threads,
-                  **where, **figures.as_dict()}
+        draft = (
+            str(choice.draft)
+            if isinstance(choice.draft, Path)
+            else LOOKUP
+            if choice.draft
+            else None
+        )
+        record = {
+            "text": "".join(answer),
+            "target": str(choice.target),
+            "draft": draft,
+            "threads": threads,
+            **where,
+            **figures.as_dict(),
+        }
         sys.stdout.write(json.dumps(record) + "\n")
     elif answer and not "".join(answer).endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
     if figures.finish_reason == "context" and not as_json:
-        note(in_flag_terms(f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
-                           f"{more_room_hint(engine.target)}"))
+        note(
+            in_flag_terms(
+                f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
+                f"{more_room_hint(engine.target)}"
+            )
+        )
     if stats:
         for line in figures.summary_lines(extra=[("threads", str(threads)), placement_row(where)]):
             print(line, file=sys.stderr)
@@ -147,18 +186,42 @@ def _finish_output(answer: list[str], figures: "Stats", engine: "Engine", choice
 @app.command()
 @takes(LOOKUP_GROUP, LOAD, MODELS)
 def bench(
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL file of {\"prompt\": ..., \"class\": ...}; default: the built-in set."),
+    prompts: Path | None = typer.Option(
+        None,
+        "--prompts",
+        help='JSONL file of {"prompt": ..., "class": ...}; default: the built-in set.',
+    ),
     gammas: str = typer.Option("1,2,3,4,6,8", "--gammas", help="Fixed γ values to compare."),
-    modes: Optional[str] = typer.Option(None, "--modes", help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid)."),
-    include_lookup: bool = typer.Option(True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."),
-    repeat: int = typer.Option(3, "--repeat", "-r", min=1, help="Repetitions; the table shows medians."),
+    modes: str | None = typer.Option(
+        None,
+        "--modes",
+        help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid).",
+    ),
+    include_lookup: bool = typer.Option(
+        True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."
+    ),
+    repeat: int = typer.Option(
+        3, "--repeat", "-r", min=1, help="Repetitions; the table shows medians."
+    ),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
-    temp: float = typer.Option(0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."),
-    seed: Optional[int] = typer.Option(0, "--seed", help="Seed for sampled runs."),
-    gamma_max: int = typer.Option(DraftOptions.gamma_max, "--gamma-max", min=1, max=32, help="Upper bound of γ for auto/heuristic."),
+    temp: float = typer.Option(
+        0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."
+    ),
+    seed: int | None = typer.Option(0, "--seed", help="Seed for sampled runs."),
+    gamma_max: int = typer.Option(
+        DraftOptions.gamma_max,
+        "--gamma-max",
+        min=1,
+        max=32,
+        help="Upper bound of γ for auto/heuristic.",
+    ),
     p_min: float = P_MIN,
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write every run and figure to this file."),
-    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."),
+    json_path: Path | None = typer.Option(
+        None, "--json", help="Write every run and figure to this file."
+    ),
+    plot_path: Path | None = typer.Option(
+        None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."
+    ),
     *,
     lookup: LookupOptions,
     load: LoadOptions,
@@ -186,16 +249,28 @@ def bench(
         wanted = [m.strip() for m in modes.split(",")]
         unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
         if unknown:
-            raise OptionError(f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}")
+            raise OptionError(
+                f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}"
+            )
         chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
     with load_engine(choice, load) as engine:
         load_notes(engine.target, load)
-        note(f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
-             f"{max_tokens} tokens each")
+        note(
+            f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
+            f"{max_tokens} tokens each"
+        )
         result = benchmark.run_bench(
-            engine.target, engine.draft_model, prompt_set, chosen, params=params, max_tokens=max_tokens,
-            repeat=repeat, gamma_max=gamma_max, p_min=p_min,
-            lookup=lookup, progress=lambda line: note(f"bench: {line}"),
+            engine.target,
+            engine.draft_model,
+            prompt_set,
+            chosen,
+            params=params,
+            max_tokens=max_tokens,
+            repeat=repeat,
+            gamma_max=gamma_max,
+            p_min=p_min,
+            lookup=lookup,
+            progress=lambda line: note(f"bench: {line}"),
         )
     # The files first: they hold every run, stdout only the summary (and may be a closed pipe).
     if json_file:
@@ -213,7 +288,9 @@ def bench(
 
 @app.command()
 def doctor(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object instead of the report."
+    ),
 ) -> None:
     """The llama.cpp build, its devices, the model caches, and a fix for each problem found."""
     from specrun import doctor as checkup
@@ -236,8 +313,8 @@ app.add_typer(models_app, name="models", help="List, download, inspect and remov
 
 def entry() -> None:
     """The `specrun` command: `main` in a supervised child, so a native crash explains itself."""
-    from specrun.system import interrupts
     from specrun.llama.supervise import supervise
+    from specrun.system import interrupts
 
     def work() -> int:
         interrupts.install()
@@ -270,4 +347,3 @@ def main(argv: list[str] | None = None) -> int:
         return exit_status(stop.__cause__ or stop)  # click turns a KeyboardInterrupt into Abort
     except StdoutClosed:  # the reader went away (`| head`): it has what it wanted
         return 0
-

@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
-from specrun.system import interrupts
 from specrun.cli.options import (
     DRAFTING,
     LOAD,
@@ -30,9 +29,10 @@ from specrun.cli.options import (
     placement_row,
     takes,
 )
-from specrun.system.interrupts import exit_status
-from specrun.options import DraftOptions, LoadOptions
 from specrun.core.sampling import SamplingParams
+from specrun.options import DraftOptions, LoadOptions
+from specrun.system import interrupts
+from specrun.system.interrupts import exit_status
 from specrun.system.textio import argument_text
 
 if TYPE_CHECKING:
@@ -41,9 +41,11 @@ if TYPE_CHECKING:
 
 @takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def chat(
-    system: Optional[str] = SYSTEM,
+    system: str | None = SYSTEM,
     max_tokens: int = MAX_TOKENS,
-    stats: bool = typer.Option(False, "--stats", help="Piped: print each answer's statistics to stderr."),
+    stats: bool = typer.Option(
+        False, "--stats", help="Piped: print each answer's statistics to stderr."
+    ),
     *,
     sampling: SamplingParams,
     drafting: DraftOptions,
@@ -62,10 +64,14 @@ def chat(
             note("--verbose is ignored in the TUI; pipe the chat to see llama.cpp's log")
             load = replace(load, verbose=False)
 
-        loading = " and ".join(getattr(p, "name", "prompt lookup") for p in (choice.target, choice.draft) if p)
+        loading = " and ".join(
+            getattr(p, "name", "prompt lookup") for p in (choice.target, choice.draft) if p
+        )
         # The engine runs in a process of its own (see specrun_tui.engine_process), whose
         # output goes nowhere: the placement shows in the TUI's header instead.
-        with EngineProcess(partial(load_engine, choice, load, params=sampling, drafting=drafting)) as engine:
+        with EngineProcess(
+            partial(load_engine, choice, load, params=sampling, drafting=drafting)
+        ) as engine:
             app = SpecrunApp(engine, loading=loading, system=system, max_tokens=max_tokens)
             with interrupts.routed_to(app.exit) as received:
                 app.run()
@@ -82,12 +88,12 @@ def chat(
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
-        raise typer.Exit(exit_status(stop))
+        raise typer.Exit(exit_status(stop)) from None
     finally:
         engine.close()
 
 
-def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int, stats: bool) -> None:
+def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, stats: bool) -> None:
     from specrun.chat import Conversation
     from specrun.core.loop import Round
     from specrun.core.stats import Stats
@@ -112,7 +118,8 @@ def _chat_through_pipe(engine: "Engine", *, system: str | None, max_tokens: int,
         sys.stdout.write("\n" if ends_with_newline else "\n\n")
         sys.stdout.flush()
         if stats:
-            for summary_line in figures.summary_lines(extra=[("threads", str(engine.target.threads)),
-                                                            placement_row(engine.placement())]):
+            for summary_line in figures.summary_lines(
+                extra=[("threads", str(engine.target.threads)), placement_row(engine.placement())]
+            ):
                 print(summary_line, file=sys.stderr)
             sys.stderr.flush()

@@ -6,13 +6,15 @@ Tables and answers go to stdout, downloads' progress and errors to stderr.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Optional
 
 import typer
 
+from specrun.errors import SpecrunError, report
+from specrun.llama.gguf import read_gguf_info
 from specrun.models.catalog import (
     Catalog,
     ModelSpec,
@@ -23,12 +25,12 @@ from specrun.models.catalog import (
     remove_cached,
     verify_model,
 )
-from specrun.errors import SpecrunError, report
-from specrun.system.formatting import format_or_dash, format_size
-from specrun.llama.gguf import read_gguf_info
 from specrun.models.hub import hub_offline, plan_fetch
+from specrun.system.formatting import format_or_dash, format_size
 
-app = typer.Typer(help="List, download, verify, inspect and remove the catalog's models.", no_args_is_help=True)
+app = typer.Typer(
+    help="List, download, verify, inspect and remove the catalog's models.", no_args_is_help=True
+)
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,16 @@ class _Options:
 
 
 @app.callback()
-def models(ctx: typer.Context, catalog: Optional[Path] = typer.Option(
-        None, "--catalog", dir_okay=False, help="A models.toml that adds or overrides aliases "
-        "(default: $XDG_CONFIG_HOME/specrun/models.toml if present).")) -> None:
+def models(
+    ctx: typer.Context,
+    catalog: Path | None = typer.Option(
+        None,
+        "--catalog",
+        dir_okay=False,
+        help="A models.toml that adds or overrides aliases "
+        "(default: $XDG_CONFIG_HOME/specrun/models.toml if present).",
+    ),
+) -> None:
     ctx.obj = _Options(catalog)
 
 
@@ -57,34 +66,59 @@ def _catalog(ctx: typer.Context) -> Catalog:
 
 
 @app.command("list")
-def list_models(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout.")) -> None:
+def list_models(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
+) -> None:
     """Every alias with its family, size and whether it is already on disk."""
     with _reported_errors():
         catalog = _catalog(ctx)
         rows = []
         for entry in catalog.entries.values():
             model = cached_model(parse_spec(entry.alias, catalog))
-            rows.append({**asdict(entry), "cached": model is not None, "path": str(model.path) if model else None})
+            rows.append(
+                {
+                    **asdict(entry),
+                    "cached": model is not None,
+                    "path": str(model.path) if model else None,
+                }
+            )
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     header = ("ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED")
-    table = [header] + [(row["alias"], row["family"], row["params"] or "-", row["quant"] or "-",
-                         format_or_dash(row["size_gb"], ".2f", " GB"),
-                         "yes" if row["cached"] else "-") for row in rows]
+    table = [header] + [
+        (
+            row["alias"],
+            row["family"],
+            row["params"] or "-",
+            row["quant"] or "-",
+            format_or_dash(row["size_gb"], ".2f", " GB"),
+            "yes" if row["cached"] else "-",
+        )
+        for row in rows
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
 @app.command()
-def pull(ctx: typer.Context,
-         specs: list[str] = typer.Argument(..., metavar="ALIAS...", help="Aliases (or REPO:QUANT, REPO/FILE.gguf)."),
-         dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be fetched, and its size.")) -> None:
+def pull(
+    ctx: typer.Context,
+    specs: list[str] = typer.Argument(
+        ..., metavar="ALIAS...", help="Aliases (or REPO:QUANT, REPO/FILE.gguf)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Only show what would be fetched, and its size."
+    ),
+) -> None:
     """Download models into the Hugging Face cache (the demo pair: prepare it)."""
     with _reported_errors():
         catalog = _catalog(ctx)
-        parsed = [parse_spec(spec, catalog) for spec in specs]  # every name checked before any download
+        parsed = [
+            parse_spec(spec, catalog) for spec in specs
+        ]  # every name checked before any download
         for spec in parsed:
             if dry_run:
                 _print_plan(spec)
@@ -95,7 +129,9 @@ def pull(ctx: typer.Context,
 def _print_plan(spec: ModelSpec) -> None:
     if spec.hub is None:
         model = cached_model(spec)
-        print(f"{spec.text}: {'present at ' + str(model.path) if model else 'local, to be prepared'}; nothing to download")
+        print(
+            f"{spec.text}: {'present at ' + str(model.path) if model else 'local, to be prepared'}; nothing to download"
+        )
         return
     plan = plan_fetch(spec.hub, spec.text, network=not hub_offline())
     print(f"{spec.text}: {plan.repo}")
@@ -107,18 +143,32 @@ def _print_plan(spec: ModelSpec) -> None:
     elif all(f.size is not None for f in plan.missing):
         print(f"  would download {format_size(sum(f.size or 0 for f in plan.missing))}")
     elif spec.entry and spec.entry.size_gb is not None:
-        print(f"  would download about {spec.entry.size_gb:.2f} GB (catalog figure; the Hub was not asked)")
+        print(
+            f"  would download about {spec.entry.size_gb:.2f} GB (catalog figure; the Hub was not asked)"
+        )
 
 
 @app.command()
-def verify(ctx: typer.Context, specs: list[str] = typer.Argument(
-        None, metavar="[ALIAS...]", help="Aliases (or REPO:QUANT, REPO/FILE.gguf); default: every cached download.")) -> None:
+def verify(
+    ctx: typer.Context,
+    specs: list[str] = typer.Argument(
+        None,
+        metavar="[ALIAS...]",
+        help="Aliases (or REPO:QUANT, REPO/FILE.gguf); default: every cached download.",
+    ),
+) -> None:
     """Hash downloaded models again and compare with their pins or the sha256 recorded at download."""
     with _reported_errors():
         catalog = _catalog(ctx)
-        parsed = [parse_spec(spec, catalog) for spec in specs] if specs else [
-            spec for spec in (parse_spec(alias, catalog) for alias in catalog.entries)
-            if spec.hub is not None and cached_model(spec) is not None]
+        parsed = (
+            [parse_spec(spec, catalog) for spec in specs]
+            if specs
+            else [
+                spec
+                for spec in (parse_spec(alias, catalog) for alias in catalog.entries)
+                if spec.hub is not None and cached_model(spec) is not None
+            ]
+        )
         if not parsed:
             print("no downloaded model in the cache; nothing to verify")
         for spec in parsed:
@@ -134,7 +184,11 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
         spec = parse_spec(model, catalog)
         resolved = fetch_model(spec, download=False, progress=False)
         info = read_gguf_info(resolved.path)
-        vocab = f"{info.vocab_size} tokens, {info.tokenizer_model} ({info.vocab_type})" if info.vocab_size else "none"
+        vocab = (
+            f"{info.vocab_size} tokens, {info.tokenizer_model} ({info.vocab_type})"
+            if info.vocab_size
+            else "none"
+        )
         fields = [
             ("file", str(info.path)),
             ("architecture", info.architecture),
@@ -154,8 +208,16 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
                 ("catalog family", entry.family),
                 ("source", f"{entry.repo}" if entry.repo else entry.local),
                 ("license", entry.license),
-                ("verified", "yes" if entry.verified else "no (file name from public sources, not fetched to check)"),
-                ("compatible drafts", ", ".join(catalog.compatible_drafts(entry)) or "none in the catalog"),
+                (
+                    "verified",
+                    "yes"
+                    if entry.verified
+                    else "no (file name from public sources, not fetched to check)",
+                ),
+                (
+                    "compatible drafts",
+                    ", ".join(catalog.compatible_drafts(entry)) or "none in the catalog",
+                ),
             ]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:

@@ -16,16 +16,17 @@ import functools
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from specrun.errors import OptionError
-from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
-from specrun.llama.model import DEFAULT_CTX, placement_text
 from specrun.core.sampling import SamplingParams
+from specrun.errors import OptionError
+from specrun.llama.model import DEFAULT_CTX, placement_text
+from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
 from specrun.system.textio import argument_text, read_stdin
 
 if TYPE_CHECKING:
@@ -38,10 +39,24 @@ DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the 
 LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 
 # The library names its options in backquotes (`n_ctx`); the command line shows its flags.
-FLAGS = {"n_ctx": "--ctx", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p",
-         "seed": "--seed", "max_tokens": "--max-tokens", "gamma": "--gamma", "gamma_max": "--gamma-max",
-         "ngram": "--lookup-ngram", "min_ngram": "--lookup-min", "raw": "--raw", "threads": "--threads",
-         "gpu_layers": "--gpu-layers", "draft_gpu_layers": "--draft-gpu-layers", "rpc": "--rpc"}
+FLAGS = {
+    "n_ctx": "--ctx",
+    "temperature": "--temp",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "min_p": "--min-p",
+    "seed": "--seed",
+    "max_tokens": "--max-tokens",
+    "gamma": "--gamma",
+    "gamma_max": "--gamma-max",
+    "ngram": "--lookup-ngram",
+    "min_ngram": "--lookup-min",
+    "raw": "--raw",
+    "threads": "--threads",
+    "gpu_layers": "--gpu-layers",
+    "draft_gpu_layers": "--draft-gpu-layers",
+    "rpc": "--rpc",
+}
 
 
 def in_flag_terms(message: str) -> str:
@@ -70,13 +85,20 @@ def takes(*groups: OptionGroup) -> Callable[[F], F]:
 
     def decorate(command: F) -> F:
         signature = inspect.signature(command)
-        own = [p for name, p in signature.parameters.items() if name not in {g.keyword for g in groups}]
-        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
-                 for group in groups for name, (kind, option) in group.options.items()]
+        own = [
+            p for name, p in signature.parameters.items() if name not in {g.keyword for g in groups}
+        ]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
+            for group in groups
+            for name, (kind, option) in group.options.items()
+        ]
 
         @functools.wraps(command)
         def wrapper(**values: Any) -> Any:
-            built = {g.keyword: g.build(**{name: values.pop(name) for name in g.options}) for g in groups}
+            built = {
+                g.keyword: g.build(**{name: values.pop(name) for name in g.options}) for g in groups
+            }
             return command(**values, **built)
 
         wrapper.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
@@ -110,8 +132,11 @@ class ModelRequest:
         target, draft = self.target, self.draft
         if target is None:
             target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
-            using = ("pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)" if draft == DEMO_DRAFT
-                     else "target (SmolLM2-135M-Instruct, F16)")
+            using = (
+                "pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)"
+                if draft == DEMO_DRAFT
+                else "target (SmolLM2-135M-Instruct, F16)"
+            )
             note(f"no --target given: using the demo {using}")
         if draft in (None, "none", LOOKUP):
             resolved = resolve_model(target, catalog=models)
@@ -120,7 +145,9 @@ class ModelRequest:
         return ModelChoice(resolved_target.path, resolved_draft.path)
 
 
-def _sampling(temp: float, top_k: int, top_p: float, min_p: float, seed: Optional[int]) -> SamplingParams:
+def _sampling(
+    temp: float, top_k: int, top_p: float, min_p: float, seed: int | None
+) -> SamplingParams:
     return SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
 
 
@@ -128,119 +155,319 @@ def _lookup(lookup_ngram: int, lookup_min: int, lookup_max: int) -> LookupOption
     return LookupOptions(lookup_ngram, lookup_min, lookup_max)
 
 
-def _drafting(gamma: str, gamma_max: int, p_min: float, lookup: bool, lookup_ngram: int, lookup_min: int,
-              lookup_max: int) -> DraftOptions:
+def _drafting(
+    gamma: str,
+    gamma_max: int,
+    p_min: float,
+    lookup: bool,
+    lookup_ngram: int,
+    lookup_min: int,
+    lookup_max: int,
+) -> DraftOptions:
     from specrun.core.gamma import parse_policy
 
     parse_policy(gamma, gamma_max)  # checked now, before any work; the engine makes its own
-    return DraftOptions(gamma=gamma, gamma_max=gamma_max, p_min=p_min,
-                        lookup=_lookup(lookup_ngram, lookup_min, lookup_max), hybrid=lookup)
+    return DraftOptions(
+        gamma=gamma,
+        gamma_max=gamma_max,
+        p_min=p_min,
+        lookup=_lookup(lookup_ngram, lookup_min, lookup_max),
+        hybrid=lookup,
+    )
 
 
-def _load(ctx: Optional[int], gpu_layers: Optional[int], draft_gpu_layers: Optional[int], fit: str,
-          threads: Optional[int], verbose: bool, reproducible: bool, rpc: Optional[str]) -> LoadOptions:
-    from specrun.system.cpus import choose_threads
-    from specrun.llama.rpc import parse_endpoints
+def _load(
+    ctx: int | None,
+    gpu_layers: int | None,
+    draft_gpu_layers: int | None,
+    fit: str,
+    threads: int | None,
+    verbose: bool,
+    reproducible: bool,
+    rpc: str | None,
+) -> LoadOptions:
     from specrun.llama.model import gpu_offload_supported
+    from specrun.llama.rpc import parse_endpoints
+    from specrun.system.cpus import choose_threads
 
     if threads is not None:
         threads, capped = choose_threads(threads)
         if capped:
             note(in_flag_terms(capped))
     if (gpu_layers or draft_gpu_layers) and not gpu_offload_supported() and not rpc:
-        note("--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)")
+        note(
+            "--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)"
+        )
     if fit not in ("on", "off"):
         raise OptionError(f"--fit must be on or off, got {fit!r}")
-    return LoadOptions(n_ctx=ctx, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers, fit=fit == "on",
-                       threads=threads, verbose=verbose, reproducible=reproducible,
-                       rpc=parse_endpoints(rpc) if rpc is not None else ())
+    return LoadOptions(
+        n_ctx=ctx,
+        gpu_layers=gpu_layers,
+        draft_gpu_layers=draft_gpu_layers,
+        fit=fit == "on",
+        threads=threads,
+        verbose=verbose,
+        reproducible=reproducible,
+        rpc=parse_endpoints(rpc) if rpc is not None else (),
+    )
 
 
 LOOKUP_DEFAULTS = LookupOptions()
 LOOKUP_OPTIONS = {
-    "lookup_ngram": (int, typer.Option(LOOKUP_DEFAULTS.ngram, "--lookup-ngram", min=1, max=8,
-                                       help="Longest n-gram prompt lookup matches.")),
-    "lookup_min": (int, typer.Option(LOOKUP_DEFAULTS.min_ngram, "--lookup-min", min=1, max=8,
-                                     help="Shortest n-gram prompt lookup matches.")),
-    "lookup_max": (int, typer.Option(LOOKUP_DEFAULTS.max_tokens, "--lookup-max", min=1, max=64,
-                                     help="Most tokens prompt lookup proposes.")),
+    "lookup_ngram": (
+        int,
+        typer.Option(
+            LOOKUP_DEFAULTS.ngram,
+            "--lookup-ngram",
+            min=1,
+            max=8,
+            help="Longest n-gram prompt lookup matches.",
+        ),
+    ),
+    "lookup_min": (
+        int,
+        typer.Option(
+            LOOKUP_DEFAULTS.min_ngram,
+            "--lookup-min",
+            min=1,
+            max=8,
+            help="Shortest n-gram prompt lookup matches.",
+        ),
+    ),
+    "lookup_max": (
+        int,
+        typer.Option(
+            LOOKUP_DEFAULTS.max_tokens,
+            "--lookup-max",
+            min=1,
+            max=64,
+            help="Most tokens prompt lookup proposes.",
+        ),
+    ),
 }
-P_MIN = typer.Option(DraftOptions.p_min, "--p-min", min=0.0, max=1.0,
-                     help="Stop drafting when the draft's confidence falls below this.")
+P_MIN = typer.Option(
+    DraftOptions.p_min,
+    "--p-min",
+    min=0.0,
+    max=1.0,
+    help="Stop drafting when the draft's confidence falls below this.",
+)
 
 LOOKUP_GROUP = OptionGroup("lookup", LOOKUP_OPTIONS, _lookup)
-DRAFTING = OptionGroup("drafting", {
-    "gamma": (str, typer.Option(DraftOptions.gamma, "--gamma", "-g",
-                                help="Draft length: auto, heuristic or a number (0 = no speculation).")),
-    "gamma_max": (int, typer.Option(DraftOptions.gamma_max, "--gamma-max", min=0, max=32,
-                                    help="Upper bound of γ for auto/heuristic.")),
-    "p_min": (float, P_MIN),
-    "lookup": (bool, typer.Option(False, "--lookup",
-                                  help="Prompt lookup first, the draft model when the text offers no match.")),
-    **LOOKUP_OPTIONS,
-}, _drafting)
-SAMPLING = OptionGroup("sampling", {
-    "temp": (float, typer.Option(SamplingParams.temperature, "--temp", min=0.0, help="Temperature; 0 is greedy.")),
-    "top_k": (int, typer.Option(SamplingParams.top_k, "--top-k", min=0, help="Top-k (0 = off).")),
-    # Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams checks them.
-    "top_p": (float, typer.Option(SamplingParams.top_p, "--top-p", help="Top-p, 0 < p <= 1 (1 = off).")),
-    "min_p": (float, typer.Option(SamplingParams.min_p, "--min-p", help="Min-p, 0 <= p < 1 (0 = off).")),
-    "seed": (Optional[int], typer.Option(None, "--seed", min=0, help="Seed for a reproducible sampled run.")),
-}, _sampling)
-LOAD = OptionGroup("load", {
-    "ctx": (Optional[int], typer.Option(None, "--ctx", "-c", min=16, show_default=False,
-                                        help=f"Context size in tokens (default: {DEFAULT_CTX}, or the model's "
-                                             "trained context if smaller).")),
-    "gpu_layers": (Optional[int], typer.Option(None, "--gpu-layers", "-ngl",
-                                               help="Target layers on the GPU (default: as many as fit).")),
-    "draft_gpu_layers": (Optional[int], typer.Option(None, "--draft-gpu-layers", "-ngld",
-                                                     help="Draft layers on the GPU (default: all of them).")),
-    "fit": (str, typer.Option("on", "--fit", help="on: place layers by free GPU memory, the draft first; "
-                                                  "off: every layer on the GPU.")),
-    "threads": (Optional[int], typer.Option(None, "--threads", min=1,
-                                            help="CPU threads per model (default: one per physical core).")),
-    "verbose": (bool, typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")),
-    "reproducible": (bool, typer.Option(False, "--reproducible",
-                                        help="Greedy output the same at any γ and in every run, as plain "
-                                             "decoding gives it (checked at load; may cost speed).")),
-    "rpc": (Optional[str], typer.Option(None, "--rpc", metavar="HOST:PORT[,HOST:PORT...]",
-                                        help="Also place target layers on these machines' devices "
-                                             "(`specrun rpc-server` there); the draft stays here.")),
-}, _load)
-MODELS = OptionGroup("models", {
-    "target": (Optional[str], typer.Option(None, "--target", "-t", help="Target model: alias, GGUF path, "
-                                           "REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.")),
-    "draft": (Optional[str], typer.Option(None, "--draft", "-d", help="Draft model (alias, path, ...), `auto` for "
-                                          "the catalog's pick, `lookup` for prompt lookup, or `none`.")),
-    "catalog": (Optional[Path], typer.Option(None, "--catalog",
-                                             help="An extra models.toml that adds or overrides aliases.")),
-}, ModelRequest)
+DRAFTING = OptionGroup(
+    "drafting",
+    {
+        "gamma": (
+            str,
+            typer.Option(
+                DraftOptions.gamma,
+                "--gamma",
+                "-g",
+                help="Draft length: auto, heuristic or a number (0 = no speculation).",
+            ),
+        ),
+        "gamma_max": (
+            int,
+            typer.Option(
+                DraftOptions.gamma_max,
+                "--gamma-max",
+                min=0,
+                max=32,
+                help="Upper bound of γ for auto/heuristic.",
+            ),
+        ),
+        "p_min": (float, P_MIN),
+        "lookup": (
+            bool,
+            typer.Option(
+                False,
+                "--lookup",
+                help="Prompt lookup first, the draft model when the text offers no match.",
+            ),
+        ),
+        **LOOKUP_OPTIONS,
+    },
+    _drafting,
+)
+SAMPLING = OptionGroup(
+    "sampling",
+    {
+        "temp": (
+            float,
+            typer.Option(
+                SamplingParams.temperature, "--temp", min=0.0, help="Temperature; 0 is greedy."
+            ),
+        ),
+        "top_k": (
+            int,
+            typer.Option(SamplingParams.top_k, "--top-k", min=0, help="Top-k (0 = off)."),
+        ),
+        # Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams checks them.
+        "top_p": (
+            float,
+            typer.Option(SamplingParams.top_p, "--top-p", help="Top-p, 0 < p <= 1 (1 = off)."),
+        ),
+        "min_p": (
+            float,
+            typer.Option(SamplingParams.min_p, "--min-p", help="Min-p, 0 <= p < 1 (0 = off)."),
+        ),
+        "seed": (
+            int | None,
+            typer.Option(None, "--seed", min=0, help="Seed for a reproducible sampled run."),
+        ),
+    },
+    _sampling,
+)
+LOAD = OptionGroup(
+    "load",
+    {
+        "ctx": (
+            int | None,
+            typer.Option(
+                None,
+                "--ctx",
+                "-c",
+                min=16,
+                show_default=False,
+                help=f"Context size in tokens (default: {DEFAULT_CTX}, or the model's "
+                "trained context if smaller).",
+            ),
+        ),
+        "gpu_layers": (
+            int | None,
+            typer.Option(
+                None,
+                "--gpu-layers",
+                "-ngl",
+                help="Target layers on the GPU (default: as many as fit).",
+            ),
+        ),
+        "draft_gpu_layers": (
+            int | None,
+            typer.Option(
+                None,
+                "--draft-gpu-layers",
+                "-ngld",
+                help="Draft layers on the GPU (default: all of them).",
+            ),
+        ),
+        "fit": (
+            str,
+            typer.Option(
+                "on",
+                "--fit",
+                help="on: place layers by free GPU memory, the draft first; "
+                "off: every layer on the GPU.",
+            ),
+        ),
+        "threads": (
+            int | None,
+            typer.Option(
+                None,
+                "--threads",
+                min=1,
+                help="CPU threads per model (default: one per physical core).",
+            ),
+        ),
+        "verbose": (bool, typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")),
+        "reproducible": (
+            bool,
+            typer.Option(
+                False,
+                "--reproducible",
+                help="Greedy output the same at any γ and in every run, as plain "
+                "decoding gives it (checked at load; may cost speed).",
+            ),
+        ),
+        "rpc": (
+            str | None,
+            typer.Option(
+                None,
+                "--rpc",
+                metavar="HOST:PORT[,HOST:PORT...]",
+                help="Also place target layers on these machines' devices "
+                "(`specrun rpc-server` there); the draft stays here.",
+            ),
+        ),
+    },
+    _load,
+)
+MODELS = OptionGroup(
+    "models",
+    {
+        "target": (
+            str | None,
+            typer.Option(
+                None,
+                "--target",
+                "-t",
+                help="Target model: alias, GGUF path, "
+                "REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.",
+            ),
+        ),
+        "draft": (
+            str | None,
+            typer.Option(
+                None,
+                "--draft",
+                "-d",
+                help="Draft model (alias, path, ...), `auto` for "
+                "the catalog's pick, `lookup` for prompt lookup, or `none`.",
+            ),
+        ),
+        "catalog": (
+            Path | None,
+            typer.Option(
+                None, "--catalog", help="An extra models.toml that adds or overrides aliases."
+            ),
+        ),
+    },
+    ModelRequest,
+)
 SYSTEM = typer.Option(None, "--system", "-s", help="System prompt.")
-MAX_TOKENS = typer.Option(256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer.")
+MAX_TOKENS = typer.Option(
+    256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer."
+)
 
 
 # --- loading ---------------------------------------------------------------------------------
 
 
-def load_engine(models: ModelChoice, load: LoadOptions, *, params: SamplingParams = SamplingParams(),
-                drafting: DraftOptions = DraftOptions(), announce: Callable[[str], None] = note) -> "Engine":
+def load_engine(
+    models: ModelChoice,
+    load: LoadOptions,
+    *,
+    params: SamplingParams = SamplingParams(),
+    drafting: DraftOptions = DraftOptions(),
+    announce: Callable[[str], None] = note,
+) -> Engine:
     """The one loader of run, chat and bench; `announce` hears where the layers went."""
     from specrun.engine import Engine
 
-    return Engine.load(models.target, models.draft, options=load, params=params, drafting=drafting,
-                       announce=announce)
+    return Engine.load(
+        models.target,
+        models.draft,
+        options=load,
+        params=params,
+        drafting=drafting,
+        announce=announce,
+    )
 
 
-def load_notes(model: "Model", requested: LoadOptions) -> None:
+def load_notes(model: Model, requested: LoadOptions) -> None:
     """Once the models are loaded: say when the context is not the --ctx asked for, and when
     the default thread count meets a machine that other work already keeps busy."""
     from specrun.system.cpus import machine_busy_warning
 
     asked = requested.n_ctx
     if asked is not None and model.n_ctx < asked:
-        note(f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); using {model.n_ctx}")
+        note(
+            f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); using {model.n_ctx}"
+        )
     elif asked is not None and model.n_ctx > asked:
-        note(f"--ctx {asked}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}")
+        note(
+            f"--ctx {asked}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}"
+        )
     if model.invariance is not None:
         note(f"--reproducible: {model.invariance.describe()}")
     busy = machine_busy_warning() if requested.threads is None else None
@@ -252,8 +479,10 @@ def placement_row(where: dict[str, object]) -> tuple[str, str]:
     """The `--stats` row that says where the models ran (and, placed by fit, the memory it took)."""
     text = placement_text(where)
     if "fit" in where:
-        text += (f", GPU memory {int(where['gpu_bytes_measured']) / 1e9:.1f} GB "
-                 f"(estimated {int(where['gpu_bytes_estimated']) / 1e9:.1f} GB)")
+        text += (
+            f", GPU memory {int(where['gpu_bytes_measured']) / 1e9:.1f} GB "
+            f"(estimated {int(where['gpu_bytes_estimated']) / 1e9:.1f} GB)"
+        )
     return "device", text
 
 

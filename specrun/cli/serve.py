@@ -5,27 +5,47 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Optional
 
 import typer
 
-from specrun.cli.options import DRAFTING, LOAD, MODELS, SAMPLING, ModelRequest, load_engine, load_notes, note, takes
+from specrun.cli.options import (
+    DRAFTING,
+    LOAD,
+    MODELS,
+    SAMPLING,
+    ModelRequest,
+    load_engine,
+    load_notes,
+    note,
+    takes,
+)
+from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
 from specrun.options import DraftOptions, LoadOptions
-from specrun.core.sampling import SamplingParams
 
 API_KEY_ENV = "SPECRUN_API_KEY"
 
 
 @takes(SAMPLING, DRAFTING, LOAD, MODELS)
 def serve(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback lets "
-                                                         "other machines in."),
-    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port (0: a free one, printed at start)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV, show_envvar=True,
-                                          help="Require `Authorization: Bearer KEY` (all but /health)."),
-    queue: int = typer.Option(64, "--queue", min=0, help="Requests that may wait while one generates; "
-                                                         "more get HTTP 503."),
+    host: str = typer.Option(
+        "127.0.0.1",
+        "--host",
+        help="Address to listen on; anything but loopback lets other machines in.",
+    ),
+    port: int = typer.Option(
+        8080, "--port", min=0, max=65535, help="Port (0: a free one, printed at start)."
+    ),
+    api_key: str | None = typer.Option(
+        None,
+        "--api-key",
+        envvar=API_KEY_ENV,
+        show_envvar=True,
+        help="Require `Authorization: Bearer KEY` (all but /health).",
+    ),
+    queue: int = typer.Option(
+        64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
+    ),
     *,
     sampling: SamplingParams,
     drafting: DraftOptions,
@@ -33,7 +53,9 @@ def serve(
     models: ModelRequest,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
-    from specrun.server.app import serve as run_server  # here: `specrun run` need not import the HTTP stack
+    from specrun.server.app import (
+        serve as run_server,
+    )  # here: `specrun run` need not import the HTTP stack
 
     if api_key == "":
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
@@ -41,15 +63,23 @@ def serve(
     with listen(host, port) as listener:
         address, port = listener.getsockname()[:2]
         if not ipaddress.ip_address(address).is_loopback:
-            note(f"warning: listening on {host}, reachable from other machines"
-                 + ("" if api_key else f", with no API key (--api-key or ${API_KEY_ENV})"))
+            note(
+                f"warning: listening on {host}, reachable from other machines"
+                + ("" if api_key else f", with no API key (--api-key or ${API_KEY_ENV})")
+            )
         choice = models.resolve()
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
         try:
             load_notes(engine.target, load)
             url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
-            run_server(engine, listener, model=choice.target.stem, api_key=api_key, queue=queue,
-                       ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"))
+            run_server(
+                engine,
+                listener,
+                model=choice.target.stem,
+                api_key=api_key,
+                queue=queue,
+                ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
+            )
         finally:
             engine.close()
     note("stopped")
@@ -62,7 +92,9 @@ def listen(host: str, port: int) -> socket.socket:
         raise SpecrunError(f"cannot listen on {host}: {error.strerror}") from None
     listener = socket.socket(family, socket.SOCK_STREAM)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+        listener.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # a restart need not wait out TIME_WAIT
         listener.bind((host, port))
         listener.listen()
     except OSError as error:

@@ -8,13 +8,14 @@ verification treats as a point mass.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from specrun.llama.model import Model, Tokens
 from specrun.core.sampling import Distribution, SamplingParams, pick
+from specrun.llama.model import Model, Tokens
 
 
 @dataclass
@@ -32,7 +33,9 @@ class DraftSource(Protocol):
     def prefill(self, ctx: Sequence[int]) -> None:
         """Take in the prompt before the first round (may do nothing; `propose` catches up)."""
 
-    def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+    def propose(
+        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Proposal:
         """Propose up to n tokens to follow ctx."""
 
 
@@ -52,7 +55,9 @@ class ModelDraft:
     def prefill(self, ctx: Sequence[int]) -> None:
         self.model.logits(ctx, 0)
 
-    def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+    def propose(
+        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Proposal:
         proposal = Proposal()
         ctx = ctx if isinstance(ctx, Tokens) else Tokens(ctx)
         # After a round that drafted, the draft lacks at most the target's token and the
@@ -63,7 +68,9 @@ class ModelDraft:
             proposal.catch_up_seconds = time.perf_counter() - start
         for _ in range(n):
             # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed.
-            logits = self.model.logits(ctx.then(proposal.tokens), 1, view=True)[0, : self.target_vocab]
+            logits = self.model.logits(ctx.then(proposal.tokens), 1, view=True)[
+                0, : self.target_vocab
+            ]
             if self.p_min > 0 and _top_probability(logits) < self.p_min:
                 break
             token, q = pick(logits, params, rng)
@@ -91,6 +98,8 @@ class HybridDraft:
         self.lookup.prefill(ctx)
         self.model.prefill(ctx)
 
-    def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+    def propose(
+        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Proposal:
         proposal = self.lookup.propose(ctx, n, params, rng)
         return proposal if proposal.tokens else self.model.propose(ctx, n, params, rng)

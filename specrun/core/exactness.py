@@ -8,8 +8,8 @@ within a small epsilon; anything else is a bug.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -26,12 +26,15 @@ class Divergence:
         return self.among_top_two and self.top_two_gap < epsilon
 
     def describe(self) -> str:
-        where = "among the target's top two" if self.among_top_two else "NOT among the target's top two"
+        where = (
+            "among the target's top two" if self.among_top_two else "NOT among the target's top two"
+        )
         return f"token {self.index}: {where}, top-two logit gap {self.top_two_gap:.4f}"
 
 
-def first_divergence(target: Model, prompt: Sequence[int], reference: Sequence[int],
-                     other: Sequence[int]) -> Divergence | None:
+def first_divergence(
+    target: Model, prompt: Sequence[int], reference: Sequence[int], other: Sequence[int]
+) -> Divergence | None:
     """None when the outputs agree (one may be a prefix of the other only if it was cut short)."""
     index = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), None)
     if index is None:

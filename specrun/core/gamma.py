@@ -140,8 +140,13 @@ class CostModel:
     def resume(self, state: dict, max_samples: int) -> None:
         """Take over saved figures, each as if from at most `max_samples` samples, so the
         figures measured from here on soon outweigh them."""
+
         def capped(table: dict) -> dict:
-            return {key: (float(value), min(int(count), max_samples)) for key, (value, count) in table.items()}
+            return {
+                key: (float(value), min(int(count), max_samples))
+                for key, (value, count) in table.items()
+            }
+
         self._means = capped(state["means"])
         self._verify = {int(width): pair for width, pair in capped(state["verify"]).items()}
         self._widths = self._curve = None
@@ -163,7 +168,10 @@ class CostModel:
                 widest = next(reversed(measured))
                 curve = [self.t_verify(width) for width in range(1, min(widest, widths) + 1)]
                 slope = self._slope_past_widest()
-                curve += [measured[widest] + slope * (width - widest) for width in range(widest + 1, widths + 1)]
+                curve += [
+                    measured[widest] + slope * (width - widest)
+                    for width in range(widest + 1, widths + 1)
+                ]
                 self._curve = curve
         return self._curve
 
@@ -209,7 +217,9 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
-def expected_rate(alpha: float, gamma: int, t_draft: float, t_verify: float, t_overhead: float) -> float:
+def expected_rate(
+    alpha: float, gamma: int, t_draft: float, t_verify: float, t_overhead: float
+) -> float:
     """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured costs)."""
     seconds = gamma * t_draft + t_verify + t_overhead
     return expected_tokens(alpha, gamma) / seconds if seconds > 0 else math.inf
@@ -322,7 +332,9 @@ class AdaptiveGamma:
             rates = self.rates()  # each γ once: the current and the best rate come from one table
             best = self.best_gamma(rates)
             current, candidate = rates.get(self.gamma), rates.get(best)
-            if current is None or (candidate is not None and candidate > current * (1 + self.hysteresis)):
+            if current is None or (
+                candidate is not None and candidate > current * (1 + self.hysteresis)
+            ):
                 self.gamma = best
         if self.gamma > 0:
             self._rounds_at_zero = 0
@@ -335,8 +347,13 @@ class AdaptiveGamma:
 
     def state(self) -> dict[str, object]:
         """What it learned, for a later run on the same pair and machine (specrun.core.learned)."""
-        return {"accepted": self._accepted, "rejected": self._rejected, "gamma": self.gamma,
-                "probe_interval": self._probe_interval, "costs": self.costs.state()}
+        return {
+            "accepted": self._accepted,
+            "rejected": self._rejected,
+            "gamma": self.gamma,
+            "probe_interval": self._probe_interval,
+            "costs": self.costs.state(),
+        }
 
     def resume(self, state: dict, evidence: float = 8.0, samples: int = 3) -> None:
         """Start from a saved state instead of the warm-up, trusting it as much as a few rounds
@@ -389,13 +406,21 @@ class AdaptiveGamma:
         probing for the rest of a generation."""
         plain_round = self._plain_round(probe)
         catch_up = probe.catch_up_seconds / max(self._rounds_at_zero, 1)  # per skipped token
-        fixed_extra = max(probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds - plain_round, 0.0)
+        fixed_extra = max(
+            probe.draft_seconds + probe.verify_seconds + probe.overhead_seconds - plain_round, 0.0
+        )
         affordable = self.probe_budget * plain_round - catch_up  # per round waited
         if affordable <= 0:
             self._probe_interval = self._max_probe_interval
         else:
-            self._probe_interval = max(1, min(math.ceil(fixed_extra / affordable), 2 * self._probe_interval,
-                                              self._max_probe_interval))
+            self._probe_interval = max(
+                1,
+                min(
+                    math.ceil(fixed_extra / affordable),
+                    2 * self._probe_interval,
+                    self._max_probe_interval,
+                ),
+            )
         self._rounds_at_zero = 0
 
 
@@ -442,7 +467,9 @@ class PlainSamples:
             self._forced -= 1
             self._forced_seconds.append(event.seconds)
         if is_plain_sample(event, self._last_drafted):
-            self._since_rounds = self._since_seconds = self._drafting_tokens = self._drafting_seconds = 0
+            self._since_rounds = self._since_seconds = self._drafting_tokens = (
+                self._drafting_seconds
+            ) = 0
         else:
             self._since_rounds += 1
             self._since_seconds += event.seconds
@@ -451,9 +478,13 @@ class PlainSamples:
                 self._drafting_seconds += event.seconds
         self._last_drafted = event.drafted
         self._round += 1
-        if not self._forced and (self._round == 1 or (
+        if not self._forced and (
+            self._round == 1
+            or (
                 self._since_rounds >= PLAIN_SAMPLE_SPACING
-                and self._since_seconds * PLAIN_SAMPLE_COST >= self._excess())):
+                and self._since_seconds * PLAIN_SAMPLE_COST >= self._excess()
+            )
+        ):
             self._forced, self._forced_seconds = PLAIN_SAMPLE_ROUNDS, []
 
     def _excess(self) -> float:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from specrun.core.drafting import Proposal
+from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
 from specrun.llama.model import Continuation
-from specrun.core.sampling import SamplingParams
 
 CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
 MATCH_CAP = 32  # how far back a match is extended; beyond it, every match is as good
@@ -55,9 +55,13 @@ class LookupDraft:
     def _restart(self) -> None:
         self._tokens: list[int] = []  # a copy of the sequence indexed so far
         self._source: Sequence[int] | None = None  # the caller's sequence it was copied from
-        self._index: dict[tuple[int, ...], list[int]] = {}  # n-gram -> continuation starts, ascending
+        self._index: dict[
+            tuple[int, ...], list[int]
+        ] = {}  # n-gram -> continuation starts, ascending
         self._limits: dict[tuple[int, ...], int] = {}  # key -> most tokens its next draft proposes
-        self._last: tuple[tuple[int, ...], list[int]] | None = None  # the last draft's key and tokens
+        self._last: tuple[tuple[int, ...], list[int]] | None = (
+            None  # the last draft's key and tokens
+        )
 
     def prefill(self, ctx: Sequence[int]) -> None:
         self._update(ctx)
@@ -99,13 +103,17 @@ class LookupDraft:
             return
         key, drafted = self._last
         self._last = None
-        accepted = next((i for i, (d, t) in enumerate(zip(drafted, new)) if d != t), min(len(drafted), len(new)))
+        accepted = next(
+            (i for i, (d, t) in enumerate(zip(drafted, new)) if d != t), min(len(drafted), len(new))
+        )
         if accepted < len(drafted) and accepted < len(new):
             self._limits[key] = accepted + 1
         else:
             self._limits.pop(key, None)
 
-    def propose(self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+    def propose(
+        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Proposal:
         start = time.perf_counter()
         new = self._update(ctx)
         indexed = time.perf_counter() - start
@@ -114,7 +122,9 @@ class LookupDraft:
             key = tuple(self._tokens[-size:])
             starts = self._index.get(key)
             if starts:
-                proposal = self._draft(key, starts[-CANDIDATES:], min(n, self.max_tokens, self._limits.get(key, n)))
+                proposal = self._draft(
+                    key, starts[-CANDIDATES:], min(n, self.max_tokens, self._limits.get(key, n))
+                )
                 break
         # More new tokens than one round commits: rounds went by without a draft (or the
         # prompt was not prefilled), and indexing them is catching up, timed apart as the
@@ -129,7 +139,9 @@ class LookupDraft:
         (first, count), *rest = votes.most_common()
         if count < 2 * sum(c for _, c in rest):  # the occurrences disagree on what comes next
             return Proposal()
-        best = max((s for s in starts if tokens[s] == first), key=lambda s: (self._match_length(s), s))
+        best = max(
+            (s for s in starts if tokens[s] == first), key=lambda s: (self._match_length(s), s)
+        )
         # A copy that reaches the end of the text goes on from its own start (an overlapping
         # copy): text that repeats with a short period is drafted to full length.
         period = len(tokens) - best

@@ -12,16 +12,16 @@ comes from its last position's logits, with no decode of its own.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from specrun.core.drafting import DraftSource, Proposal
-from specrun.errors import OptionError, SpecrunError
 from specrun.core.gamma import FixedGamma, GammaPolicy
-from specrun.llama.model import Detokenizer, Model, Tokens
 from specrun.core.sampling import SamplingParams, verify, verify_greedy
+from specrun.errors import OptionError, SpecrunError
+from specrun.llama.model import Detokenizer, Model, Tokens
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
 
@@ -52,10 +52,18 @@ class Round:
     overhead_seconds: float  # sampling, detokenizing, and the consumer's time since the last round
     finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
     catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
-    verify_first_of_shape: bool = False  # the target's first decode of this batch shape: one-time setup in its time
-    near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
-    ended_at_eog: bool = False  # the answer ended at an end-of-generation token (not among `tokens`)
-    prompt_pass: bool = False  # the first round: its logits came from the prompt's pass, no decode of its own
+    verify_first_of_shape: bool = (
+        False  # the target's first decode of this batch shape: one-time setup in its time
+    )
+    near_ties: int = (
+        0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
+    )
+    ended_at_eog: bool = (
+        False  # the answer ended at an end-of-generation token (not among `tokens`)
+    )
+    prompt_pass: bool = (
+        False  # the first round: its logits came from the prompt's pass, no decode of its own
+    )
 
     @property
     def text(self) -> str:
@@ -63,7 +71,9 @@ class Round:
 
     @property
     def seconds(self) -> float:
-        return self.catch_up_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
+        return (
+            self.catch_up_seconds + self.draft_seconds + self.verify_seconds + self.overhead_seconds
+        )
 
 
 Event = Prefill | Round
@@ -92,7 +102,9 @@ class TextStream:
             released, _ = _split(self.pending, min(hits))
             self.pending = []
             return released, True
-        hold = max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        hold = max(
+            (k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0
+        )
         released, self.pending = _split(self.pending, len(text) - hold)
         return released, False
 
@@ -137,8 +149,10 @@ def generate(
     if not prompt:
         raise SpecrunError("the prompt is empty")
     if len(prompt) >= target.n_ctx:
-        raise SpecrunError(f"the prompt is {len(prompt)} tokens; it must be shorter than the context "
-                           f"({target.n_ctx}) to leave room for the answer{more_room_hint(target)}")
+        raise SpecrunError(
+            f"the prompt is {len(prompt)} tokens; it must be shorter than the context "
+            f"({target.n_ctx}) to leave room for the answer{more_room_hint(target)}"
+        )
     if max_tokens < 1:
         raise OptionError(f"`max_tokens` must be at least 1, got {max_tokens}")
     policy = policy or FixedGamma(4)
@@ -152,7 +166,9 @@ def generate(
     # other rounds decode theirs, would cost a forward pass more before the first token.
     # As a view of ctx, so that the next round, like every other, compares only what is new.
     prompt_logits: np.ndarray | None = target.logits(ctx.then([]), 1)
-    if draft is not None and policy.next_gamma() > 0:  # else the draft catches up when it is first asked
+    if (
+        draft is not None and policy.next_gamma() > 0
+    ):  # else the draft catches up when it is first asked
         draft.prefill(ctx.but_last())
     yield Prefill(len(ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
 
@@ -182,7 +198,10 @@ def generate(
         if params.greedy:
             accepted, next_token, ties = verify_greedy(logits, proposal.tokens)
         else:
-            (accepted, next_token), ties = verify(logits, proposal.tokens, proposal.probs, params, rng), []
+            (accepted, next_token), ties = (
+                verify(logits, proposal.tokens, proposal.probs, params, rng),
+                [],
+            )
 
         new_tokens = [*proposal.tokens[:accepted], next_token]
         from_draft = [True] * accepted + [False]

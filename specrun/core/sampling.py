@@ -6,8 +6,8 @@ compiled. The same transform produces both the target's `p` and the draft's `q`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -118,8 +118,15 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
     k = params.top_k if 0 < params.top_k < n_vocab else n_vocab
     if _compiled is not None and logits.dtype == np.float32:
         ids, probs = np.empty(k, np.int64), np.empty(k)
-        keep = _compiled.distribution(np.ascontiguousarray(logits), k, params.top_p, params.min_p,
-                                      params.temperature, ids, probs)
+        keep = _compiled.distribution(
+            np.ascontiguousarray(logits),
+            k,
+            params.top_p,
+            params.min_p,
+            params.temperature,
+            ids,
+            probs,
+        )
         return Distribution(ids[:keep], probs[:keep])
     ids = _top_k_ids(logits, k) if k < n_vocab else np.arange(n_vocab)
     x = logits[ids]
@@ -170,7 +177,9 @@ def greedy_choice(row: np.ndarray) -> tuple[int, float]:
     return best, value - second
 
 
-def verify_greedy(target_logits: np.ndarray, draft_tokens: Sequence[int]) -> tuple[int, int, list[bool]]:
+def verify_greedy(
+    target_logits: np.ndarray, draft_tokens: Sequence[int]
+) -> tuple[int, int, list[bool]]:
     """`verify` at temperature 0: accept drafts while each is its row's argmax. Also
     returns, for each row read (one per committed token), whether it was a near tie.
 
@@ -192,7 +201,9 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     return min(int(cdf.searchsorted(rng.random() * cdf[-1], side="right")), len(cdf) - 1)
 
 
-def pick(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> tuple[int, Distribution | None]:
+def pick(
+    logits: np.ndarray, params: SamplingParams, rng: np.random.Generator
+) -> tuple[int, Distribution | None]:
     """Choose a token from one row of logits; return it with its distribution (None when greedy)."""
     if params.greedy:
         return int(np.argmax(logits)), None

@@ -7,13 +7,13 @@ so no figure is computed twice.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
-from specrun.system.formatting import format_or_dash
 from specrun.core.gamma import CostModel, is_plain_sample
-from specrun.core.sampling import NEAR_TIE
 from specrun.core.loop import Event, Prefill, Round
+from specrun.core.sampling import NEAR_TIE
+from specrun.system.formatting import format_or_dash
 
 
 @dataclass
@@ -103,7 +103,11 @@ class Stats:
 
     @property
     def prompt_tokens_per_second(self) -> float | None:
-        return self.prompt_evaluated / self.prompt_seconds if self.prompt_seconds > 0 and self.prompt_evaluated else None
+        return (
+            self.prompt_evaluated / self.prompt_seconds
+            if self.prompt_seconds > 0 and self.prompt_evaluated
+            else None
+        )
 
     @property
     def time_to_first_token(self) -> float | None:
@@ -183,16 +187,33 @@ class Stats:
     def summary_lines(self, extra: Sequence[tuple[str, str]] = ()) -> list[str]:
         """Aligned human-readable figures for `--stats` (stderr), `extra` (name, value) rows last."""
         rows = [
-            ("prompt", f"{self.prompt_tokens} tokens ({self.prompt_evaluated} evaluated), "
-                       f"{format_or_dash(self.prompt_tokens_per_second, '.1f', ' tok/s')}"),
-            ("first token", format_or_dash(self.time_to_first_token and self.time_to_first_token * 1000, ".0f", " ms")),
-            ("generated", f"{self.generated} tokens, {format_or_dash(self.tokens_per_second, '.1f', ' tok/s')}"),
+            (
+                "prompt",
+                f"{self.prompt_tokens} tokens ({self.prompt_evaluated} evaluated), "
+                f"{format_or_dash(self.prompt_tokens_per_second, '.1f', ' tok/s')}",
+            ),
+            (
+                "first token",
+                format_or_dash(
+                    self.time_to_first_token and self.time_to_first_token * 1000, ".0f", " ms"
+                ),
+            ),
+            (
+                "generated",
+                f"{self.generated} tokens, {format_or_dash(self.tokens_per_second, '.1f', ' tok/s')}",
+            ),
             ("rounds", str(self.rounds)),
             ("drafted", str(self.drafted)),
             ("accepted", str(self.accepted)),
-            ("acceptance", format_or_dash(self.acceptance_rate and self.acceptance_rate * 100, ".1f", "%")),
+            (
+                "acceptance",
+                format_or_dash(self.acceptance_rate and self.acceptance_rate * 100, ".1f", "%"),
+            ),
             ("near ties", f"{self.near_ties} tokens (top-two logit gap < {NEAR_TIE})"),
-            ("mean accepted length", format_or_dash(self.mean_accepted_length, ".2f", " tokens/pass")),
+            (
+                "mean accepted length",
+                format_or_dash(self.mean_accepted_length, ".2f", " tokens/pass"),
+            ),
             ("mean gamma", format_or_dash(self.mean_gamma, ".2f")),
             ("est. speedup", format_or_dash(self.estimated_speedup, ".2f", "x")),
             *extra,

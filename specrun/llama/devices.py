@@ -20,9 +20,21 @@ from llama_cpp._ggml import libggml
 # enum ggml_backend_dev_type
 DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
 # Registry names as ggml spells them -> as users know them ("MTL" is Metal).
-BACKEND_NAMES = {"MTL": "Metal", "METAL": "Metal", "CUDA": "CUDA", "VULKAN": "Vulkan", "HIP": "ROCm",
-                 "ROCM": "ROCm", "SYCL": "SYCL", "RPC": "RPC", "BLAS": "BLAS", "CPU": "CPU",
-                 "OPENCL": "OpenCL", "CANN": "CANN", "MUSA": "MUSA"}
+BACKEND_NAMES = {
+    "MTL": "Metal",
+    "METAL": "Metal",
+    "CUDA": "CUDA",
+    "VULKAN": "Vulkan",
+    "HIP": "ROCm",
+    "ROCM": "ROCm",
+    "SYCL": "SYCL",
+    "RPC": "RPC",
+    "BLAS": "BLAS",
+    "CPU": "CPU",
+    "OPENCL": "OpenCL",
+    "CANN": "CANN",
+    "MUSA": "MUSA",
+}
 AMX_ENV = "SPECRUN_AMX"  # "1": let llama.cpp put weights on its AMX buffer type
 
 
@@ -43,14 +55,21 @@ def _bind(name: str, restype: object, *argtypes: object) -> object:
 _reg_count = _bind("ggml_backend_reg_count", ctypes.c_size_t)
 _reg_get = _bind("ggml_backend_reg_get", ctypes.c_void_p, ctypes.c_size_t)
 _reg_name = _bind("ggml_backend_reg_name", ctypes.c_char_p, ctypes.c_void_p)
-_reg_proc = _bind("ggml_backend_reg_get_proc_address", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
+_reg_proc = _bind(
+    "ggml_backend_reg_get_proc_address", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p
+)
 _dev_count = _bind("ggml_backend_dev_count", ctypes.c_size_t)
 _dev_get = _bind("ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
 _dev_name = _bind("ggml_backend_dev_name", ctypes.c_char_p, ctypes.c_void_p)
 _dev_description = _bind("ggml_backend_dev_description", ctypes.c_char_p, ctypes.c_void_p)
 _dev_type = _bind("ggml_backend_dev_type", ctypes.c_int, ctypes.c_void_p)
-_dev_memory = _bind("ggml_backend_dev_memory", None, ctypes.c_void_p,
-                    ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t))
+_dev_memory = _bind(
+    "ggml_backend_dev_memory",
+    None,
+    ctypes.c_void_p,
+    ctypes.POINTER(ctypes.c_size_t),
+    ctypes.POINTER(ctypes.c_size_t),
+)
 _dev_reg = _bind("ggml_backend_dev_backend_reg", ctypes.c_void_p, ctypes.c_void_p)
 _dev_by_type = _bind("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)
 _dev_by_name = _bind("ggml_backend_dev_by_name", ctypes.c_void_p, ctypes.c_char_p)
@@ -90,9 +109,13 @@ class BuildInfo:
         return "AMX" in self.extra_buffer_types
 
     def as_dict(self) -> dict[str, object]:
-        return {"version": self.version, "backends": list(self.backends),
-                "cpu_features": list(self.cpu_features), "extra_buffer_types": list(self.extra_buffer_types),
-                "amx": self.has_amx}
+        return {
+            "version": self.version,
+            "backends": list(self.backends),
+            "cpu_features": list(self.cpu_features),
+            "extra_buffer_types": list(self.extra_buffer_types),
+            "amx": self.has_amx,
+        }
 
 
 def backend_name(registry_name: str) -> str:
@@ -146,10 +169,12 @@ def describe(dev: int) -> Device:
     free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
     _dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
     return Device(
-        name=_text(_dev_name(dev)), description=_text(_dev_description(dev)).strip(),
+        name=_text(_dev_name(dev)),
+        description=_text(_dev_description(dev)).strip(),
         kind=DEVICE_TYPES.get(_dev_type(dev), "other"),
         backend=backend_name(_text(_reg_name(_dev_reg(dev)))),
-        free_bytes=free.value, total_bytes=total.value,
+        free_bytes=free.value,
+        total_bytes=total.value,
     )
 
 
@@ -232,11 +257,19 @@ def use_extra_buffer_types(build_has_amx: bool, allow_amx: bool) -> bool:
 
 
 # The dense matmul weights of llama.cpp's common architectures: 2-D, used by MUL_MAT only.
-MATMUL_WEIGHT = re.compile(r"^(?:blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_qkv|attn_output|ffn_up|ffn_gate|ffn_down)"
-                           r"|(output))\.weight$")
+MATMUL_WEIGHT = re.compile(
+    r"^(?:blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_qkv|attn_output|ffn_up|ffn_gate|ffn_down)"
+    r"|(output))\.weight$"
+)
 # Types llama.cpp's x86 REPACK takes, with the CPU feature it needs (repack.cpp,
 # ggml_repack_get_optimal_repack_type: all of them want rows in multiples of 8).
-X86_REPACK_TYPES = {"Q4_0": "AVX2", "Q4_K": "AVX2", "IQ4_NL": "AVX2", "MXFP4": "AVX2", "Q2_K": "AVX512"}
+X86_REPACK_TYPES = {
+    "Q4_0": "AVX2",
+    "Q4_K": "AVX2",
+    "IQ4_NL": "AVX2",
+    "MXFP4": "AVX2",
+    "Q2_K": "AVX512",
+}
 REPACK_ROWS = 8
 
 
@@ -254,12 +287,21 @@ def repack_patterns(tensors: list[tuple[str, str, tuple[int, ...]]], build: Buil
     for name, type_name, shape in tensors:
         match = MATMUL_WEIGHT.match(name)
         feature = X86_REPACK_TYPES.get(type_name)
-        if not match or feature not in build.cpu_features or len(shape) != 2 or shape[1] % REPACK_ROWS:
+        if (
+            not match
+            or feature not in build.cpu_features
+            or len(shape) != 2
+            or shape[1] % REPACK_ROWS
+        ):
             continue
         layer, kind, output = match.groups()
         layers.setdefault(output or kind, []).append(layer)
-    return [rf"^output\.weight$" if kind == "output" else rf"^blk\.({'|'.join(numbers)})\.{kind}\.weight$"
-            for kind, numbers in layers.items()]
+    return [
+        r"^output\.weight$"
+        if kind == "output"
+        else rf"^blk\.({'|'.join(numbers)})\.{kind}\.weight$"
+        for kind, numbers in layers.items()
+    ]
 
 
 def repack_buffer_type() -> int | None:

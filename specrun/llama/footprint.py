@@ -22,9 +22,10 @@ Without flash attention the layers would hold n_ctx*n_head f32 attention scores 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from gguf import GGMLQuantizationType
 
@@ -41,7 +42,9 @@ class Footprint:
     n_layer: int  # repeating layers (block_count)
     layer_weights: tuple[int, ...]  # bytes of each repeating layer's tensors (blk.N.*), index N
     input_weights: int  # token_embd and whatever else is outside the blocks and the output: kept in host memory
-    output_weights: int  # output_norm + output (absent when tied): offloaded when n_gpu_layers > n_layer
+    output_weights: (
+        int  # output_norm + output (absent when tied): offloaded when n_gpu_layers > n_layer
+    )
     kv_per_layer: int  # bytes of one layer's f16 K and V cache at the chosen context
     compute: int  # compute buffer bytes at the chosen context and n_ubatch
 
@@ -59,8 +62,9 @@ def estimate(path: Path | str, *, n_ctx: int, n_ubatch: int = 512) -> Footprint:
     return footprint(tensors, meta, name=Path(path).name, n_ctx=n_ctx, n_ubatch=n_ubatch)
 
 
-def footprint(tensors: list[Tensor], meta: dict[str, Any], *, name: str, n_ctx: int,
-              n_ubatch: int = 512) -> Footprint:
+def footprint(
+    tensors: list[Tensor], meta: dict[str, Any], *, name: str, n_ctx: int, n_ubatch: int = 512
+) -> Footprint:
     arch = meta["general.architecture"]
     n_layer = int(meta[f"{arch}.block_count"])
     # Like runtime.Model: llama.cpp gives no more context than the model was trained for.

@@ -13,14 +13,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFReader, GGUFValueType, LlamaFileType
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGUF_DEFAULT_ALIGNMENT,
+    GGMLQuantizationType,
+    GGUFReader,
+    GGUFValueType,
+    LlamaFileType,
+)
 
 from specrun.errors import SpecrunError
 
 GGUF_MAGIC = b"GGUF"
 
 # tokenizer.ggml.model -> the vocabulary type llama.cpp derives from it
-_VOCAB_TYPES = {"llama": "SPM", "gpt2": "BPE", "bert": "WPM", "t5": "UGM", "rwkv": "RWKV", "plamo2": "PLaMo-2"}
+_VOCAB_TYPES = {
+    "llama": "SPM",
+    "gpt2": "BPE",
+    "bert": "WPM",
+    "t5": "UGM",
+    "rwkv": "RWKV",
+    "plamo2": "PLaMo-2",
+}
 
 
 class GGUFFileError(SpecrunError):
@@ -65,14 +79,18 @@ def check_gguf_file(path: Path | str) -> None:
     except IsADirectoryError:
         raise GGUFFileError(f"{path} is a directory, not a GGUF file") from None
     except struct.error:  # a read past the end of the file
-        raise GGUFFileError(f"{path} is truncated: its header ends early (an interrupted download or copy?)") from None
+        raise GGUFFileError(
+            f"{path} is truncated: its header ends early (an interrupted download or copy?)"
+        ) from None
     except ValueError as exc:
         raise GGUFFileError(f"{path} is corrupt: {exc}") from None
     except OSError as exc:
         raise GGUFFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     if data_end > size:
-        raise GGUFFileError(f"{path} is truncated: its tensor data needs {data_end} bytes, the file has {size} "
-                            "(an interrupted download or copy?)")
+        raise GGUFFileError(
+            f"{path} is truncated: its tensor data needs {data_end} bytes, the file has {size} "
+            "(an interrupted download or copy?)"
+        )
 
 
 def read_gguf_info(path: Path | str) -> GGUFInfo:
@@ -81,7 +99,9 @@ def read_gguf_info(path: Path | str) -> GGUFInfo:
     try:
         reader = GGUFReader(path)
     except (ValueError, IndexError, KeyError, OverflowError) as exc:
-        raise GGUFFileError(f"{path} is corrupt: its GGUF metadata cannot be parsed ({exc})") from None
+        raise GGUFFileError(
+            f"{path} is corrupt: its GGUF metadata cannot be parsed ({exc})"
+        ) from None
     architecture = _scalar(reader, "general.architecture")
     tokens = reader.get_field("tokenizer.ggml.tokens")
     file_type = _scalar(reader, "general.file_type")
@@ -105,7 +125,9 @@ def tensor_table(path: Path | str) -> list[tuple[str, str, tuple[int, ...]]]:
     return tensors_and_metadata(path)[0]
 
 
-def tensors_and_metadata(path: Path | str) -> tuple[list[tuple[str, str, tuple[int, ...]]], dict[str, Any]]:
+def tensors_and_metadata(
+    path: Path | str,
+) -> tuple[list[tuple[str, str, tuple[int, ...]]], dict[str, Any]]:
     """The tensor table and the metadata values (all but the tokenizer's arrays), in one pass
     over the header with struct: GGUFReader builds an object per token, seconds on a large
     vocabulary, and this runs before every load that places layers or guards AMX."""
@@ -116,9 +138,17 @@ def tensors_and_metadata(path: Path | str) -> tuple[list[tuple[str, str, tuple[i
 
 
 _SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
-    GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
-    GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
 }
 
 
@@ -160,7 +190,9 @@ class _Header:
         """A metadata value; arrays of strings and the tokenizer's arrays are skipped (None)."""
         if value_type == GGUFValueType.STRING:
             (length,) = self.read("Q")
-            text = bytes(self.buffer[self.offset:self.offset + length]).decode("utf-8", errors="replace")
+            text = bytes(self.buffer[self.offset : self.offset + length]).decode(
+                "utf-8", errors="replace"
+            )
             self.skip(length)
             return text
         if value_type == GGUFValueType.ARRAY:
@@ -183,7 +215,9 @@ class _Header:
         self.metadata: dict[str, Any] = {}
         for _ in range(kv_count):
             (length,) = self.read("Q")
-            key = bytes(self.buffer[self.offset:self.offset + length]).decode("utf-8", errors="replace")
+            key = bytes(self.buffer[self.offset : self.offset + length]).decode(
+                "utf-8", errors="replace"
+            )
             self.skip(length)
             (value_type,) = self.read("I")
             self.metadata[key] = self.value(key, value_type)
@@ -192,7 +226,9 @@ class _Header:
         end = 0
         for _ in range(tensor_count):
             (length,) = self.read("Q")
-            name = bytes(self.buffer[self.offset:self.offset + length]).decode("utf-8", errors="replace")
+            name = bytes(self.buffer[self.offset : self.offset + length]).decode(
+                "utf-8", errors="replace"
+            )
             self.skip(length)
             (n_dims,) = self.read("I")
             dims = self.read(f"{n_dims}Q")

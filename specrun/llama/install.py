@@ -94,10 +94,16 @@ def cmake_args(flags: set[str], user_args: str = "", machine: str | None = None)
 
 def build_key(version: str, args: str) -> str:
     """Everything that decides the wheel: package version, CMake arguments, interpreter, OS."""
-    identity = "\n".join([
-        version, args, platform.system(), platform.machine(),
-        sys.implementation.name, f"{sys.version_info.major}.{sys.version_info.minor}",
-    ])
+    identity = "\n".join(
+        [
+            version,
+            args,
+            platform.system(),
+            platform.machine(),
+            sys.implementation.name,
+            f"{sys.version_info.major}.{sys.version_info.minor}",
+        ]
+    )
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
@@ -117,14 +123,27 @@ def cached_wheel(folder: Path) -> Path | None:
 def build_wheel(pip: str, version: str, args: str, folder: Path) -> Path:
     """Compile llama-cpp-python once for these arguments; the result lands in `folder` whole."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    print(f"building {PACKAGE} {version} with CMAKE_ARGS={args!r} (about 9 minutes on 2 cores)",
-          flush=True)
+    print(
+        f"building {PACKAGE} {version} with CMAKE_ARGS={args!r} (about 9 minutes on 2 cores)",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".building-") as scratch:
         env = dict(os.environ, CMAKE_ARGS=args)
         subprocess.run(
-            [pip, "wheel", "-q", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE,
-             "-w", scratch, f"{PACKAGE}=={version}"],
-            env=env, check=True,
+            [
+                pip,
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-cache-dir",
+                "--no-binary",
+                PACKAGE,
+                "-w",
+                scratch,
+                f"{PACKAGE}=={version}",
+            ],
+            env=env,
+            check=True,
         )
         os.replace(scratch, folder)  # atomic: a concurrent build of the same key just loses
         os.mkdir(scratch)  # TemporaryDirectory removes it on exit

@@ -14,15 +14,15 @@ import ctypes
 import os
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import llama_cpp as llama
 import numpy as np
 
+from specrun.errors import SpecrunError
 from specrun.llama.devices import (
     BuildInfo,
     accelerator_name,
@@ -33,16 +33,19 @@ from specrun.llama.devices import (
     repack_patterns,
     use_extra_buffer_types,
 )
-from specrun.system.cpus import physical_cores
-from specrun.errors import SpecrunError
-from specrun.system.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
 from specrun.llama.gguf import GGUF_MAGIC, tensor_table
+from specrun.system.cpus import physical_cores
+from specrun.system.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
 from specrun.system.interrupts import native_callback, raise_pending, stop_requested
 
 DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
 # What llama.cpp's parse_special splits out of text as tokens of their own (llama-vocab.cpp).
-SPECIAL_ATTRIBUTES = llama.LLAMA_TOKEN_ATTR_CONTROL | llama.LLAMA_TOKEN_ATTR_USER_DEFINED | llama.LLAMA_TOKEN_ATTR_UNKNOWN
+SPECIAL_ATTRIBUTES = (
+    llama.LLAMA_TOKEN_ATTR_CONTROL
+    | llama.LLAMA_TOKEN_ATTR_USER_DEFINED
+    | llama.LLAMA_TOKEN_ATTR_UNKNOWN
+)
 # llama.cpp's own rule for a usable draft (common/speculative.cpp).
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_COMPARED_TOKEN = 5
@@ -102,10 +105,17 @@ class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_overr
     _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
 
 
-def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
-                tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
-                split: Sequence[float] | None = None, main_gpu: int | None = None,
-                devices: Sequence[int] | None = None, reproducible: bool = False) -> llama.llama_model_params:
+def load_params(
+    gpu_layers: int,
+    build: BuildInfo,
+    *,
+    allow_amx: bool,
+    tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
+    split: Sequence[float] | None = None,
+    main_gpu: int | None = None,
+    devices: Sequence[int] | None = None,
+    reproducible: bool = False,
+) -> llama.llama_model_params:
     """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
 
     Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
@@ -144,7 +154,9 @@ def load_params(gpu_layers: int, build: BuildInfo, *, allow_amx: bool,
 # REPACK's kernels that give a position the same logits alone as in a batch, measured on
 # x86 AVX2 (bench/results/invariance.txt): Q4_0's are; Q4_K's GEMM and GEMV differ.
 INVARIANT_REPACK_TYPES = frozenset({"Q4_0"})
-PROBE_POSITIONS = 9  # positions the load-time check evaluates each way: the widest verify of γ_max 8
+PROBE_POSITIONS = (
+    9  # positions the load-time check evaluates each way: the widest verify of γ_max 8
+)
 CHUNK_WIDTHS = (3, 2)  # the "chunked" widths the check tries, widest first
 
 
@@ -260,16 +272,25 @@ class Model:
         self.name = self.path.name
         check_gguf_header(self.path)
         set_verbose(verbose)
-        self.devices = tuple(devices or ())  # given: where its offloaded layers go, RPC servers included
+        self.devices = tuple(
+            devices or ()
+        )  # given: where its offloaded layers go, RPC servers included
         self.can_offload = bool(self.devices) or gpu_offload_supported()
         if gpu_layers is None:  # all layers where llama.cpp can offload, else none
             gpu_layers = 999 if self.can_offload else 0
         self.gpu_layers = gpu_layers
 
         _log_lines.clear()
-        model_params = load_params(gpu_layers, build_info(), allow_amx=amx_allowed(),
-                                   tensors=lambda: tensor_table(self.path), split=split, main_gpu=main_gpu,
-                                   devices=devices, reproducible=reproducible)
+        model_params = load_params(
+            gpu_layers,
+            build_info(),
+            allow_amx=amx_allowed(),
+            tensors=lambda: tensor_table(self.path),
+            split=split,
+            main_gpu=main_gpu,
+            devices=devices,
+            reproducible=reproducible,
+        )
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
@@ -322,10 +343,14 @@ class Model:
         self._shapes_decoded: set[tuple[int, int]] = set()
         self.first_of_shape = False  # whether the last `logits` call decoded a new shape
         self.min_width = 1  # no decode spans fewer positions ("padded")
-        self.max_width: int | None = None  # positions with logits decoded at most this many per pass
+        self.max_width: int | None = (
+            None  # positions with logits decoded at most this many per pass
+        )
         self.piece = lru_cache(maxsize=None)(self._piece)
         self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
-        self._logits_view: tuple[int, np.ndarray] | None = None  # llama.cpp's output buffer: (address, view)
+        self._logits_view: tuple[int, np.ndarray] | None = (
+            None  # llama.cpp's output buffer: (address, view)
+        )
 
     @property
     def offloaded_layers(self) -> int:
@@ -343,7 +368,9 @@ class Model:
         152k vocabulary. Not marked read-only: numpy's argmax copies such an array first.
         """
         if len(seq) > self.n_ctx:
-            raise SpecrunError(f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})")
+            raise SpecrunError(
+                f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})"
+            )
         if not 0 <= last <= len(seq):
             raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
         # Of an append-only sequence seen before, only what follows the part held then can differ.
@@ -361,7 +388,11 @@ class Model:
         first_out = len(seq) - last
         spans = self._spans(keep, len(seq), first_out)
         # The buffer can be handed out where one decode, the last, makes every row asked for.
-        out = None if view and last and spans[-1][0] <= first_out else np.empty((last, self.n_vocab), np.float32)
+        out = (
+            None
+            if view and last and spans[-1][0] <= first_out
+            else np.empty((last, self.n_vocab), np.float32)
+        )
         self.first_of_shape = False
         for start, end in spans:
             chunk = seq[start:end]
@@ -383,7 +414,9 @@ class Model:
             raise_pending()
             if end > first_out:
                 # Rows before `wanted` had logits only to keep the output layer `min_width` wide.
-                rows = self._outputs(len(chunk) + padding - flagged)[wanted - flagged :][: end - max(start, first_out)]
+                rows = self._outputs(len(chunk) + padding - flagged)[wanted - flagged :][
+                    : end - max(start, first_out)
+                ]
                 if out is None:
                     return rows
                 out[max(start, first_out) - first_out : end - first_out] = rows
@@ -394,7 +427,10 @@ class Model:
         most, those with logits `max_width`, and none narrower than `min_width` where the
         sequence is that long."""
         outputs_from = max(first_out, keep) if self.max_width else end
-        bounds = [*range(keep, outputs_from, self.n_batch), *range(outputs_from, end, self.max_width or 1)]
+        bounds = [
+            *range(keep, outputs_from, self.n_batch),
+            *range(outputs_from, end, self.max_width or 1),
+        ]
         if len(bounds) > 1 and end - bounds[-1] < self.min_width:
             bounds[-1] = end - self.min_width  # the last decode takes positions from the one before
         return list(zip(bounds, [*bounds[1:], end]))
@@ -434,7 +470,10 @@ class Model:
         pointer = llama.llama_get_logits(self._ctx)
         address = ctypes.addressof(pointer.contents)
         if self._logits_view is None or self._logits_view[0] != address:
-            self._logits_view = (address, np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab)))
+            self._logits_view = (
+                address,
+                np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab)),
+            )
         return self._logits_view[1][:count]
 
     def _drop(self, keep: int) -> bool:
@@ -464,10 +503,15 @@ class Model:
         sequence = [(7919 * i + 13) % self.n_vocab for i in range(PROBE_POSITIONS + 4)]
         ends = range(len(sequence) - PROBE_POSITIONS + 1, len(sequence) + 1)
 
-        def evaluate(min_width: int, max_width: int | None, stops: Sequence[int] = ends[-1:]) -> np.ndarray:
+        def evaluate(
+            min_width: int, max_width: int | None, stops: Sequence[int] = ends[-1:]
+        ) -> np.ndarray:
             self.reset()
             self.min_width, self.max_width = min_width, max_width
-            rows = [self.logits(sequence[:stop], stop - start) for start, stop in zip([ends[0] - 1, *stops], stops)]
+            rows = [
+                self.logits(sequence[:stop], stop - start)
+                for start, stop in zip([ends[0] - 1, *stops], stops)
+            ]
             return np.concatenate(rows)
 
         try:
@@ -480,8 +524,12 @@ class Model:
             elif batches_agree and np.array_equal(batch, evaluate(2, None, ends)):
                 found = Invariance("padded", float(np.abs(batch - single).max()))
             else:
-                width = next((w for w in CHUNK_WIDTHS if np.array_equal(single, evaluate(1, w))), None)
-                found = Invariance("chunked" if width else "serial", float(np.abs(batch - single).max()), width)
+                width = next(
+                    (w for w in CHUNK_WIDTHS if np.array_equal(single, evaluate(1, w))), None
+                )
+                found = Invariance(
+                    "chunked" if width else "serial", float(np.abs(batch - single).max()), width
+                )
         finally:
             self.reset()
         self.min_width = 2 if found.mode == "padded" else 1
@@ -490,12 +538,16 @@ class Model:
 
     # --- vocabulary ----------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
         data = text.encode("utf-8")
         capacity = len(data) + 8
         while True:
             buf = (llama.llama_token * capacity)()
-            n = llama.llama_tokenize(self._vocab, data, len(data), buf, capacity, add_special, parse_special)
+            n = llama.llama_tokenize(
+                self._vocab, data, len(data), buf, capacity, add_special, parse_special
+            )
             if n >= 0:
                 return list(buf[:n])
             capacity = -n
@@ -512,7 +564,9 @@ class Model:
 
     def token_text(self, token: int) -> str:
         """The vocabulary's text for a token, special tokens included (e.g. '<|im_end|>')."""
-        return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
+        return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode(
+            "utf-8", errors="replace"
+        )
 
     def is_special(self, token: int) -> bool:
         """A token that tokenize(parse_special=True) makes of its text (<|im_end|>, say)."""
@@ -521,7 +575,9 @@ class Model:
     def strips_spaces(self, token: int) -> tuple[bool, bool]:
         """Whether the special token swallows the whitespace before it, and after it (Phi-3's do)."""
         attributes = llama.llama_vocab_get_attr(self._vocab, token)
-        return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP)
+        return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(
+            attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP
+        )
 
     def _is_eog(self, token: int) -> bool:
         """Whether the token ends a generation (EOS, <|im_end|>, ...): `is_eog`, cached."""
@@ -557,7 +613,11 @@ class Model:
     def close(self) -> None:
         """Free the native objects once: the handles are taken from `self` before they are
         freed, so a signal during close, or `__del__` after it, cannot free them again."""
-        handles = (getattr(self, "_batch", None), getattr(self, "_ctx", None), getattr(self, "_model", None))
+        handles = (
+            getattr(self, "_batch", None),
+            getattr(self, "_ctx", None),
+            getattr(self, "_model", None),
+        )
         self._batch = self._ctx = self._model = None
         batch, ctx, model = handles
         if batch is not None:
@@ -567,7 +627,7 @@ class Model:
         if model:
             llama.llama_model_free(model)
 
-    def __enter__(self) -> "Model":
+    def __enter__(self) -> Model:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -581,8 +641,10 @@ def placement(*models: Model) -> dict[str, object]:
     """Where the models run: the device and each model's offloaded layers, for every front end."""
     # With no layer offloaded the work runs on the CPU whatever llama.cpp was built with.
     on_gpu = any(m.offloaded_layers for m in models)
-    where = {"device": accelerator_name() if on_gpu else "CPU",
-             "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models]}
+    where = {
+        "device": accelerator_name() if on_gpu else "CPU",
+        "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models],
+    }
     invariance = models[0].invariance  # the target's: only its logits decide the output
     if invariance is not None:
         where["reproducible"] = invariance.mode
@@ -595,7 +657,12 @@ def placement_text(where: dict[str, object]) -> str:
 
 
 # What llama.cpp logs when memory runs out (CPU malloc, mmap, CUDA, Metal, Vulkan).
-MEMORY_FAILURES = ("failed to allocate", "out of memory", "cannot allocate memory", "unable to allocate")
+MEMORY_FAILURES = (
+    "failed to allocate",
+    "out of memory",
+    "cannot allocate memory",
+    "unable to allocate",
+)
 
 
 def _load_failure(what: str) -> SpecrunError:
@@ -605,8 +672,10 @@ def _load_failure(what: str) -> SpecrunError:
     if memory is not None:
         size = re.search(r"size (?:of )?(\d+)", memory)
         amount = f" {int(size.group(1)) / 2**20:.0f} MiB" if size else " a buffer"
-        return SpecrunError(f"{what}: not enough memory: llama.cpp could not allocate{amount} ({memory}); "
-                            "lower `gpu_layers` or `n_ctx`, or use a smaller model")
+        return SpecrunError(
+            f"{what}: not enough memory: llama.cpp could not allocate{amount} ({memory}); "
+            "lower `gpu_layers` or `n_ctx`, or use a smaller model"
+        )
     errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
     reason = (errors or lines or ["llama.cpp gave no reason"])[0]
     reason = reason.split(": ", 1)[-1] if reason.startswith(("llama_", "gguf_")) else reason
@@ -664,6 +733,8 @@ def quantize(source: Path, destination: Path, file_type: str, threads: int | Non
     params.allow_requantize = True
     params.nthread = threads or os.cpu_count() or 1
     with replaced_atomically(destination) as partial:
-        status = llama.llama_model_quantize(os.fsencode(source), os.fsencode(partial), ctypes.byref(params))
+        status = llama.llama_model_quantize(
+            os.fsencode(source), os.fsencode(partial), ctypes.byref(params)
+        )
         if status != 0:
             raise _load_failure(f"quantizing {source.name} to {file_type} failed")

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrun.llama.devices import gpu_devices, system_memory_available
 from specrun.errors import SpecrunError
+from specrun.llama.devices import gpu_devices, system_memory_available
 from specrun.llama.footprint import Footprint, estimate
 
 GIB = 2**30
@@ -44,8 +44,12 @@ class Gpu:
 class Fit:
     target_layers: int  # n_gpu_layers for the target: 0..n_layer+1
     draft_layers: int  # n_gpu_layers for the draft
-    split: tuple[float, ...] | None  # the target's share per GPU (llama.cpp's tensor_split), None for one GPU
-    draft_gpu: int | None  # with several local GPUs: the one (by index among them) that holds the whole draft
+    split: (
+        tuple[float, ...] | None
+    )  # the target's share per GPU (llama.cpp's tensor_split), None for one GPU
+    draft_gpu: (
+        int | None
+    )  # with several local GPUs: the one (by index among them) that holds the whole draft
     gpu_bytes: int  # estimated bytes the plan puts on the GPUs
     cpu_bytes: int  # estimated bytes left in system memory
     line: str  # what was chosen, in one line
@@ -59,7 +63,7 @@ def gpu_bytes(model: Footprint, layers: int) -> int:
     """What n_gpu_layers = `layers` puts on the GPU: the last layers, their KV, the output
     layer past n_layer, and the compute buffer once anything is offloaded."""
     offloaded = min(layers, model.n_layer)
-    weights = sum(model.layer_weights[model.n_layer - offloaded:])
+    weights = sum(model.layer_weights[model.n_layer - offloaded :])
     output = model.output_weights if layers > model.n_layer else 0
     return weights + offloaded * model.kv_per_layer + output + (model.compute if layers else 0)
 
@@ -76,8 +80,9 @@ def all_layers(model: Footprint) -> int:
     return model.n_layer + 1
 
 
-def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: int,
-        margin: int = MARGIN) -> Fit:
+def fit(
+    target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: int, margin: int = MARGIN
+) -> Fit:
     """The placement rule; raises FitError with the numbers when no placement works."""
     budgets = {gpu.name: max(0, gpu.free_bytes - margin) for gpu in gpus}
     draft_layers = 0
@@ -86,24 +91,41 @@ def fit(target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: i
     if draft is not None and main is not None:
         need = gpu_bytes(draft, all_layers(draft))
         if need > budgets[main.name]:
-            raise FitError(f"the draft {draft.name} needs {gigabytes(need)} GB on the GPU and {main.name} has "
-                           f"{gigabytes(main.free_bytes)} GB free ({gigabytes(margin)} GB kept free): use a smaller "
-                           "draft, or run the draft on the CPU with `draft_gpu_layers` 0")
+            raise FitError(
+                f"the draft {draft.name} needs {gigabytes(need)} GB on the GPU and {main.name} has "
+                f"{gigabytes(main.free_bytes)} GB free ({gigabytes(margin)} GB kept free): use a smaller "
+                "draft, or run the draft on the CPU with `draft_gpu_layers` 0"
+            )
         budgets[main.name] -= need
         draft_layers = all_layers(draft)
     room = sum(budgets.values())
     target_layers = 0
     while target_layers < all_layers(target) and gpu_bytes(target, target_layers + 1) <= room:
         target_layers += 1
-    on_cpu = cpu_bytes(target, target_layers) + (cpu_bytes(draft, draft_layers) if draft is not None else 0)
+    on_cpu = cpu_bytes(target, target_layers) + (
+        cpu_bytes(draft, draft_layers) if draft is not None else 0
+    )
     if on_cpu > cpu_free:
-        raise FitError(f"{target.name} needs {gigabytes(on_cpu)} GB of system memory beyond the GPUs and "
-                       f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`")
+        raise FitError(
+            f"{target.name} needs {gigabytes(on_cpu)} GB of system memory beyond the GPUs and "
+            f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`"
+        )
     split = _split(budgets) if len(gpus) > 1 and target_layers else None
-    used = gpu_bytes(target, target_layers) + (gpu_bytes(draft, draft_layers) if draft is not None else 0)
-    draft_gpu = local.index(main) if draft is not None and main is not None and len(local) > 1 else None
-    return Fit(target_layers, draft_layers, split, draft_gpu, used, on_cpu,
-               describe(target, draft, target_layers, draft_layers, gpus, main, split))
+    used = gpu_bytes(target, target_layers) + (
+        gpu_bytes(draft, draft_layers) if draft is not None else 0
+    )
+    draft_gpu = (
+        local.index(main) if draft is not None and main is not None and len(local) > 1 else None
+    )
+    return Fit(
+        target_layers,
+        draft_layers,
+        split,
+        draft_gpu,
+        used,
+        on_cpu,
+        describe(target, draft, target_layers, draft_layers, gpus, main, split),
+    )
 
 
 def _split(budgets: dict[str, int]) -> tuple[float, ...]:
@@ -111,15 +133,25 @@ def _split(budgets: dict[str, int]) -> tuple[float, ...]:
     return tuple(budget / total for budget in budgets.values())
 
 
-def describe(target: Footprint, draft: Footprint | None, target_layers: int, draft_layers: int,
-             gpus: list[Gpu], main: Gpu | None, split: tuple[float, ...] | None) -> str:
+def describe(
+    target: Footprint,
+    draft: Footprint | None,
+    target_layers: int,
+    draft_layers: int,
+    gpus: list[Gpu],
+    main: Gpu | None,
+    split: tuple[float, ...] | None,
+) -> str:
     """e.g. `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`;
     a remote device shows its server, `RPC0@10.0.0.2:50052`."""
     if not gpus:
         return "no GPU: everything runs on the CPU"
     where = " + ".join(gpu.label for gpu in gpus)
-    free = ", ".join(("" if len(gpus) == 1 else f"{gpu.name}: ")
-                     + f"{gigabytes(gpu.free_bytes)} of {gigabytes(gpu.total_bytes)} GB free" for gpu in gpus)
+    free = ", ".join(
+        ("" if len(gpus) == 1 else f"{gpu.name}: ")
+        + f"{gigabytes(gpu.free_bytes)} of {gigabytes(gpu.total_bytes)} GB free"
+        for gpu in gpus
+    )
     layers = min(target_layers, target.n_layer)
     text = f"target: {layers}/{target.n_layer} layers on {where} ({free})"
     if layers < target.n_layer:
@@ -127,8 +159,11 @@ def describe(target: Footprint, draft: Footprint | None, target_layers: int, dra
     if split:
         text += " split " + ":".join(f"{share:.2f}" for share in split)
     if draft is not None:
-        text += (f"; draft: {min(draft_layers, draft.n_layer)}/{draft.n_layer} on {main.name}" if main
-                 else "; draft: on this machine's CPU")
+        text += (
+            f"; draft: {min(draft_layers, draft.n_layer)}/{draft.n_layer} on {main.name}"
+            if main
+            else "; draft: on this machine's CPU"
+        )
     return text
 
 
@@ -136,11 +171,17 @@ def gpus_now() -> list[Gpu]:
     return [Gpu(d.name, d.free_bytes, d.total_bytes) for d in gpu_devices()]
 
 
-def plan(target: Path, draft: Path | None, n_ctx: int, remote: list[Gpu] | None = None) -> Fit | None:
+def plan(
+    target: Path, draft: Path | None, n_ctx: int, remote: list[Gpu] | None = None
+) -> Fit | None:
     """The fit on the `remote` devices and this machine's GPUs now, in that order (llama.cpp's:
     the first layers remote, the output layer here); None where there is no GPU at all."""
     gpus = (remote or []) + gpus_now()
     if not gpus:
         return None
-    return fit(estimate(target, n_ctx=n_ctx), estimate(draft, n_ctx=n_ctx) if draft else None, gpus,
-               system_memory_available())
+    return fit(
+        estimate(target, n_ctx=n_ctx),
+        estimate(draft, n_ctx=n_ctx) if draft else None,
+        gpus,
+        system_memory_available(),
+    )

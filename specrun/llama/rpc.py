@@ -20,11 +20,18 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from specrun.llama.devices import Device, backend_function, describe, device_handle, devices, registry_devices
 from specrun.errors import OptionError, SpecrunError
+from specrun.llama.devices import (
+    Device,
+    backend_function,
+    describe,
+    device_handle,
+    devices,
+    registry_devices,
+)
 
 # RPC_PROTO_*_VERSION in the pinned llama.cpp's ggml-rpc.h: a client talks to a server of
 # the same major version and of a minor version no newer than its own.
@@ -38,8 +45,14 @@ SETTLE_SECONDS = 0.5  # a server that just died may close its connection before 
 ABORT_SOURCE = "ggml-rpc.cpp:"  # ggml's abort messages from the RPC client start so
 
 _AddServer = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
-_StartServer = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
-                                ctypes.POINTER(ctypes.c_void_p))
+_StartServer = ctypes.CFUNCTYPE(
+    None,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_size_t,
+    ctypes.c_size_t,
+    ctypes.POINTER(ctypes.c_void_p),
+)
 _connected: list[str] = []  # the servers this process uses: the suspects when a connection is lost
 
 
@@ -62,8 +75,10 @@ def parse_endpoints(text: str) -> tuple[str, ...]:
     for endpoint in endpoints:
         host, _, port = endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536 or ":" in host:
-            raise OptionError(f"`rpc` takes HOST:PORT[,HOST:PORT...] with an IPv4 address or host name, "
-                              f"got {endpoint!r}")
+            raise OptionError(
+                f"`rpc` takes HOST:PORT[,HOST:PORT...] with an IPv4 address or host name, "
+                f"got {endpoint!r}"
+            )
     if len(set(endpoints)) < len(endpoints):
         raise OptionError(f"`rpc` names a server twice: {text}")
     return endpoints
@@ -89,38 +104,54 @@ def handshake(endpoint: str, timeout: float = ANSWER_SECONDS) -> tuple[int, int,
     try:
         sock = socket.create_connection(_address(endpoint), timeout=timeout)
     except OSError as error:  # refused, unknown host, unreachable, timed out
-        hint = ": is `specrun rpc-server` running there?" if isinstance(error, ConnectionRefusedError) else ""
-        raise RpcError(f"cannot reach the RPC server {endpoint}: {error.strerror or error}{hint}") from None
+        hint = (
+            ": is `specrun rpc-server` running there?"
+            if isinstance(error, ConnectionRefusedError)
+            else ""
+        )
+        raise RpcError(
+            f"cannot reach the RPC server {endpoint}: {error.strerror or error}{hint}"
+        ) from None
     try:
         with sock:
             sock.sendall(struct.pack("<BQ", HELLO, CAPS_SIZE) + bytes(CAPS_SIZE))
             (size,) = struct.unpack("<Q", _receive(sock, 8))
             if size != 4 + CAPS_SIZE:
-                raise RpcError(f"{endpoint} did not answer as a ggml RPC server (a reply of {size} bytes)")
+                raise RpcError(
+                    f"{endpoint} did not answer as a ggml RPC server (a reply of {size} bytes)"
+                )
             major, minor, patch, _ = _receive(sock, 4)
             return major, minor, patch
-    except socket.timeout:
-        raise RpcError(f"the RPC server {endpoint} did not answer within {timeout:.0f} s (it serves one "
-                       "client at a time: is another specrun using it?)") from None
+    except TimeoutError:
+        raise RpcError(
+            f"the RPC server {endpoint} did not answer within {timeout:.0f} s (it serves one "
+            "client at a time: is another specrun using it?)"
+        ) from None
     except OSError as error:  # it hung up on the handshake, as a server of an older protocol does
-        raise RpcError(f"the RPC server {endpoint} broke off the handshake ({error.strerror or error}): is it "
-                       "a ggml RPC server of another llama.cpp version?") from None
+        raise RpcError(
+            f"the RPC server {endpoint} broke off the handshake ({error.strerror or error}): is it "
+            "a ggml RPC server of another llama.cpp version?"
+        ) from None
 
 
 def check(endpoint: str) -> None:
     """Fail with one line unless ggml's client here can work with this server."""
     major, minor, patch = handshake(endpoint)
     if major != PROTOCOL[0] or minor > PROTOCOL[1]:
-        raise RpcError(f"the RPC server {endpoint} speaks protocol {major}.{minor}.{patch} and this llama.cpp "
-                       f"{'.'.join(map(str, PROTOCOL))}: install the same llama-cpp-python (`pip install "
-                       "specrun` of the same version) on both machines")
+        raise RpcError(
+            f"the RPC server {endpoint} speaks protocol {major}.{minor}.{patch} and this llama.cpp "
+            f"{'.'.join(map(str, PROTOCOL))}: install the same llama-cpp-python (`pip install "
+            "specrun` of the same version) on both machines"
+        )
 
 
 def _function(name: str, prototype: type) -> ctypes._CFuncPtr:
     address = backend_function("RPC", name)
     if not address:
-        raise RpcError("this llama.cpp build has no RPC backend: rebuild it with -DGGML_RPC=ON "
-                       "(`make llama` does; see `specrun doctor`)")
+        raise RpcError(
+            "this llama.cpp build has no RPC backend: rebuild it with -DGGML_RPC=ON "
+            "(`make llama` does; see `specrun doctor`)"
+        )
     return prototype(address)
 
 
@@ -152,11 +183,15 @@ def explain_abort(message: str) -> str | None:
     time.sleep(SETTLE_SECONDS)
     gone = [endpoint for endpoint in _connected if not _accepts(endpoint)]
     if gone:
-        return (f"lost the RPC server {', '.join(gone)}: it stopped or cannot be reached (the text so far "
-                "was kept); restart `specrun rpc-server` there and run again")
+        return (
+            f"lost the RPC server {', '.join(gone)}: it stopped or cannot be reached (the text so far "
+            "was kept); restart `specrun rpc-server` there and run again"
+        )
     detail = re.sub(r"^ggml-rpc\.cpp:\d+: ", "", message).strip()
-    return (f"an RPC server ({', '.join(_connected)}) broke off the connection ({detail}); "
-            "check those machines and run again")
+    return (
+        f"an RPC server ({', '.join(_connected)}) broke off the connection ({detail}); "
+        "check those machines and run again"
+    )
 
 
 def _accepts(endpoint: str) -> bool:
@@ -193,7 +228,11 @@ def start_server(host: str, port: int, handles: Sequence[int], threads: int) -> 
     array = (ctypes.c_void_p * len(handles))(*handles)
     endpoint = f"{host}:{port}".encode()
     # Without a cache folder: every client sends the weights it places here again.
-    thread = threading.Thread(target=start, args=(endpoint, None, threads, len(handles), array),
-                              name="rpc-server", daemon=True)
+    thread = threading.Thread(
+        target=start,
+        args=(endpoint, None, threads, len(handles), array),
+        name="rpc-server",
+        daemon=True,
+    )
     thread.start()
     return thread

@@ -19,7 +19,7 @@ import ctypes
 import os
 import signal
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -39,20 +39,28 @@ EXPLAINED = "specrun: error: "  # an abort message the child wrote as the whole 
 def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
     """The one line that replaces a bare 'Segmentation fault'."""
     if signum == signal.SIGKILL:
-        return ("specrun: error: the process was killed (SIGKILL): most often the system ran out of memory; "
-                "try a smaller model or --ctx, or see `specrun doctor`")
+        return (
+            "specrun: error: the process was killed (SIGKILL): most often the system ran out of memory; "
+            "try a smaller model or --ctx, or see `specrun doctor`"
+        )
     if message.startswith(EXPLAINED):
         return message
     what = NATIVE_FAULTS.get(signum, f"signal {signum}")
     if "mem_buffer != NULL" in message:  # ggml_init's allocation failed
-        return (f"specrun: error: llama.cpp ran out of memory ({message}): lower --gpu-layers or --ctx, "
-                f"or use a smaller model")
+        return (
+            f"specrun: error: llama.cpp ran out of memory ({message}): lower --gpu-layers or --ctx, "
+            f"or use a smaller model"
+        )
     if message:
-        return (f"specrun: error: llama.cpp stopped on an internal check ({message}): the model file may be "
-                f"malformed or need a newer llama.cpp; see `specrun doctor`")
+        return (
+            f"specrun: error: llama.cpp stopped on an internal check ({message}): the model file may be "
+            f"malformed or need a newer llama.cpp; see `specrun doctor`"
+        )
     if signum == signal.SIGILL:
-        tries = ("llama.cpp was built for CPU features this machine lacks (a wheel built elsewhere?): "
-                 "reinstall it here (`make`, see `specrun doctor`)")
+        tries = (
+            "llama.cpp was built for CPU features this machine lacks (a wheel built elsewhere?): "
+            "reinstall it here (`make`, see `specrun doctor`)"
+        )
     elif amx_on:
         tries = "AMX is on (SPECRUN_AMX): unset it; or try --gpu-layers 0, or see `specrun doctor`"
     else:
@@ -76,7 +84,9 @@ def install_abort_reporter() -> None:
         if separator:
             first_line = os.path.basename(location) + separator + text
         explained = _explain(first_line.decode("utf-8", errors="replace"))
-        os.write(_abort_channel, (EXPLAINED + explained).encode() if explained else first_line[:400])
+        os.write(
+            _abort_channel, (EXPLAINED + explained).encode() if explained else first_line[:400]
+        )
 
     _abort_callback = callback_type(report)
     setter = libggml.ggml_set_abort_callback
@@ -86,7 +96,9 @@ def install_abort_reporter() -> None:
 
 def _explain(message: str) -> str | None:
     """The whole error line for an abort the child knows more about than ggml says."""
-    rpc = sys.modules.get("specrun.llama.rpc")  # loaded wherever RPC servers are used; no import in an abort
+    rpc = sys.modules.get(
+        "specrun.llama.rpc"
+    )  # loaded wherever RPC servers are used; no import in an abort
     return rpc.explain_abort(message) if rpc else None
 
 

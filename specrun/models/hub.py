@@ -20,10 +20,11 @@ import socket
 import sys
 import traceback
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -38,7 +39,11 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.hf_api import RepoFile  # not exported at the top in older releases
-from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+from huggingface_hub.utils import (
+    are_progress_bars_disabled,
+    disable_progress_bars,
+    enable_progress_bars,
+)
 from huggingface_hub.utils import logging as hub_logging
 
 from specrun.errors import Interrupted, SpecrunError
@@ -90,7 +95,9 @@ def split_parts(name: str) -> tuple[str, ...]:
     if match is None:
         return (name,)
     count = int(match["count"])
-    return tuple(f"{match['stem']}-{i:05d}-of-{count:05d}{match['ext']}" for i in range(1, count + 1))
+    return tuple(
+        f"{match['stem']}-{i:05d}-of-{count:05d}{match['ext']}" for i in range(1, count + 1)
+    )
 
 
 def hub_cache_dir() -> Path:
@@ -100,7 +107,9 @@ def hub_cache_dir() -> Path:
     time and passed as cache_dir=, let a caller (or a test) change them afterwards.
     """
     env = os.environ
-    home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface"
+    )
     cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
     return Path(os.path.expandvars(cache)).expanduser()
 
@@ -140,9 +149,11 @@ class FetchPlan:
         """Refuse before the first byte when the files still to fetch cannot fit on the disk."""
         needed = sum(f.size or 0 for f in self.missing)
         if needed > free_bytes:
-            raise DownloadError(f"{self.repo} needs {format_size(needed)} more on disk and {folder} has only "
-                                f"{format_size(free_bytes)} free; free some space or set HF_HUB_CACHE to a "
-                                "larger disk")
+            raise DownloadError(
+                f"{self.repo} needs {format_size(needed)} more on disk and {folder} has only "
+                f"{format_size(free_bytes)} free; free some space or set HF_HUB_CACHE to a "
+                "larger disk"
+            )
 
 
 def free_bytes(folder: Path) -> int:
@@ -152,7 +163,9 @@ def free_bytes(folder: Path) -> int:
     return shutil.disk_usage(folder).free
 
 
-def fetch_files(ref: HubRef, label: str, *, download: bool = True, progress: bool = True) -> tuple[Path, ...]:
+def fetch_files(
+    ref: HubRef, label: str, *, download: bool = True, progress: bool = True
+) -> tuple[Path, ...]:
     """The file's parts on disk, downloaded if `download` allows it and the Hub is not off.
 
     `download` also means the files are about to be used, so their sha256 is checked first."""
@@ -178,17 +191,24 @@ def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict]]:
     return list(zip([f.name for f in plan.files], records))
 
 
-def _check_parts(ref: HubRef, plan: FetchPlan, paths: Iterable[Path], label: str, *, progress: bool,
-                 rehash: bool) -> list[dict]:
+def _check_parts(
+    ref: HubRef, plan: FetchPlan, paths: Iterable[Path], label: str, *, progress: bool, rehash: bool
+) -> list[dict]:
     pins = ref.sha256 or (None,) * len(plan.files)
-    return [check_integrity(plan.repo, planned.name, path, label, pin=pin, progress=progress, rehash=rehash)
-            for planned, path, pin in zip(plan.files, paths, pins)]
+    return [
+        check_integrity(
+            plan.repo, planned.name, path, label, pin=pin, progress=progress, rehash=rehash
+        )
+        for planned, path, pin in zip(plan.files, paths, pins)
+    ]
 
 
 def plan_fetch(ref: HubRef, label: str, *, network: bool) -> FetchPlan:
     """Which files `ref` needs and which are cached; asks the Hub only if something is missing."""
     cache_dir = hub_cache_dir()
-    names = split_parts(ref.file) if ref.file else _pick_quant(ref, _cached_names(cache_dir, ref.repo))
+    names = (
+        split_parts(ref.file) if ref.file else _pick_quant(ref, _cached_names(cache_dir, ref.repo))
+    )
     if names is not None:
         plan = _plan(ref.repo, names, cache_dir, sizes={})
         if not plan.missing or not network:
@@ -198,15 +218,21 @@ def plan_fetch(ref: HubRef, label: str, *, network: bool) -> FetchPlan:
     remote = _remote_sizes(ref.repo)
     names = names or _pick_quant(ref, remote)
     if names is None:
-        raise ModelNotFound(f"no file in {ref.repo} matches {ref.quant}; its GGUF files: {_gguf_list(remote)}")
+        raise ModelNotFound(
+            f"no file in {ref.repo} matches {ref.quant}; its GGUF files: {_gguf_list(remote)}"
+        )
     plan = _plan(ref.repo, names, cache_dir, sizes=remote)
     absent = [f.name for f in plan.missing if f.name not in remote]
     if absent:
-        raise ModelNotFound(f"{ref.repo} has no file {absent[0]}; its GGUF files: {_gguf_list(remote)}")
+        raise ModelNotFound(
+            f"{ref.repo} has no file {absent[0]}; its GGUF files: {_gguf_list(remote)}"
+        )
     return plan
 
 
-def _plan(repo: str, names: Iterable[str], cache_dir: Path, *, sizes: Mapping[str, int]) -> FetchPlan:
+def _plan(
+    repo: str, names: Iterable[str], cache_dir: Path, *, sizes: Mapping[str, int]
+) -> FetchPlan:
     files = []
     for name in names:
         path = _cached_file(cache_dir, repo, name)
@@ -232,16 +258,23 @@ def _cached_names(cache_dir: Path, repo: str) -> list[str]:
 def _pick_quant(ref: HubRef, names: Iterable[str]) -> tuple[str, ...] | None:
     """The GGUF whose name carries the quant (case-insensitive), a single file before a split one."""
     assert ref.quant is not None
-    ggufs = [n for n in names if n.lower().endswith(".gguf") and not PurePosixPath(n).name.lower().startswith("mmproj")]
+    ggufs = [
+        n
+        for n in names
+        if n.lower().endswith(".gguf") and not PurePosixPath(n).name.lower().startswith("mmproj")
+    ]
     # A whole-token match first, so Q4_0 is not Q4_0_4_4 and Q4_K_M is not IQ4_K_M.
     token = re.compile(rf"(?<![a-z0-9]){re.escape(ref.quant)}(?![a-z0-9_])", re.I)
     matches = [n for n in ggufs if token.search(PurePosixPath(n).name)] or [
-        n for n in ggufs if ref.quant.lower() in PurePosixPath(n).name.lower()]
+        n for n in ggufs if ref.quant.lower() in PurePosixPath(n).name.lower()
+    ]
     groups = list(dict.fromkeys(split_parts(n) for n in matches))
     choices = [g for g in groups if len(g) == 1] or groups
     if len(choices) > 1:
-        raise ModelNotFound(f"several files in {ref.repo} match {ref.quant}: "
-                            f"{', '.join(g[0] for g in choices)}; name one as {ref.repo}/FILE")
+        raise ModelNotFound(
+            f"several files in {ref.repo} match {ref.quant}: "
+            f"{', '.join(g[0] for g in choices)}; name one as {ref.repo}/FILE"
+        )
     return choices[0] if choices else None
 
 
@@ -251,11 +284,17 @@ def _gguf_list(remote: Mapping[str, int]) -> str:
 
 
 def _not_cached(ref: HubRef, label: str, names: list[str]) -> NotCached:
-    files = names[0] + (f" (+{len(names) - 1} more parts)" if len(names) > 1 else "") if names else f"the {ref.quant} file"
+    files = (
+        names[0] + (f" (+{len(names) - 1} more parts)" if len(names) > 1 else "")
+        if names
+        else f"the {ref.quant} file"
+    )
     where = f"{ref.repo}: {files} is not in the Hugging Face cache ({hub_cache_dir()})"
     if hub_offline():
-        return NotCached(f"{where} and HF_HUB_OFFLINE is set, so it cannot be downloaded; "
-                         f"run `specrun models pull {label}` with the network on")
+        return NotCached(
+            f"{where} and HF_HUB_OFFLINE is set, so it cannot be downloaded; "
+            f"run `specrun models pull {label}` with the network on"
+        )
     return NotCached(f"{where}; run `specrun models pull {label}`")
 
 
@@ -267,7 +306,11 @@ def _remote_sizes(repo: str) -> dict[str, int]:
     check_hub_reachable()
     with _hub_errors(repo):
         api = HfApi(endpoint=hub_endpoint())
-        return {item.path: item.size for item in api.list_repo_tree(repo, recursive=True) if isinstance(item, RepoFile)}
+        return {
+            item.path: item.size
+            for item in api.list_repo_tree(repo, recursive=True)
+            if isinstance(item, RepoFile)
+        }
 
 
 def check_hub_reachable() -> None:
@@ -276,8 +319,10 @@ def check_hub_reachable() -> None:
     endpoint = hub_endpoint()
     problem = _connection_problem(*_first_hop(endpoint))
     if problem:
-        raise DownloadError(f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); models already "
-                            "in the cache work without it (HF_HUB_OFFLINE=1)")
+        raise DownloadError(
+            f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); models already "
+            "in the cache work without it (HF_HUB_OFFLINE=1)"
+        )
 
 
 def _first_hop(endpoint: str) -> tuple[str, int]:
@@ -292,7 +337,7 @@ def _first_hop(endpoint: str) -> tuple[str, int]:
 def _connection_problem(host: str, port: int) -> str | None:
     try:
         socket.create_connection((host, port), timeout=HUB_PROBE_SECONDS).close()
-    except socket.timeout:
+    except TimeoutError:
         return f"no answer within {HUB_PROBE_SECONDS} s"
     except OSError as exc:
         return exc.strerror or str(exc)
@@ -305,9 +350,22 @@ def _download(plan: FetchPlan, *, progress: bool) -> list[Path]:
     for planned in plan.files:
         if planned.cached is None:
             if progress:
-                print(f"Downloading {plan.repo}: {planned.name} ({format_size(planned.size)})", file=sys.stderr, flush=True)
-            with _hub_errors(plan.repo, planned), nullcontext() if progress else _no_progress_bars():
-                paths.append(Path(hf_hub_download(plan.repo, planned.name, cache_dir=cache_dir, endpoint=hub_endpoint())))
+                print(
+                    f"Downloading {plan.repo}: {planned.name} ({format_size(planned.size)})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            with (
+                _hub_errors(plan.repo, planned),
+                nullcontext() if progress else _no_progress_bars(),
+            ):
+                paths.append(
+                    Path(
+                        hf_hub_download(
+                            plan.repo, planned.name, cache_dir=cache_dir, endpoint=hub_endpoint()
+                        )
+                    )
+                )
         else:
             paths.append(planned.cached)
     return paths
@@ -333,19 +391,29 @@ def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]
     what = f"{repo}: {planned.name}" if planned else repo
     hub_logging.set_verbosity_error()  # not a warning per retry: the error line says what failed
     try:
-        with warnings.catch_warnings():  # its disk space warning too: check_room said it before the first byte
+        with (
+            warnings.catch_warnings()
+        ):  # its disk space warning too: check_room said it before the first byte
             warnings.filterwarnings("ignore", category=UserWarning, module="huggingface_hub")
             yield
     except GatedRepoError:
-        raise DownloadError(f"{repo} is gated: accept its terms on {hub_endpoint()}/{repo} and {_LOGIN}") from None
+        raise DownloadError(
+            f"{repo} is gated: accept its terms on {hub_endpoint()}/{repo} and {_LOGIN}"
+        ) from None
     except RepositoryNotFoundError:
-        raise ModelNotFound(f"no Hugging Face repo {repo}, or it is private and needs a token: {_LOGIN}") from None
+        raise ModelNotFound(
+            f"no Hugging Face repo {repo}, or it is private and needs a token: {_LOGIN}"
+        ) from None
     except RevisionNotFoundError:
         raise ModelNotFound(f"{repo} has no branch main") from None
-    except LocalEntryNotFoundError as exc:  # huggingface_hub's word for any failure of the metadata request
+    except (
+        LocalEntryNotFoundError
+    ) as exc:  # huggingface_hub's word for any failure of the metadata request
         if isinstance(exc.__cause__, _HUB_FAILURES):
             raise DownloadError(_failure_line(exc.__cause__, repo, planned)) from None
-        raise DownloadError(f"{what} is not in the Hugging Face cache and the Hub cannot be reached") from None
+        raise DownloadError(
+            f"{what} is not in the Hugging Face cache and the Hub cannot be reached"
+        ) from None
     except EntryNotFoundError:
         raise ModelNotFound(f"{what}: no such file in the repo") from None
     except KeyboardInterrupt:
@@ -363,14 +431,20 @@ def _failure_line(exc: BaseException, repo: str, planned: PlannedFile | None) ->
     if status in (401, 403):
         return f"{what}: the Hub refused access ({detail}); {_LOGIN}"
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"{what}: the disk is full ({hub_cache_dir()}); free some space or set HF_HUB_CACHE to a larger "
-                f"disk; {_next_run(repo, planned)}")
+        return (
+            f"{what}: the disk is full ({hub_cache_dir()}); free some space or set HF_HUB_CACHE to a larger "
+            f"disk; {_next_run(repo, planned)}"
+        )
     if isinstance(exc, RuntimeError) and _raised_in(exc, "xet_get"):
-        return (f"{what}: the download from Xet storage failed ({detail}); HF_HUB_DISABLE_XET=1 downloads "
-                f"over plain HTTPS instead; {_next_run(repo, planned)}")
+        return (
+            f"{what}: the download from Xet storage failed ({detail}); HF_HUB_DISABLE_XET=1 downloads "
+            f"over plain HTTPS instead; {_next_run(repo, planned)}"
+        )
     if status is not None:
         return f"{what}: the Hub answered {detail}; {_next_run(repo, planned)}"
-    return f"{what}: the download from {hub_endpoint()} failed ({detail}); {_next_run(repo, planned)}"
+    return (
+        f"{what}: the download from {hub_endpoint()} failed ({detail}); {_next_run(repo, planned)}"
+    )
 
 
 def _status_text(response: Any) -> str:
@@ -386,7 +460,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _raised_in(exc: BaseException, function: str) -> bool:
-    return any(frame.f_code.co_name == function for frame, _ in traceback.walk_tb(exc.__traceback__))
+    return any(
+        frame.f_code.co_name == function for frame, _ in traceback.walk_tb(exc.__traceback__)
+    )
 
 
 def _next_run(repo: str, planned: PlannedFile | None) -> str:
@@ -421,19 +497,31 @@ def _read_lock() -> dict[str, dict]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise IntegrityError(f"cannot read the lock file {lock_path()} ({exc}); move it away and run "
-                             "`specrun models verify` to record the cached models again") from None
+        raise IntegrityError(
+            f"cannot read the lock file {lock_path()} ({exc}); move it away and run "
+            "`specrun models verify` to record the cached models again"
+        ) from None
 
 
 def _write_lock(files: Mapping[str, dict]) -> None:
     with replaced_atomically(lock_path()) as temporary:
-        temporary.write_text(json.dumps({"about": "sha256 of each model file as specrun checked it: the pin in "
-                                         "models.toml, else the Hub's hash at the first download",
-                                         "files": dict(sorted(files.items()))}, indent=1) + "\n", encoding="utf-8")
+        temporary.write_text(
+            json.dumps(
+                {
+                    "about": "sha256 of each model file as specrun checked it: the pin in "
+                    "models.toml, else the Hub's hash at the first download",
+                    "files": dict(sorted(files.items())),
+                },
+                indent=1,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
-def check_integrity(repo: str, name: str, path: Path, label: str, *, pin: str | None, progress: bool,
-                    rehash: bool) -> dict:
+def check_integrity(
+    repo: str, name: str, path: Path, label: str, *, pin: str | None, progress: bool, rehash: bool
+) -> dict:
     """Refuse `path` unless its sha256 is the expected one; returns its lock record.
 
     Expected: the catalog's pin, else the lock file's record, else the Hub's LFS hash, which
@@ -449,24 +537,37 @@ def check_integrity(repo: str, name: str, path: Path, label: str, *, pin: str | 
     if not rehash and unchanged and recorded.get("sha256") == expected:
         return recorded
     if progress:
-        print(f"Checking sha256 of {name} ({format_size(stat.st_size)})", file=sys.stderr, flush=True)
+        print(
+            f"Checking sha256 of {name} ({format_size(stat.st_size)})", file=sys.stderr, flush=True
+        )
     actual = _sha256(blob)
     if expected is not None and actual != expected:
         where = f", as recorded in {lock_path()}" if not pin and recorded.get("sha256") else ""
-        raise IntegrityError(f"{key} has sha256 {actual}, not {expected} ({source}{where}); it is not used: "
-                             f"remove it with `specrun models rm {label}` and pull it again")
-    lock[key] = {"sha256": actual, "source": source, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        raise IntegrityError(
+            f"{key} has sha256 {actual}, not {expected} ({source}{where}); it is not used: "
+            f"remove it with `specrun models rm {label}` and pull it again"
+        )
+    lock[key] = {
+        "sha256": actual,
+        "source": source,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+    }
     _write_lock(lock)
     return lock[key]
 
 
-def _expected_sha256(pin: str | None, recorded: Mapping[str, str], blob_name: str) -> tuple[str | None, str]:
+def _expected_sha256(
+    pin: str | None, recorded: Mapping[str, str], blob_name: str
+) -> tuple[str | None, str]:
     """The digest the file must have, and where it came from (kept in the lock record)."""
     if pin:
         return pin.lower(), "the pin in models.toml"
     if recorded.get("sha256"):
         return recorded["sha256"], recorded.get("source", "an earlier check")
-    if re.fullmatch(r"[0-9a-f]{64}", blob_name):  # an LFS file: huggingface_hub names it by its ETag, the sha256
+    if re.fullmatch(
+        r"[0-9a-f]{64}", blob_name
+    ):  # an LFS file: huggingface_hub names it by its ETag, the sha256
         return blob_name, "the Hub's LFS hash"
     return None, "first download"
 
@@ -495,11 +596,22 @@ def delete_cached(ref: HubRef, label: str) -> int:
 
     A blob another snapshot file still links to stays, as with huggingface_hub's own delete."""
     cache_dir = hub_cache_dir()
-    names = set(split_parts(ref.file) if ref.file else _pick_quant(ref, _cached_names(cache_dir, ref.repo)) or ())
+    names = set(
+        split_parts(ref.file)
+        if ref.file
+        else _pick_quant(ref, _cached_names(cache_dir, ref.repo)) or ()
+    )
     snapshots = repo_dir(cache_dir, ref.repo) / "snapshots"
-    files = [path for snapshot in snapshots.glob("*") for name in names if (path := snapshot / name).is_file()]
+    files = [
+        path
+        for snapshot in snapshots.glob("*")
+        for name in names
+        if (path := snapshot / name).is_file()
+    ]
     if not files:
-        raise NotCached(f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove")
+        raise NotCached(
+            f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove"
+        )
     kept = {path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in files}
     blobs = {path.resolve() for path in files} - kept
     freed = sum(blob.stat().st_size for blob in blobs)

@@ -23,10 +23,11 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -38,13 +39,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from specrun.system import interrupts
+from specrun.core.loop import Event, Prefill, Round
+from specrun.core.sampling import SamplingParams
+from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
 from specrun.prompt import Message, render
-from specrun.core.sampling import SamplingParams
-from specrun.core.loop import Event, Prefill, Round
-from specrun.core.stats import Stats
+from specrun.system import interrupts
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 RETRY_AFTER_SECONDS = 1
@@ -52,19 +53,49 @@ SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when t
 ROLES = ("system", "user", "assistant")
 NUMBER = (int, float)
 # What /v1/stats counts: requests admitted, how each ended, 503s, and tokens.
-TOTALS = ("requests", "stop", "length", "cancelled", "failed", "rejected", "prompt_tokens", "completion_tokens")
+TOTALS = (
+    "requests",
+    "stop",
+    "length",
+    "cancelled",
+    "failed",
+    "rejected",
+    "prompt_tokens",
+    "completion_tokens",
+)
 
 
 class ApiError(Exception):
     """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.param, self.code, self.kind, self.headers = status, param, code, kind, headers
+        self.status, self.param, self.code, self.kind, self.headers = (
+            status,
+            param,
+            code,
+            kind,
+            headers,
+        )
 
     def body(self) -> dict[str, object]:
-        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": str(self),
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), self.status, headers=self.headers)
@@ -97,27 +128,43 @@ class Ask:
         return engine.prompt(self.prompt, raw=True)
 
 
-def _field(body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str, *, required: bool = False) -> Any:
+def _field(
+    body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str, *, required: bool = False
+) -> Any:
     """body[name] if it has one of `kinds` (a bool is no number); None when absent or null."""
     value = body.get(name)
     if value is None:
         if required:
-            raise ApiError(400, f"missing required field `{name}`", param=name, code="missing_required_parameter")
+            raise ApiError(
+                400,
+                f"missing required field `{name}`",
+                param=name,
+                code="missing_required_parameter",
+            )
         return None
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ApiError(400, f"`{name}` must be {what}, got {json.dumps(value)[:40]}", param=name, code="invalid_type")
+        raise ApiError(
+            400,
+            f"`{name}` must be {what}, got {json.dumps(value)[:40]}",
+            param=name,
+            code="invalid_type",
+        )
     return value
 
 
 def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
     """The request's sampling fields over the server's own (its --temp, --top-k, ...)."""
-    given = {"temperature": _field(body, "temperature", NUMBER, "a number"),
-             "top_p": _field(body, "top_p", NUMBER, "a number"),
-             "min_p": _field(body, "min_p", NUMBER, "a number"),
-             "top_k": _field(body, "top_k", (int,), "an integer"),
-             "seed": _field(body, "seed", (int,), "an integer")}
+    given = {
+        "temperature": _field(body, "temperature", NUMBER, "a number"),
+        "top_p": _field(body, "top_p", NUMBER, "a number"),
+        "min_p": _field(body, "min_p", NUMBER, "a number"),
+        "top_k": _field(body, "top_k", (int,), "an integer"),
+        "seed": _field(body, "seed", (int,), "an integer"),
+    }
     try:
-        return replace(defaults, **{name: value for name, value in given.items() if value is not None})
+        return replace(
+            defaults, **{name: value for name, value in given.items() if value is not None}
+        )
     except OptionError as error:
         raise _bad_value(error) from None
 
@@ -136,7 +183,9 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
         return (stop,)
     if isinstance(stop, list) and all(isinstance(text, str) for text in stop):
         return tuple(stop)
-    raise ApiError(400, "`stop` must be a string or a list of strings", param="stop", code="invalid_type")
+    raise ApiError(
+        400, "`stop` must be a string or a list of strings", param="stop", code="invalid_type"
+    )
 
 
 def _messages(body: dict[str, Any]) -> list[Message]:
@@ -148,10 +197,19 @@ def _messages(body: dict[str, Any]) -> list[Message]:
 
 def _message(message: Any, param: str) -> Message:
     if not isinstance(message, dict):
-        raise ApiError(400, f"`{param}` must be an object with `role` and `content`", param=param, code="invalid_type")
+        raise ApiError(
+            400,
+            f"`{param}` must be an object with `role` and `content`",
+            param=param,
+            code="invalid_type",
+        )
     if message.get("role") not in ROLES:
-        raise ApiError(400, f"`{param}.role` must be one of {', '.join(ROLES)}, got {json.dumps(message.get('role'))}",
-                       param=f"{param}.role", code="invalid_value")
+        raise ApiError(
+            400,
+            f"`{param}.role` must be one of {', '.join(ROLES)}, got {json.dumps(message.get('role'))}",
+            param=f"{param}.role",
+            code="invalid_value",
+        )
     return Message(message["role"], _content(message.get("content"), f"{param}.content"))
 
 
@@ -159,15 +217,21 @@ def _content(content: Any, param: str) -> str:
     """A message's text: a string, or OpenAI's list of text parts."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(part, dict) and part.get("type") == "text"
-                                         and isinstance(part.get("text"), str) for part in content):
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
         return "\n".join(part["text"] for part in content)
-    raise ApiError(400, f"`{param}` must be a string or a list of text parts", param=param, code="invalid_type")
+    raise ApiError(
+        400, f"`{param}` must be a string or a list of text parts", param=param, code="invalid_type"
+    )
 
 
 def _ask(body: dict[str, Any], prompt: list[Message] | str, defaults: SamplingParams) -> Ask:
     if _field(body, "n", (int,), "an integer") not in (None, 1):
-        raise ApiError(400, "`n` must be 1: one answer per request", param="n", code="invalid_value")
+        raise ApiError(
+            400, "`n` must be 1: one answer per request", param="n", code="invalid_value"
+        )
     max_tokens = _field(body, "max_tokens", (int,), "an integer")
     if max_tokens is None:  # the chat API's newer name
         max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
@@ -188,18 +252,31 @@ class Endpoint:
     opening: dict[str, object] | None  # the first streamed choice, before any text
 
 
-CHAT = Endpoint("chat.completion", "chat.completion.chunk", "chatcmpl-", _messages,
-                whole=lambda text: {"message": {"role": "assistant", "content": text}},
-                part=lambda text: {"delta": {"content": text}},
-                opening={"delta": {"role": "assistant", "content": ""}})
-COMPLETION = Endpoint("text_completion", "text_completion", "cmpl-",
-                      lambda body: _field(body, "prompt", (str,), "a string", required=True),
-                      whole=lambda text: {"text": text}, part=lambda text: {"text": text}, opening=None)
+CHAT = Endpoint(
+    "chat.completion",
+    "chat.completion.chunk",
+    "chatcmpl-",
+    _messages,
+    whole=lambda text: {"message": {"role": "assistant", "content": text}},
+    part=lambda text: {"delta": {"content": text}},
+    opening={"delta": {"role": "assistant", "content": ""}},
+)
+COMPLETION = Endpoint(
+    "text_completion",
+    "text_completion",
+    "cmpl-",
+    lambda body: _field(body, "prompt", (str,), "a string", required=True),
+    whole=lambda text: {"text": text},
+    part=lambda text: {"text": text},
+    opening=None,
+)
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
     declared = request.headers.get("content-length", "")
-    too_large = ApiError(413, f"the body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large")
+    too_large = ApiError(
+        413, f"the body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large"
+    )
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise too_large
     body = bytearray()
@@ -281,8 +358,13 @@ class Worker:
             raise _shutting_down()
         if len(self.jobs) >= self.capacity:
             self.totals["rejected"] += 1
-            raise ApiError(503, f"the server is busy: {len(self.jobs)} requests are ahead of this one; retry later",
-                           kind="server_error", code="queue_full", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            raise ApiError(
+                503,
+                f"the server is busy: {len(self.jobs)} requests are ahead of this one; retry later",
+                kind="server_error",
+                code="queue_full",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
         job = Job(ask, id_prefix + secrets.token_hex(12))
         self.jobs.append(job)
         self.totals["requests"] += 1
@@ -323,7 +405,9 @@ class Worker:
             tokens = job.ask.tokens(engine)
             engine.params = job.ask.params
             max_tokens = engine.target.n_ctx if job.ask.max_tokens is None else job.ask.max_tokens
-            for event in engine.stream(tokens, max_tokens=max_tokens, stop=job.ask.stop, cancelled=job.cancel.is_set):
+            for event in engine.stream(
+                tokens, max_tokens=max_tokens, stop=job.ask.stop, cancelled=job.cancel.is_set
+            ):
                 started = True
                 hand(event)
         except SpecrunError as error:
@@ -333,14 +417,21 @@ class Worker:
         else:
             hand(None)
 
-    def _failure(self, error: SpecrunError, ask: Ask, prompt_length: int, started: bool) -> ApiError:
+    def _failure(
+        self, error: SpecrunError, ask: Ask, prompt_length: int, started: bool
+    ) -> ApiError:
         """Before the prompt is in, an error is the request's; after, the server's."""
         if started:
             return ApiError(500, str(error), kind="server_error")
         if isinstance(error, OptionError):
             return _bad_value(error)
         too_long = prompt_length >= self.engine.target.n_ctx
-        return ApiError(400, str(error), param=ask.prompt_field, code="context_length_exceeded" if too_long else None)
+        return ApiError(
+            400,
+            str(error),
+            param=ask.prompt_field,
+            code="context_length_exceeded" if too_long else None,
+        )
 
     def _count(self, job: Job) -> None:
         self.totals[job.outcome()] += 1
@@ -350,11 +441,18 @@ class Worker:
     def snapshot(self) -> dict[str, object]:
         """The running generation's live figures, the queue, and the totals since the start."""
         running = self.running
-        live = running and {"id": running.id, "recent_tokens_per_second": running.stats.recent_tokens_per_second,
-                            **running.stats.as_dict()}
+        live = running and {
+            "id": running.id,
+            "recent_tokens_per_second": running.stats.recent_tokens_per_second,
+            **running.stats.as_dict(),
+        }
         invariance = self.engine.target.invariance  # with --reproducible: how the target decodes
-        return {"running": live, "queued": len(self.jobs) - (running is not None), "totals": dict(self.totals),
-                "reproducible": invariance and invariance.mode}
+        return {
+            "running": live,
+            "queued": len(self.jobs) - (running is not None),
+            "totals": dict(self.totals),
+            "reproducible": invariance and invariance.mode,
+        }
 
     async def stop(self) -> None:
         """Cancel every generation, running or waiting, and wait until the engine is free."""
@@ -374,8 +472,11 @@ class Worker:
 
 
 def _usage(stats: Stats) -> dict[str, int]:
-    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated,
-            "total_tokens": stats.prompt_tokens + stats.generated}
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.generated,
+        "total_tokens": stats.prompt_tokens + stats.generated,
+    }
 
 
 def _sse(record: dict[str, object]) -> str:
@@ -391,18 +492,40 @@ class Api:
     started: int = field(default_factory=lambda: int(time.time()))
 
     def app(self, api_key: str | None) -> Starlette:
-        routes = [Route("/health", self.health), Route("/v1/models", self.models), Route("/v1/stats", self.stats),
-                  Route("/v1/chat/completions", self.chat, methods=["POST"]),
-                  Route("/v1/completions", self.completions, methods=["POST"])]
-        return Starlette(routes=routes, middleware=[Middleware(BearerAuth, key=api_key)] if api_key else [],
-                         exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal_error})
+        routes = [
+            Route("/health", self.health),
+            Route("/v1/models", self.models),
+            Route("/v1/stats", self.stats),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        return Starlette(
+            routes=routes,
+            middleware=[Middleware(BearerAuth, key=api_key)] if api_key else [],
+            exception_handlers={
+                ApiError: _api_error,
+                HTTPException: _http_error,
+                Exception: _internal_error,
+            },
+        )
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model",
-                                                         "created": self.started, "owned_by": "specrun"}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model,
+                        "object": "model",
+                        "created": self.started,
+                        "owned_by": "specrun",
+                    }
+                ],
+            }
+        )
 
     async def stats(self, request: Request) -> Response:
         return JSONResponse({"model": self.model, **self.worker.snapshot()})
@@ -417,38 +540,76 @@ class Api:
         body = await _json_body(request)
         model = _field(body, "model", (str,), "a string")
         if model not in (None, self.model):
-            raise ApiError(404, f"the model `{model}` is not served here; this server has `{self.model}`",
-                           param="model", code="model_not_found")
+            raise ApiError(
+                404,
+                f"the model `{model}` is not served here; this server has `{self.model}`",
+                param="model",
+                code="model_not_found",
+            )
         ask = _ask(body, endpoint.prompt(body), self.worker.defaults)
         job = self.worker.submit(ask, endpoint.id_prefix, request.receive)
         await job.next()  # the prompt is in, or the request's error comes before any header is sent
         if ask.stream:
-            return StreamingResponse(self._chunks(job, endpoint), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(
+                self._chunks(job, endpoint),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         return await self._answer(job, endpoint)
 
-    def _record(self, job: Job, endpoint: Endpoint, choice: dict[str, object], *, chunk: bool) -> dict[str, object]:
-        return {"id": job.id, "object": endpoint.chunk_object if chunk else endpoint.object, "created": job.created,
-                "model": self.model, "choices": [{"index": 0, **choice}]}
+    def _record(
+        self, job: Job, endpoint: Endpoint, choice: dict[str, object], *, chunk: bool
+    ) -> dict[str, object]:
+        return {
+            "id": job.id,
+            "object": endpoint.chunk_object if chunk else endpoint.object,
+            "created": job.created,
+            "model": self.model,
+            "choices": [{"index": 0, **choice}],
+        }
 
     async def _answer(self, job: Job, endpoint: Endpoint) -> Response:
         text = []
         while (event := await job.next()) is not None:
             text.append(event.text)
-        choice = {**endpoint.whole("".join(text)), "logprobs": None, "finish_reason": job.finish_reason()}
-        return JSONResponse({**self._record(job, endpoint, choice, chunk=False), "usage": _usage(job.stats),
-                             "specrun": job.stats.as_dict()})
+        choice = {
+            **endpoint.whole("".join(text)),
+            "logprobs": None,
+            "finish_reason": job.finish_reason(),
+        }
+        return JSONResponse(
+            {
+                **self._record(job, endpoint, choice, chunk=False),
+                "usage": _usage(job.stats),
+                "specrun": job.stats.as_dict(),
+            }
+        )
 
     async def _chunks(self, job: Job, endpoint: Endpoint) -> AsyncIterator[str]:
         """Server-sent events in OpenAI's chunk format; the last chunk carries usage and the figures."""
         try:
             if endpoint.opening:
-                yield _sse(self._record(job, endpoint, {**endpoint.opening, "finish_reason": None}, chunk=True))
+                yield _sse(
+                    self._record(
+                        job, endpoint, {**endpoint.opening, "finish_reason": None}, chunk=True
+                    )
+                )
             while (event := await job.next()) is not None:
                 if event.text:
-                    yield _sse(self._record(job, endpoint, {**endpoint.part(event.text), "finish_reason": None},
-                                            chunk=True))
-            last = self._record(job, endpoint, {**endpoint.part(""), "finish_reason": job.finish_reason()}, chunk=True)
+                    yield _sse(
+                        self._record(
+                            job,
+                            endpoint,
+                            {**endpoint.part(event.text), "finish_reason": None},
+                            chunk=True,
+                        )
+                    )
+            last = self._record(
+                job,
+                endpoint,
+                {**endpoint.part(""), "finish_reason": job.finish_reason()},
+                chunk=True,
+            )
             yield _sse({**last, "usage": _usage(job.stats), "specrun": job.stats.as_dict()})
         except ApiError as error:  # the answer had begun: the error is the stream's last word
             yield _sse(error.body())
@@ -465,8 +626,11 @@ class BearerAuth:
         if scope["type"] == "http" and scope["path"] != "/health":
             given = Headers(scope=scope).get("authorization", "").encode()
             if not hmac.compare_digest(given, self.expected):
-                error = ApiError(401, "a valid API key is required: `Authorization: Bearer <key>`",
-                                 code="invalid_api_key")
+                error = ApiError(
+                    401,
+                    "a valid API key is required: `Authorization: Bearer <key>`",
+                    code="invalid_api_key",
+                )
                 await error.response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -484,7 +648,9 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 async def _internal_error(request: Request, error: Exception) -> Response:
     """A bug: an OpenAI-style 500; uvicorn logs the traceback."""
-    return ApiError(500, f"internal error: {type(error).__name__}: {error}", kind="server_error").response()
+    return ApiError(
+        500, f"internal error: {type(error).__name__}: {error}", kind="server_error"
+    ).response()
 
 
 # --- the server ------------------------------------------------------------------------------
@@ -516,13 +682,26 @@ class _Uvicorn(uvicorn.Server):
         self.should_exit = True
 
 
-def serve(engine: Engine, listener: socket.socket, *, model: str, api_key: str | None, queue: int,
-          ready: Callable[[], None]) -> None:
+def serve(
+    engine: Engine,
+    listener: socket.socket,
+    *,
+    model: str,
+    api_key: str | None,
+    queue: int,
+    ready: Callable[[], None],
+) -> None:
     """Serve until SIGINT, SIGTERM or SIGHUP; `ready` hears when requests are taken. Return
     once the engine is free to close."""
     worker = Worker(engine, queue=queue)
-    config = uvicorn.Config(Api(worker, model).app(api_key), lifespan="off", ws="none", log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS)
+    config = uvicorn.Config(
+        Api(worker, model).app(api_key),
+        lifespan="off",
+        ws="none",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
     server = _Uvicorn(config, worker, ready)
     try:
         with interrupts.routed_to(server.stop):

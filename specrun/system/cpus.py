@@ -28,7 +28,9 @@ def physical_cores() -> int:
     try:
         for cpu in cpus:
             topology = _TOPOLOGY / f"cpu{cpu}" / "topology"
-            cores.add(((topology / "physical_package_id").read_text(), (topology / "core_id").read_text()))
+            cores.add(
+                ((topology / "physical_package_id").read_text(), (topology / "core_id").read_text())
+            )
     except OSError:
         return len(cpus)
     return len(cores) or len(cpus)
@@ -40,7 +42,10 @@ def choose_threads(requested: int | None) -> tuple[int, str | None]:
         return physical_cores(), None
     available = len(usable_cpus())
     if requested > available:
-        return available, f"`threads` {requested} is more than the {available} CPUs available; using {available}"
+        return (
+            available,
+            f"`threads` {requested} is more than the {available} CPUs available; using {available}",
+        )
     return requested, None
 
 
@@ -48,8 +53,10 @@ def busy_warning(load: float, cpus: int) -> str | None:
     """A warning when the 1-minute load average says other work already fills every CPU."""
     if load < cpus:
         return None
-    return (f"the machine is busy (load {load:.1f} on {cpus} CPUs): generation will be slower "
-            "and its speed uneven")
+    return (
+        f"the machine is busy (load {load:.1f} on {cpus} CPUs): generation will be slower "
+        "and its speed uneven"
+    )
 
 
 def machine_busy_warning() -> str | None:

@@ -12,17 +12,22 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from specrun.errors import OptionError, SpecrunError
 
 REGULAR_FILE = "a regular file"
 MISSING = "missing"
-_KINDS = [(stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, REGULAR_FILE)]
+_KINDS = [
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISREG, REGULAR_FILE),
+]
 
 
 def what_is(path: Path) -> str:
@@ -52,10 +57,14 @@ def check_output_file(path: Path, option: str) -> Path:
     if what_is(target.parent) != "a directory":
         raise OptionError(f"{option} {path}: the folder {target.parent} does not exist")
     try:
-        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial"):
+        with tempfile.NamedTemporaryFile(
+            dir=target.parent, prefix=f".{target.name}.", suffix=".partial"
+        ):
             pass
     except OSError as error:
-        raise OptionError(f"{option} {path}: cannot write in {target.parent} ({error.strerror})") from None
+        raise OptionError(
+            f"{option} {path}: cannot write in {target.parent} ({error.strerror})"
+        ) from None
     return target
 
 
@@ -65,8 +74,11 @@ def replaced_atomically(destination: Path) -> Iterator[Path]:
     file to; when the block succeeds it replaces `destination`, else it is removed.
     It keeps `destination`'s extension, for writers that infer the format from it."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.",
-                                    suffix=f".partial{destination.suffix}")
+    handle, name = tempfile.mkstemp(
+        dir=destination.parent,
+        prefix=f".{destination.name}.",
+        suffix=f".partial{destination.suffix}",
+    )
     os.close(handle)
     temporary = Path(name)
     try:

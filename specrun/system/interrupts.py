@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import CodeType, FrameType
-from typing import Callable, Iterator, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REPEAT_GRACE_SECONDS = 2.0

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Callable, Iterator, TextIO, TypeVar
+from typing import TextIO, TypeVar
 
 from specrun.errors import OptionError, SpecrunError
 
@@ -31,16 +32,19 @@ class OutputError(SpecrunError):
     """stdout cannot take the answer."""
 
 
-def decode_utf8(data: bytes, source: str, *, first_line: int = 1,
-                error: type[SpecrunError] = SpecrunError) -> str:
+def decode_utf8(
+    data: bytes, source: str, *, first_line: int = 1, error: type[SpecrunError] = SpecrunError
+) -> str:
     """`data` as text, or `error` naming `source` and where the first bad byte is."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         line = first_line + data.count(b"\n", 0, exc.start)
-        raise error(f"{source} is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, "
-                    f"column {exc.start - line_start + 1})") from None
+        raise error(
+            f"{source} is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, "
+            f"column {exc.start - line_start + 1})"
+        ) from None
 
 
 def read_text(path: Path, what: str, *, error: type[SpecrunError] = SpecrunError) -> str:
@@ -56,7 +60,9 @@ def argument_text(value: str | None, name: str) -> str | None:
     """A command-line argument that is text for the model (not a path). Python decodes
     argv with surrogateescape, so bytes that were not UTF-8 arrive as lone surrogates."""
     if value is not None and not _encodable(value):
-        decode_utf8(os.fsencode(value), name, error=OptionError)  # raises, naming the first bad byte
+        decode_utf8(
+            os.fsencode(value), name, error=OptionError
+        )  # raises, naming the first bad byte
     return value
 
 

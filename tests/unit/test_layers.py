@@ -125,7 +125,10 @@ def subpackages_of(packages: dict[str, Path] = PACKAGES) -> set[str]:
 
 def project_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph less third-party names and package roots (whose __init__ may re-export)."""
-    return {m: {n for n in imported if n in edges and n not in PACKAGES} for m, imported in edges.items()}
+    return {
+        m: {n for n in imported if n in edges and n not in PACKAGES}
+        for m, imported in edges.items()
+    }
 
 
 def cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -154,7 +157,9 @@ def test_the_rules_catch_an_import_upward_beside_or_of_a_framework():
         "specrun_tui.app": set(),
         "specrun.cli.app": {"specrun.server.app", "specrun_tui.app", "typer"},
     }
-    assert violations(edges, {"specrun.core", "specrun.llama", "specrun.server", "specrun.cli"}) == [
+    assert violations(
+        edges, {"specrun.core", "specrun.llama", "specrun.server", "specrun.cli"}
+    ) == [
         "specrun.core.loop (specrun.core) imports llama_cpp",
         "specrun.core.loop (specrun.core) imports specrun.llama.model (specrun.llama), a layer above it",
         "specrun.engine (specrun) imports specrun.server.app (specrun.server), a layer above it",
