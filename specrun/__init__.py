@@ -19,7 +19,8 @@ from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
-from specrun.llama.model import Model, check_compatible
+from specrun.llama.compat import check_compatible
+from specrun.llama.model import Model
 from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
 
 __all__ = [

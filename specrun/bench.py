@@ -15,14 +15,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from specrun.core.costs import expected_rate
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.exactness import first_divergence
-from specrun.core.gamma import GAMMA_MAX, expected_rate, parse_policy
+from specrun.core.gamma import GAMMA_MAX, parse_policy
 from specrun.core.loop import generate
 from specrun.core.sampling import NEAR_TIE, SamplingParams
 from specrun.core.stats import Stats
 from specrun.errors import SpecrunError
-from specrun.llama.model import Model, placement, placement_text
+from specrun.llama.model import Model
+from specrun.llama.placement import Placement
 from specrun.options import LookupOptions
 from specrun.prompt import prompt_tokens
 from specrun.system.formatting import format_or_dash
@@ -167,10 +169,11 @@ class BenchResult:
     predicted_rates: dict[int, float]
     identical: bool | None  # None when sampling (outputs legitimately differ)
     mismatches: list[str]
-    placement: dict[str, object]  # device and GPU layers, as `runtime.placement` says
+    placement: Placement
 
     def to_json(self) -> str:
         record = asdict(self)
+        record["placement"] = self.placement.as_dict()
         for run in record["runs"]:
             del run["tokens"]
         return json.dumps(record, indent=2)
@@ -261,7 +264,7 @@ def run_bench(
         predicted_rates=rates,
         identical=(not mismatches) if params.greedy else None,
         mismatches=mismatches,
-        placement=placement(target, *([draft] if draft else [])),
+        placement=Placement.of([target, *([draft] if draft else [])]),
     )
 
 
@@ -380,7 +383,7 @@ def render_text(result: BenchResult) -> str:
         "",
         "cost curve (medians)",
         # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
-        f"  placement        {placement_text(result.placement)}",
+        f"  placement        {result.placement.text()}",
         f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
         f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
         "  target verify    "

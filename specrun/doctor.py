@@ -231,12 +231,14 @@ def demo_placement(target: Path, draft: Path) -> dict[str, object]:
     """What the demo pair would take at the default context, and where `fit` would put it here."""
     from specrun.llama.footprint import estimate
     from specrun.llama.model import DEFAULT_CTX
-    from specrun.llama.placement import FitError, fit, gpus_now
+    from specrun.llama.placement import PlacementError, gpus_now, place_layers
 
     target_memory, draft_memory = (estimate(path, n_ctx=DEFAULT_CTX) for path in (target, draft))
     try:
-        where = fit(target_memory, draft_memory, gpus_now(), devices.system_memory_available()).line
-    except FitError as error:
+        where = place_layers(
+            target_memory, draft_memory, gpus_now(), devices.system_memory_available()
+        ).line
+    except PlacementError as error:
         where = f"does not fit: {error}"
     return {
         "n_ctx": DEFAULT_CTX,

@@ -21,9 +21,10 @@ from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.core.loop import Event, generate
 from specrun.core.sampling import SamplingParams
 from specrun.llama import rpc
+from specrun.llama.compat import check_compatible
 from specrun.llama.devices import gpu_free_bytes, gpu_handles
-from specrun.llama.model import DEFAULT_CTX, Model, check_compatible, placement
-from specrun.llama.placement import Fit, Gpu, plan
+from specrun.llama.model import DEFAULT_CTX, Model
+from specrun.llama.placement import Gpu, LayerPlan, Placement, plan_layers
 from specrun.options import DraftOptions, LoadOptions, PromptLookup
 from specrun.prompt import prompt_tokens
 
@@ -51,7 +52,9 @@ class Engine:
         self.params = params
         self.gamma_max = gamma_max
         self.policy: GammaPolicy = parse_policy(gamma, gamma_max)
-        self.fit: Fit | None = None  # the placement by free memory, where there were GPUs
+        self.layer_plan: LayerPlan | None = (
+            None  # the placement by free memory, where there were GPUs
+        )
         self.remotes: list[rpc.Remote] = []  # the RPC servers' devices the target's layers may use
         self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
         self.learned: Path | None = None  # where auto's state is kept between engines, if it is
@@ -84,7 +87,9 @@ class Engine:
             Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint)
             for r in remotes
         ]
-        placed = plan(Path(target_path), draft_file, n_ctx, remote_gpus) if options.fit else None
+        placed = (
+            plan_layers(Path(target_path), draft_file, n_ctx, remote_gpus) if options.fit else None
+        )
         if placed is not None:
             announce(placed.line)
         free_before = gpu_free_bytes() + rpc.free_bytes(remotes)
@@ -124,7 +129,7 @@ class Engine:
         engine = cls(
             target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max
         )
-        engine.fit, engine.remotes = placed, remotes
+        engine.layer_plan, engine.remotes = placed, remotes
         engine.gpu_bytes_used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
         if source is not None:
             engine._learning = engine._learning_settings()
@@ -142,7 +147,7 @@ class Engine:
             "draft": [self.draft.name, *_draft_settings(self.draft)],
             "gamma_max": self.gamma_max,
             "llama.cpp": llama_cpp.__version__,
-            "device": placement(*models)["device"],
+            "device": Placement.of(models).device,
             **({"rpc": self.rpc_servers} if self.remotes else {}),  # costs over a network differ
         }
 
@@ -187,18 +192,14 @@ class Engine:
         draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
         return draft.model if isinstance(draft, ModelDraft) else None
 
-    def placement(self) -> dict[str, object]:
+    def placement(self) -> Placement:
         """The device the models run on, the GPU layers of the target (and draft), and where
         layers were placed by free memory, the estimate beside what loading really took."""
-        where = placement(self.target, *([self.draft_model] if self.draft_model else []))
+        where = Placement.of([self.target, *([self.draft_model] if self.draft_model else [])])
         if self.remotes:
-            where |= {"device": f"{where['device']} + RPC", "rpc": self.rpc_servers}
-        if self.fit is not None:
-            where |= {
-                "fit": self.fit.line,
-                "gpu_bytes_estimated": self.fit.gpu_bytes,
-                "gpu_bytes_measured": self.gpu_bytes_used,
-            }
+            where = where.with_rpc(self.rpc_servers)
+        if self.layer_plan is not None:
+            where = replace(where, plan=self.layer_plan, gpu_bytes_measured=self.gpu_bytes_used)
         return where
 
     def close(self) -> None:

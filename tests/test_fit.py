@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specrun.llama.footprint import Footprint
-from specrun.llama.placement import GIB, MARGIN, FitError, Gpu, fit, gpu_bytes
+from specrun.llama.placement import GIB, MARGIN, Gpu, PlacementError, gpu_bytes, place_layers
 
 GB = 10**9
 
@@ -47,7 +47,7 @@ def test_gpu_bytes_follow_llama_cpps_offload_order():
 def test_the_draft_goes_first_then_the_target_layers_that_fit():
     # 8 GB + 1 GiB margin free: 8 GB of room. Draft 1 GB -> 7 GB left. Target: compute 0.5 GB,
     # then 1.1 GB a layer: 0.5 + 5 * 1.1 = 6.0 <= 7 < 7.1 = 0.5 + 6 * 1.1 -> 5 layers.
-    placed = fit(TARGET, DRAFT, [Gpu("CUDA0", 8 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB)
+    placed = place_layers(TARGET, DRAFT, [Gpu("CUDA0", 8 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB)
     assert (placed.target_layers, placed.draft_layers) == (5, 5)
     assert placed.split is None and placed.draft_gpu is None
     assert (
@@ -58,7 +58,9 @@ def test_the_draft_goes_first_then_the_target_layers_that_fit():
 
 def test_everything_fits_and_the_output_layer_goes_too():
     # 0.5 + 10 * 1.1 + 0.5 (output) = 12.0 GB of room needed, beside the 1 GB draft.
-    placed = fit(TARGET, DRAFT, [Gpu("CUDA0", 13 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB)
+    placed = place_layers(
+        TARGET, DRAFT, [Gpu("CUDA0", 13 * GB + MARGIN, 24 * GB)], cpu_free=64 * GB
+    )
     assert (
         placed.target_layers == 11
         and "10/10 layers on CUDA0" in placed.line
@@ -69,7 +71,7 @@ def test_everything_fits_and_the_output_layer_goes_too():
 def test_two_gpus_split_the_target_by_free_memory():
     # Budgets 6 and 3 GB; the draft takes 1 GB of the larger: 5 + 3 = 8 GB of room,
     # 0.5 + 6 * 1.1 = 7.1 <= 8 < 8.2 -> 6 layers, split 5:3.
-    placed = fit(
+    placed = place_layers(
         TARGET,
         DRAFT,
         [Gpu("CUDA0", 6 * GB + MARGIN, 24 * GB), Gpu("CUDA1", 3 * GB + MARGIN, 24 * GB)],
@@ -83,7 +85,9 @@ def test_rpc_devices_take_target_layers_and_the_draft_stays_here():
     # The remote device has the most free memory, yet the draft goes on CUDA0 (4 GB of room,
     # 3 left); the target gets 20 + 3 GB of room, enough for all of it (12.0 GB), split 20:3.
     remote = Gpu("RPC0", 20 * GB + MARGIN, 24 * GB, endpoint="10.0.0.2:50052")
-    placed = fit(TARGET, DRAFT, [remote, Gpu("CUDA0", 4 * GB + MARGIN, 8 * GB)], cpu_free=64 * GB)
+    placed = place_layers(
+        TARGET, DRAFT, [remote, Gpu("CUDA0", 4 * GB + MARGIN, 8 * GB)], cpu_free=64 * GB
+    )
     assert (placed.target_layers, placed.draft_layers, placed.draft_gpu) == (11, 5, None)
     assert placed.split == pytest.approx((20 / 23, 3 / 23))
     assert placed.line.startswith(
@@ -94,7 +98,7 @@ def test_rpc_devices_take_target_layers_and_the_draft_stays_here():
 
 def test_with_only_remote_devices_the_draft_runs_on_this_machines_cpu():
     # 8 GB of room, all the target's: 0.5 + 6 * 1.1 = 7.1 <= 8 < 8.2 -> 6 layers.
-    placed = fit(
+    placed = place_layers(
         TARGET, DRAFT, [Gpu("RPC0", 8 * GB + MARGIN, 16 * GB, endpoint="h:1")], cpu_free=64 * GB
     )
     assert (placed.target_layers, placed.draft_layers) == (6, 0)
@@ -106,18 +110,20 @@ def test_with_only_remote_devices_the_draft_runs_on_this_machines_cpu():
 
 def test_a_draft_that_cannot_fit_is_said_before_loading():
     with pytest.raises(
-        FitError, match=r"the draft draft.gguf needs 1.0 GB on the GPU and CUDA0 has 1.5 GB free"
+        PlacementError,
+        match=r"the draft draft.gguf needs 1.0 GB on the GPU and CUDA0 has 1.5 GB free",
     ):
-        fit(TARGET, DRAFT, [Gpu("CUDA0", int(1.5 * GB), 24 * GB)], cpu_free=64 * GB)
+        place_layers(TARGET, DRAFT, [Gpu("CUDA0", int(1.5 * GB), 24 * GB)], cpu_free=64 * GB)
 
 
 def test_a_target_the_cpu_cannot_hold_either_is_said_with_the_numbers():
     # No layer fits beside the draft: everything stays in system memory,
     # 0.5 (input) + 10 + 10 * 0.1 (KV) + 0.5 (output) + 0.5 (compute) + 0.1 (draft input) = 12.6 GB.
     with pytest.raises(
-        FitError, match=r"needs 12.6 GB of system memory beyond the GPUs and 8.0 GB is available"
+        PlacementError,
+        match=r"needs 12.6 GB of system memory beyond the GPUs and 8.0 GB is available",
     ):
-        fit(TARGET, DRAFT, [Gpu("CUDA0", 1 * GB + MARGIN, 24 * GB)], cpu_free=8 * GB)
+        place_layers(TARGET, DRAFT, [Gpu("CUDA0", 1 * GB + MARGIN, 24 * GB)], cpu_free=8 * GB)
 
 
 def test_the_margin_is_a_gib():
@@ -159,7 +165,7 @@ def headline_pair():
 @pytest.mark.parametrize("gpus, layers", GB_70B_TABLE)
 def test_the_70b_and_1b_pair_on_the_gpus_people_own(headline_pair, gpus, layers):
     target, draft = headline_pair
-    placed = fit(
+    placed = place_layers(
         target,
         draft,
         [Gpu(f"CUDA{i}", gb * GB, gb * GB) for i, gb in enumerate(gpus)],
@@ -177,6 +183,7 @@ def test_the_70b_and_1b_pair_on_the_gpus_people_own(headline_pair, gpus, layers)
 def test_the_70b_target_on_8_gb_with_16_gb_of_ram_is_refused_before_loading(headline_pair):
     target, draft = headline_pair
     with pytest.raises(
-        FitError, match=r"needs .* GB of system memory beyond the GPUs and 16.0 GB is available"
+        PlacementError,
+        match=r"needs .* GB of system memory beyond the GPUs and 16.0 GB is available",
     ):
-        fit(target, draft, [Gpu("CUDA0", 8 * GB, 8 * GB)], cpu_free=16 * GB)
+        place_layers(target, draft, [Gpu("CUDA0", 8 * GB, 8 * GB)], cpu_free=16 * GB)

@@ -8,16 +8,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
+from specrun.core.costs import CostModel, expected_rate
 from specrun.core.gamma import (
     PLAIN_SAMPLE_COST,
     PLAIN_SAMPLE_ROUNDS,
     PLAIN_SAMPLE_SPACING,
     AdaptiveGamma,
-    CostModel,
     FixedGamma,
     HeuristicGamma,
     PlainSamples,
-    expected_rate,
     parse_policy,
 )
 from specrun.core.loop import Round

@@ -16,7 +16,9 @@ from specrun.core.gamma import AdaptiveGamma, FixedGamma
 from specrun.core.lookup import CANDIDATES, MATCH_CAP, LookupDraft
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import SamplingParams
-from specrun.llama.model import Detokenizer, Model, Tokens
+from specrun.core.sequence import Tokens
+from specrun.core.text import Detokenizer
+from specrun.llama.model import Model
 from specrun.prompt import prompt_tokens
 
 

@@ -19,6 +19,7 @@ from tinymodels import write_tiny_model
 from specrun import doctor
 from specrun.llama import devices, install
 from specrun.llama import model as runtime
+from specrun.llama.params import load_params
 
 ROOT = Path(__file__).resolve().parent.parent
 SAPPHIRE_RAPIDS = {
@@ -140,7 +141,7 @@ def test_the_pinned_version_is_read_from_pyproject():
     ],
 )
 def test_load_parameters_follow_the_build(build, allow, extra):
-    params = runtime.load_params(12, build, allow_amx=allow)
+    params = load_params(12, build, allow_amx=allow)
     assert params.use_extra_bufts is extra
     assert params.n_gpu_layers == 12
 

@@ -7,7 +7,9 @@ from identity import assert_greedy_identical, greedy_tokens
 
 from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import AdaptiveGamma, FixedGamma
-from specrun.llama.model import Detokenizer, Model, check_compatible
+from specrun.core.text import Detokenizer
+from specrun.llama.compat import check_compatible
+from specrun.llama.model import Model
 from specrun.prompt import Message, prompt_tokens, render
 
 PROMPTS = [

@@ -8,8 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specrun.core.sequence import Tokens
+from specrun.core.text import Detokenizer
 from specrun.errors import SpecrunError
-from specrun.llama.model import Detokenizer, Model, Tokens, check_compatible
+from specrun.llama.compat import check_compatible
+from specrun.llama.model import Model
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ STOP_WAIT_SECONDS = 5.0  # for the engine to end its round, save auto's state an
 def engine_summary(engine: Engine) -> str:
     """Target, draft, device and GPU layers, for the bar at the top."""
     where = engine.placement()
-    device, layers = where["device"], " + ".join(where["gpu_layers"])
+    device, layers = where.device, " + ".join(where.gpu_layers)
     draft_name = engine.draft.name if engine.draft else "none"
     return (
         f"target {engine.target.name}  ·  draft {draft_name}  ·  {device}  ·  GPU layers {layers}"

@@ -8,7 +8,7 @@ For each target, with the draft beside it, in one process:
 - the native peers on the same files and prompt: `llama-completion` (plain) and
   `llama-speculative-simple` at the same fixed γ;
 - what `auto` would choose and gain for α = 0.5..0.9: the cost model's expected rate
-  (specrun.core.gamma.expected_rate) over the measured costs. Random weights make acceptance
+  (specrun.core.costs.expected_rate) over the measured costs. Random weights make acceptance
   meaningless, so α comes from real pairs measured elsewhere, and says where from.
 
 Results are written after every target (JSON and Markdown), so a run cut short by its

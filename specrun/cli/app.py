@@ -164,7 +164,7 @@ def _finish_output(
             "target": str(choice.target),
             "draft": draft,
             "threads": threads,
-            **where,
+            **where.as_dict(),
             **figures.as_dict(),
         }
         sys.stdout.write(json.dumps(record) + "\n")

@@ -25,7 +25,8 @@ import typer
 
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
-from specrun.llama.model import DEFAULT_CTX, placement_text
+from specrun.llama.model import DEFAULT_CTX
+from specrun.llama.placement import Placement
 from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
 from specrun.system.textio import argument_text, read_stdin
 
@@ -186,7 +187,7 @@ def _load(
     reproducible: bool,
     rpc: str | None,
 ) -> LoadOptions:
-    from specrun.llama.model import gpu_offload_supported
+    from specrun.llama.devices import gpu_offload_supported
     from specrun.llama.rpc import parse_endpoints
     from specrun.system.cpus import choose_threads
 
@@ -475,13 +476,13 @@ def load_notes(model: Model, requested: LoadOptions) -> None:
         note(busy)
 
 
-def placement_row(where: dict[str, object]) -> tuple[str, str]:
+def placement_row(where: Placement) -> tuple[str, str]:
     """The `--stats` row that says where the models ran (and, placed by fit, the memory it took)."""
-    text = placement_text(where)
-    if "fit" in where:
+    text = where.text()
+    if where.plan is not None:
         text += (
-            f", GPU memory {int(where['gpu_bytes_measured']) / 1e9:.1f} GB "
-            f"(estimated {int(where['gpu_bytes_estimated']) / 1e9:.1f} GB)"
+            f", GPU memory {(where.gpu_bytes_measured or 0) / 1e9:.1f} GB "
+            f"(estimated {where.plan.gpu_bytes / 1e9:.1f} GB)"
         )
     return "device", text
 

@@ -14,8 +14,9 @@ from typing import Protocol
 
 import numpy as np
 
+from specrun.core.model import LanguageModel
 from specrun.core.sampling import Distribution, SamplingParams, pick
-from specrun.llama.model import Model, Tokens
+from specrun.core.sequence import Tokens
 
 
 @dataclass
@@ -46,7 +47,7 @@ class ModelDraft:
     of its top choice) falls below `p_min`, as llama.cpp's speculative example does.
     """
 
-    def __init__(self, model: Model, target_vocab: int, p_min: float = 0.0) -> None:
+    def __init__(self, model: LanguageModel, target_vocab: int, p_min: float = 0.0) -> None:
         self.model = model
         self.name = model.name
         self.target_vocab = target_vocab

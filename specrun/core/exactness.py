@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specrun.llama.model import Model
+from specrun.core.model import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Divergence:
 
 
 def first_divergence(
-    target: Model, prompt: Sequence[int], reference: Sequence[int], other: Sequence[int]
+    target: LanguageModel, prompt: Sequence[int], reference: Sequence[int], other: Sequence[int]
 ) -> Divergence | None:
     """None when the outputs agree (one may be a prefix of the other only if it was cut short)."""
     index = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), None)

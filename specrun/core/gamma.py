@@ -1,7 +1,7 @@
 """γ policies: how many tokens the draft proposes in the next round.
 
 Pure: a policy sees only the loop's Round events (duck-typed: `RoundLike`), so it is
-tested without a model.
+tested without a model. What a round costs and yields is `costs`'s.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+from specrun.core.costs import CostModel, RoundLike, expected_rate, is_plain_sample
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
@@ -19,33 +20,9 @@ PRIOR = 1.0  # auto's weak prior: one accepted and one rejected token (α = 0.5)
 # last forced rounds cost beyond drafting their tokens.
 PLAIN_SAMPLE_SPACING = 24
 PLAIN_SAMPLE_COST = 0.01
-# Forced plain rounds come in threes: the first pays for following a draft (+5% here) and
-# is not measured; the second ran 2% cheap and the third 2% dear against plain decoding at
-# the same position, on the demo pair.
+# Forced plain rounds come in threes: the first pays for following a draft and is not
+# measured; the two after it measure plain decoding (DESIGN.md, γ).
 PLAIN_SAMPLE_ROUNDS = 3
-
-
-class RoundLike(Protocol):
-    finish_reason: str | None
-    gamma: int
-    drafted: int
-    accepted: int
-    draft_seconds: float  # proposing, without catching up
-    verify_seconds: float
-    overhead_seconds: float
-    catch_up_seconds: float  # the draft taking in tokens committed while it paused
-    verify_first_of_shape: bool  # the target's first decode of this batch shape (one-time setup)
-
-    @property
-    def seconds(self) -> float: ...  # all four
-
-
-def is_plain_sample(event: RoundLike, last_drafted: int | None) -> bool:
-    """Whether a round measures plain decoding's cost: it drafted nothing, and neither did
-    the round before (the round after a draft pays for following it; the first round of a
-    generation, with no round before, pays one-time costs). Stats measures these rounds,
-    PlainSamples schedules them."""
-    return event.drafted == 0 and last_drafted == 0
 
 
 class GammaPolicy(Protocol):
@@ -86,143 +63,6 @@ class HeuristicGamma:
         fully_accepted = event.drafted > 0 and event.accepted == event.drafted
         self.gamma += 2 if fully_accepted else -1
         self.gamma = max(1, min(self.gamma, self.gamma_max))
-
-
-class CostModel:
-    """Measured costs of a round.
-
-    t_draft: draft time per drafted token; t_verify(k): target time to evaluate k
-    positions in one call, per width (on CPU it is far from flat); t_overhead: the
-    loop's own time per round. With `decay` the figures are exponentially weighted,
-    so they follow the machine's state; with decay=None they are plain means.
-    """
-
-    def __init__(self, decay: float | None = 0.8) -> None:
-        self.decay = decay
-        self._means: dict[str, tuple[float, int]] = {}  # key -> (value, samples)
-        self._verify: dict[int, tuple[float, int]] = {}  # width -> (value, samples)
-        self._widths: dict[int, float] | None = None  # measured_widths, until the next update
-        self._curve: list[float] | None = None  # verify_curve, until the next update
-
-    def _update(self, table: dict, key: object, value: float) -> None:
-        old, count = table.get(key, (value, 0))
-        # A plain mean over the first samples (so one odd sample does not stand for
-        # long), exponential weighting after that.
-        weight = 1 / (count + 1) if self.decay is None else max(1 / (count + 1), 1 - self.decay)
-        table[key] = (old + weight * (value - old), count + 1)
-        self._widths = self._curve = None
-
-    @property
-    def t_draft(self) -> float | None:
-        return self._means.get("draft", (None,))[0]
-
-    @property
-    def t_overhead(self) -> float | None:
-        return self._means.get("overhead", (None,))[0]
-
-    def observe(self, event: RoundLike) -> None:
-        if event.drafted > 0:
-            self._update(self._means, "draft", event.draft_seconds / event.drafted)
-        self._update(self._means, "overhead", event.overhead_seconds)
-        if event.verify_first_of_shape:
-            return  # its time includes setting up the shape's graph and buffers, paid once
-        width, seconds = event.drafted + 1, event.verify_seconds
-        if width > 1 and 1 in self._verify:
-            # A batch of k positions never costs more than k single decodes; a sample that
-            # does is a stall (another process, paging), and taken as the cost it would
-            # rule speculation out for good. Half as much again is left for noise.
-            seconds = min(seconds, 1.5 * width * self._verify[1][0])
-        self._update(self._verify, width, seconds)
-
-    def state(self) -> dict[str, object]:
-        return {"means": self._means, "verify": {str(w): v for w, v in self._verify.items()}}
-
-    def resume(self, state: dict, max_samples: int) -> None:
-        """Take over saved figures, each as if from at most `max_samples` samples, so the
-        figures measured from here on soon outweigh them."""
-
-        def capped(table: dict) -> dict:
-            return {
-                key: (float(value), min(int(count), max_samples))
-                for key, (value, count) in table.items()
-            }
-
-        self._means = capped(state["means"])
-        self._verify = {int(width): pair for width, pair in capped(state["verify"]).items()}
-        self._widths = self._curve = None
-
-    @property
-    def measured_widths(self) -> dict[int, float]:
-        if self._widths is None:
-            self._widths = {width: value for width, (value, _) in sorted(self._verify.items())}
-        return self._widths
-
-    def verify_curve(self, widths: int) -> list[float]:
-        """t_verify(1..widths), until the next update: the γ policy reads it twice a round.
-        Past the widest measured width it is one line, worked out once."""
-        if self._curve is None or len(self._curve) != widths:
-            measured = self.measured_widths
-            if not measured:
-                self._curve = []
-            else:
-                widest = next(reversed(measured))
-                curve = [self.t_verify(width) for width in range(1, min(widest, widths) + 1)]
-                slope = self._slope_past_widest()
-                curve += [
-                    measured[widest] + slope * (width - widest)
-                    for width in range(widest + 1, widths + 1)
-                ]
-                self._curve = curve
-        return self._curve
-
-    def _slope_past_widest(self) -> float:
-        """The slope t_verify follows past the widest measured width (see there)."""
-        measured = self.measured_widths
-        if len(measured) < 2:
-            return 0.0
-        last, before = list(measured)[-1:-3:-1]
-        if min(self._verify[last][1], self._verify[before][1]) < 2:
-            return 0.0
-        return max((measured[last] - measured[before]) / (last - before), 0.0)
-
-    def t_verify(self, width: int) -> float | None:
-        """Measured; else linear between the measured neighbours; beyond the widest measured,
-        extended along the last slope where it rises and both its ends were measured more
-        than once (a CPU's steep verify rules wide drafts out before they are tried, but one
-        sample is no slope), else that width's time
-        (flat, as on a GPU: the policy tries wider drafts and learns their cost); below the
-        narrowest, along the first slope."""
-        measured = self.measured_widths
-        if width in measured:
-            return measured[width]
-        widths = list(measured)
-        if not widths:
-            return None
-        if width > widths[-1]:
-            return measured[widths[-1]] + self._slope_past_widest() * (width - widths[-1])
-        if len(widths) == 1:
-            return measured[widths[0]]
-        upper = next(w for w in widths if w > width)
-        lower = max((w for w in widths if w < width), default=widths[0])
-        if lower == upper:  # below the narrowest measured width
-            lower, upper = widths[0], widths[1]
-        slope = (measured[upper] - measured[lower]) / (upper - lower)
-        return max(measured[lower] + slope * (width - lower), 0.0)
-
-
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """E[N] tokens per round when each draft token is accepted with probability alpha."""
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
-def expected_rate(
-    alpha: float, gamma: int, t_draft: float, t_verify: float, t_overhead: float
-) -> float:
-    """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured costs)."""
-    seconds = gamma * t_draft + t_verify + t_overhead
-    return expected_tokens(alpha, gamma) / seconds if seconds > 0 else math.inf
 
 
 class AdaptiveGamma:

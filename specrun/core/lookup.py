@@ -13,8 +13,8 @@ import numpy as np
 
 from specrun.core.drafting import Proposal
 from specrun.core.sampling import SamplingParams
+from specrun.core.sequence import Continuation
 from specrun.errors import OptionError
-from specrun.llama.model import Continuation
 
 CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
 MATCH_CAP = 32  # how far back a match is extended; beyond it, every match is as good

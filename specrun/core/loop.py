@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from specrun.core.drafting import DraftSource, Proposal
 from specrun.core.gamma import FixedGamma, GammaPolicy
+from specrun.core.model import LanguageModel
 from specrun.core.sampling import SamplingParams, verify, verify_greedy
+from specrun.core.sequence import Tokens
+from specrun.core.text import Detokenizer, Segment, TextStream
 from specrun.errors import OptionError, SpecrunError
-from specrun.llama.model import Detokenizer, Model, Tokens
 
-Segment = tuple[str, bool]  # (text, came from an accepted draft)
+# Why a generation ended: a stop text or end of generation, the token limit, the context
+# full, or the consumer's cancel (the CLI adds "interrupted" for a signal).
+FinishReason = Literal["stop", "length", "context", "cancelled"]
 
 
 @dataclass(frozen=True)
@@ -50,20 +55,13 @@ class Round:
     draft_seconds: float  # proposing the drafts
     verify_seconds: float
     overhead_seconds: float  # sampling, detokenizing, and the consumer's time since the last round
-    finish_reason: str | None = None  # "stop", "length", "context", "cancelled"
+    finish_reason: FinishReason | None = None
     catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
-    verify_first_of_shape: bool = (
-        False  # the target's first decode of this batch shape: one-time setup in its time
-    )
-    near_ties: int = (
-        0  # greedy: committed tokens whose top-two logit gap was below sampling.NEAR_TIE
-    )
-    ended_at_eog: bool = (
-        False  # the answer ended at an end-of-generation token (not among `tokens`)
-    )
-    prompt_pass: bool = (
-        False  # the first round: its logits came from the prompt's pass, no decode of its own
-    )
+    # The target's first decode of this batch shape: one-time setup in its time.
+    verify_first_of_shape: bool = False
+    near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below NEAR_TIE
+    ended_at_eog: bool = False  # the answer ended at an end-of-generation token, not in `tokens`
+    prompt_pass: bool = False  # the first round: its logits came from the prompt's pass
 
     @property
     def text(self) -> str:
@@ -79,57 +77,8 @@ class Round:
 Event = Prefill | Round
 
 
-@dataclass
-class TextStream:
-    """Committed tokens -> text, holding back what might be the start of a stop string."""
-
-    detokenizer: Detokenizer
-    stop: Sequence[str] = ()
-    pending: list[Segment] = field(default_factory=list)
-
-    def feed(self, tokens: Sequence[int], from_draft: Sequence[bool]) -> tuple[list[Segment], bool]:
-        """Return the segments safe to show, and whether a stop string ended the text."""
-        for token, drafted in zip(tokens, from_draft):
-            piece = self.detokenizer.add(token)
-            if piece:
-                self.pending.append((piece, drafted))
-        if not self.stop:  # nothing to look for, nothing to hold back
-            released, self.pending = self.pending, []
-            return released, False
-        text = "".join(piece for piece, _ in self.pending)
-        hits = [text.find(s) for s in self.stop if s and s in text]
-        if hits:
-            released, _ = _split(self.pending, min(hits))
-            self.pending = []
-            return released, True
-        hold = max(
-            (k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0
-        )
-        released, self.pending = _split(self.pending, len(text) - hold)
-        return released, False
-
-    def flush(self) -> list[Segment]:
-        tail = self.detokenizer.flush()
-        released = self.pending + ([(tail, False)] if tail else [])
-        self.pending = []
-        return released
-
-
-def _split(segments: list[Segment], at: int) -> tuple[list[Segment], list[Segment]]:
-    """Split segments at character offset `at`."""
-    head: list[Segment] = []
-    for i, (text, drafted) in enumerate(segments):
-        if at <= 0:
-            return head, segments[i:]
-        if len(text) > at:
-            return head + [(text[:at], drafted)], [(text[at:], drafted)] + segments[i + 1 :]
-        head.append((text, drafted))
-        at -= len(text)
-    return head, []
-
-
 def generate(
-    target: Model,
+    target: LanguageModel,
     prompt: Sequence[int],
     *,
     draft: DraftSource | None = None,
@@ -251,14 +200,14 @@ def generate(
             return
 
 
-def more_room_hint(target: Model) -> str:
+def more_room_hint(target: LanguageModel) -> str:
     """'; use `n_ctx` ...' where the model allows a larger context than the one loaded."""
     if target.n_ctx < target.n_ctx_train:
         return f"; use `n_ctx` (up to {target.n_ctx_train})"
     return ""
 
 
-def _keep_committed(target: Model, ctx: Tokens) -> None:
+def _keep_committed(target: LanguageModel, ctx: Tokens) -> None:
     """Drop what the target's cache holds past the committed sequence but its last token
     (rejected drafts, an accepted end of generation): what plain decoding leaves, so the
     next generation reuses only what it would (--reproducible's serial verify needs this)."""

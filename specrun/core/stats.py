@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specrun.core.gamma import CostModel, is_plain_sample
+from specrun.core.costs import CostModel, is_plain_sample
 from specrun.core.loop import Event, Prefill, Round
 from specrun.core.sampling import NEAR_TIE
 from specrun.system.formatting import format_or_dash

@@ -310,3 +310,8 @@ def repack_buffer_type() -> int | None:
         if _text(_buft_name(buft)) == "CPU_REPACK":
             return buft
     return None
+
+
+def gpu_offload_supported() -> bool:
+    """A GPU on this machine (llama.cpp's own answer is yes wherever its RPC backend is built in)."""
+    return bool(gpu_handles())

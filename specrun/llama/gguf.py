@@ -23,6 +23,7 @@ from gguf import (
 )
 
 from specrun.errors import SpecrunError
+from specrun.system.files import MISSING, REGULAR_FILE, what_is
 
 GGUF_MAGIC = b"GGUF"
 
@@ -261,3 +262,16 @@ def _file_type_name(value: int) -> str:
         return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except ValueError:
         return f"type {value}"
+
+
+def check_gguf_header(path: Path) -> None:
+    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file
+    (and before opening a FIFO, which would wait for a writer forever)."""
+    kind = what_is(path)
+    if kind == MISSING:
+        raise SpecrunError(f"model file not found: {path}")
+    if kind != REGULAR_FILE:
+        raise SpecrunError(f"{path} is {kind}, not a GGUF file")
+    with path.open("rb") as f:
+        if f.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+            raise SpecrunError(f"{path} is not a GGUF file")

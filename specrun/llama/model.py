@@ -3,40 +3,32 @@
 The KV cache is treated as a cache of a token sequence (DESIGN.md): `logits(seq, k)`
 makes the cache hold `seq` and returns the logits of its last k positions, reusing
 the longest common prefix with what it held and dropping the rest. Rolling back a
-rejected draft is just the next call with a shorter sequence. This is the only
-module that touches llama.cpp.
+rejected draft is just the next call with a shorter sequence. The
+process-wide parts of llama.cpp (its log, the backend) are `native`'s, the load
+parameters `params`'s.
 """
 
 from __future__ import annotations
 
-import codecs
 import ctypes
 import os
-import re
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
 import llama_cpp as llama
 import numpy as np
 
+from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
-from specrun.llama.devices import (
-    BuildInfo,
-    accelerator_name,
-    amx_allowed,
-    build_info,
-    gpu_handles,
-    repack_buffer_type,
-    repack_patterns,
-    use_extra_buffer_types,
-)
-from specrun.llama.gguf import GGUF_MAGIC, tensor_table
+from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
+from specrun.llama.diagnose import load_failure
+from specrun.llama.gguf import check_gguf_header, tensor_table
+from specrun.llama.invariance import CHUNK_WIDTHS, PROBE_POSITIONS, Invariance
+from specrun.llama.native import clear_log, set_verbose
+from specrun.llama.params import load_params
 from specrun.system.cpus import physical_cores
-from specrun.system.files import MISSING, REGULAR_FILE, replaced_atomically, what_is
-from specrun.system.interrupts import native_callback, raise_pending, stop_requested
+from specrun.system.interrupts import raise_pending
 
 DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
@@ -46,209 +38,6 @@ SPECIAL_ATTRIBUTES = (
     | llama.LLAMA_TOKEN_ATTR_USER_DEFINED
     | llama.LLAMA_TOKEN_ATTR_UNKNOWN
 )
-# llama.cpp's own rule for a usable draft (common/speculative.cpp).
-MAX_VOCAB_SIZE_DIFFERENCE = 128
-FIRST_COMPARED_TOKEN = 5
-
-_log_lines: deque[str] = deque(maxlen=20)
-_verbose_log = False
-
-
-@llama.llama_log_callback
-@native_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    line = text.decode("utf-8", errors="replace")
-    if _verbose_log:
-        os.write(2, text)
-    elif line.strip():
-        _log_lines.append(line.strip())  # kept to explain a failed load
-
-
-_backend_ready = False
-
-
-@llama.llama_progress_callback
-@native_callback
-def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
-    return not stop_requested()  # false: llama.cpp stops loading, so Ctrl-C is not a long wait
-
-
-def set_verbose(verbose: bool) -> None:
-    """Show llama.cpp's log on stderr if `verbose`; otherwise keep it quiet."""
-    global _verbose_log, _backend_ready
-    _verbose_log = verbose
-    llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
-    if not _backend_ready:
-        llama.llama_backend_init()
-        _backend_ready = True
-
-
-def gpu_offload_supported() -> bool:
-    """A GPU on this machine (llama.cpp's own answer is yes wherever its RPC backend is built in)."""
-    return bool(gpu_handles())
-
-
-def check_gguf_header(path: Path) -> None:
-    """Fail with a clear message before llama.cpp sees a missing or non-GGUF file
-    (and before opening a FIFO, which would wait for a writer forever)."""
-    kind = what_is(path)
-    if kind == MISSING:
-        raise SpecrunError(f"model file not found: {path}")
-    if kind != REGULAR_FILE:
-        raise SpecrunError(f"{path} is {kind}, not a GGUF file")
-    with path.open("rb") as f:
-        if f.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
-            raise SpecrunError(f"{path} is not a GGUF file")
-
-
-class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_override
-    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
-
-
-def load_params(
-    gpu_layers: int,
-    build: BuildInfo,
-    *,
-    allow_amx: bool,
-    tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
-    split: Sequence[float] | None = None,
-    main_gpu: int | None = None,
-    devices: Sequence[int] | None = None,
-    reproducible: bool = False,
-) -> llama.llama_model_params:
-    """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
-
-    Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
-    GGUF tensor table, is read only then), so the guard costs no speed where REPACK applies.
-    `reproducible` keeps the extra buffer types off and hands REPACK only the types whose
-    kernels are batch-invariant. `split` shares the layers over the GPUs; `main_gpu` keeps
-    the whole model on one. `devices` (ggml handles, RPC servers' among them) replaces the
-    GPUs llama.cpp would pick, in the order `split` follows.
-    """
-    params = llama.llama_model_default_params()
-    params.n_gpu_layers = gpu_layers
-    if split:
-        shares = (ctypes.c_float * llama.llama_max_devices())(*split)
-        params.tensor_split, params.split_alive = shares, shares
-    if main_gpu is not None:
-        params.split_mode, params.main_gpu = llama.LLAMA_SPLIT_MODE_NONE, main_gpu
-    if devices is not None:
-        handles = (ctypes.c_void_p * (len(devices) + 1))(*devices)  # NULL-terminated
-        params.devices, params.devices_alive = ctypes.cast(handles, ctypes.c_void_p), handles
-    params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx) and not reproducible
-    params.progress_callback = _load_progress
-    repack = repack_buffer_type() if not params.use_extra_bufts else None
-    table = tensors() if repack else []
-    if reproducible:
-        table = [tensor for tensor in table if tensor[1] in INVARIANT_REPACK_TYPES]
-    patterns = repack_patterns(table, build) if table else []
-    if patterns:
-        overrides = (_TensorOverride * (len(patterns) + 1))()  # NULL-terminated
-        for override, pattern in zip(overrides, patterns):
-            override.pattern, override.buft = pattern.encode(), repack
-        params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
-        params.overrides_alive = overrides  # llama.cpp reads them during the load only
-    return params
-
-
-# REPACK's kernels that give a position the same logits alone as in a batch, measured on
-# x86 AVX2 (bench/results/invariance.txt): Q4_0's are; Q4_K's GEMM and GEMV differ.
-INVARIANT_REPACK_TYPES = frozenset({"Q4_0"})
-PROBE_POSITIONS = (
-    9  # positions the load-time check evaluates each way: the widest verify of γ_max 8
-)
-CHUNK_WIDTHS = (3, 2)  # the "chunked" widths the check tries, widest first
-
-
-@dataclass(frozen=True)
-class Invariance:
-    """How `reproducible` keeps each position's logits independent of the batch it is in,
-    chosen by `Model.probe_invariance` on this build and model, the first that holds of:
-
-    "batch": batches and single positions agree bit for bit; verifies run batched.
-    "padded": a lone position differs, batches of two or more agree: no pass is
-    narrower than two positions (a lone one re-decodes the position before it).
-    "chunked": passes of up to `width` positions agree with single ones: verifies run
-    `width` positions per pass.
-    "serial": positions with logits are decoded one per pass, the kernel of plain
-    decoding, so a draft cannot save anything.
-    """
-
-    mode: str
-    difference: float  # largest logit difference, one batch vs one position at a time
-    width: int | None = None  # "chunked": positions per pass
-
-    def describe(self) -> str:
-        differ = f"a batch's logits differ from a lone position's (up to {self.difference:.2g})"
-        if self.mode == "batch":
-            return "batches and lone positions give identical logits: verifying in batches"
-        if self.mode == "padded":
-            return f"{differ}, batches of 2 or more agree: every target pass spans at least 2 positions"
-        if self.mode == "chunked":
-            return f"{differ}, passes of up to {self.width} positions do not: verifying {self.width} per pass"
-        return f"{differ}: verifying one position per pass, so a draft saves nothing (--gamma 0 is fastest)"
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    a, b = list(a[:n]), list(b[:n])
-    if a == b:  # one comparison in C: the usual case, where one sequence extends the other
-        return n
-    return next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-
-
-class Tokens(Sequence[int]):
-    """A token sequence that only grows: a position, once written, never changes.
-
-    So a Model that has held its first n tokens need compare only what follows
-    (`Model.logits` with a `Continuation`): a round costs O(new tokens), not O(context).
-    """
-
-    def __init__(self, tokens: Iterable[int] = ()) -> None:
-        self._items = list(tokens)
-
-    def extend(self, tokens: Iterable[int]) -> None:
-        self._items.extend(tokens)
-
-    def then(self, tail: list[int]) -> Continuation:
-        """These tokens followed by `tail` (a draft), without copying them."""
-        return Continuation(self, len(self._items), tail)
-
-    def but_last(self) -> Continuation:
-        """All but the last token, without copying: what a cache holds when the last
-        token's logits are still to be computed."""
-        return Continuation(self, len(self._items) - 1, [])
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __getitem__(self, index):  # an int, or a slice as a list
-        return self._items[index]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._items)
-
-
-@dataclass(frozen=True)
-class Continuation(Sequence[int]):
-    """The first `n` tokens of `base`, then `tail`."""
-
-    base: Tokens
-    n: int
-    tail: list[int]
-
-    def __len__(self) -> int:
-        return self.n + len(self.tail)
-
-    def __getitem__(self, index):  # an int, or a slice as a list
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            head = self.base[start : max(start, min(stop, self.n))]
-            return head + self.tail[max(start - self.n, 0) : max(stop - self.n, 0)]
-        i = range(len(self))[index]  # negative indices, and IndexError past the end
-        return self.base[i] if i < self.n else self.tail[i - self.n]
 
 
 class Model:
@@ -280,7 +69,7 @@ class Model:
             gpu_layers = 999 if self.can_offload else 0
         self.gpu_layers = gpu_layers
 
-        _log_lines.clear()
+        clear_log()
         model_params = load_params(
             gpu_layers,
             build_info(),
@@ -294,7 +83,7 @@ class Model:
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
-            raise _load_failure(f"cannot load {self.path}")
+            raise load_failure(f"cannot load {self.path}")
         self._vocab = llama.llama_model_get_vocab(self._model)
         self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_train = llama.llama_model_n_ctx_train(self._model)
@@ -311,7 +100,7 @@ class Model:
         self._ctx = llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             self.close()
-            raise _load_failure(f"cannot create a context for {self.path}")
+            raise load_failure(f"cannot create a context for {self.path}")
         self.n_ctx = llama.llama_n_ctx(self._ctx)
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
@@ -635,106 +424,3 @@ class Model:
 
     def __del__(self) -> None:
         self.close()
-
-
-def placement(*models: Model) -> dict[str, object]:
-    """Where the models run: the device and each model's offloaded layers, for every front end."""
-    # With no layer offloaded the work runs on the CPU whatever llama.cpp was built with.
-    on_gpu = any(m.offloaded_layers for m in models)
-    where = {
-        "device": accelerator_name() if on_gpu else "CPU",
-        "gpu_layers": [f"{m.offloaded_layers}/{m.n_layer}" for m in models],
-    }
-    invariance = models[0].invariance  # the target's: only its logits decide the output
-    if invariance is not None:
-        where["reproducible"] = invariance.mode
-    return where
-
-
-def placement_text(where: dict[str, object]) -> str:
-    """`placement`'s device and layers in words, e.g. "CPU, GPU layers 0/30 + 0/30"."""
-    return f"{where['device']}, GPU layers {' + '.join(where['gpu_layers'])}"
-
-
-# What llama.cpp logs when memory runs out (CPU malloc, mmap, CUDA, Metal, Vulkan).
-MEMORY_FAILURES = (
-    "failed to allocate",
-    "out of memory",
-    "cannot allocate memory",
-    "unable to allocate",
-)
-
-
-def _load_failure(what: str) -> SpecrunError:
-    """Why llama.cpp refused, from its log: memory when it says so, never 'corrupt' then."""
-    lines = list(_log_lines)
-    memory = next((line for line in lines if any(m in line.lower() for m in MEMORY_FAILURES)), None)
-    if memory is not None:
-        size = re.search(r"size (?:of )?(\d+)", memory)
-        amount = f" {int(size.group(1)) / 2**20:.0f} MiB" if size else " a buffer"
-        return SpecrunError(
-            f"{what}: not enough memory: llama.cpp could not allocate{amount} ({memory}); "
-            "lower `gpu_layers` or `n_ctx`, or use a smaller model"
-        )
-    errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
-    reason = (errors or lines or ["llama.cpp gave no reason"])[0]
-    reason = reason.split(": ", 1)[-1] if reason.startswith(("llama_", "gguf_")) else reason
-    return SpecrunError(f"{what}: the file is truncated, corrupt or unsupported ({reason})")
-
-
-class Detokenizer:
-    """Token ids -> text, one token at a time, keeping UTF-8 characters that span tokens whole."""
-
-    def __init__(self, model: Model) -> None:
-        self._model = model
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def add(self, token: int) -> str:
-        return self._decoder.decode(self._model.piece(token))
-
-    def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
-
-
-def check_compatible(target: Model, draft: Model) -> None:
-    """llama.cpp's test for a usable draft; the error names what differs."""
-    differences = []
-    if target.vocab_type != draft.vocab_type:
-        differences.append(f"vocabulary type {target.vocab_type} vs {draft.vocab_type}")
-    if (target.add_bos, target.bos) != (draft.add_bos, draft.bos):
-        differences.append(f"BOS token {target.bos} vs {draft.bos}")
-    if (target.add_eos, target.eos) != (draft.add_eos, draft.eos):
-        differences.append(f"EOS token {target.eos} vs {draft.eos}")
-    if abs(target.n_vocab - draft.n_vocab) > MAX_VOCAB_SIZE_DIFFERENCE:
-        differences.append(f"vocabulary size {target.n_vocab} vs {draft.n_vocab}")
-    if not differences:
-        for token in range(FIRST_COMPARED_TOKEN, min(target.n_vocab, draft.n_vocab)):
-            if target.token_text(token) != draft.token_text(token):
-                differences.append(
-                    f"token {token} is {target.token_text(token)!r} vs {draft.token_text(token)!r}"
-                )
-                break
-    if differences:
-        raise SpecrunError(
-            f"draft {draft.name} does not match target {target.name}: " + "; ".join(differences)
-        )
-
-
-FILE_TYPES = {"F16": llama.LLAMA_FTYPE_MOSTLY_F16, "Q4_0": llama.LLAMA_FTYPE_MOSTLY_Q4_0}
-
-
-def quantize(source: Path, destination: Path, file_type: str, threads: int | None = None) -> None:
-    """Re-quantize a GGUF with llama.cpp's quantizer into `destination`, atomically: two
-    processes making the same file at once both succeed."""
-    check_gguf_header(source)
-    set_verbose(_verbose_log)
-    params = llama.llama_model_quantize_default_params()
-    params.ftype = FILE_TYPES[file_type]
-    params.allow_requantize = True
-    params.nthread = threads or os.cpu_count() or 1
-    with replaced_atomically(destination) as partial:
-        status = llama.llama_model_quantize(
-            os.fsencode(source), os.fsencode(partial), ctypes.byref(params)
-        )
-        if status != 0:
-            raise _load_failure(f"quantizing {source.name} to {file_type} failed")

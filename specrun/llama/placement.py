@@ -13,18 +13,21 @@ what each GPU has free. Each GPU keeps `MARGIN` free, as llama.cpp's own fitter 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from specrun.errors import SpecrunError
-from specrun.llama.devices import gpu_devices, system_memory_available
+from specrun.llama.devices import accelerator_name, gpu_devices, system_memory_available
 from specrun.llama.footprint import Footprint, estimate
+from specrun.llama.invariance import Invariance, InvarianceMode
 
 GIB = 2**30
 MARGIN = 1 * GIB  # left free on each GPU: other programs, driver, fragmentation
 
 
-class FitError(SpecrunError):
+class PlacementError(SpecrunError):
     """The models cannot fit the memory there is; said before anything loads."""
 
 
@@ -41,15 +44,13 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class Fit:
+class LayerPlan:
     target_layers: int  # n_gpu_layers for the target: 0..n_layer+1
     draft_layers: int  # n_gpu_layers for the draft
-    split: (
-        tuple[float, ...] | None
-    )  # the target's share per GPU (llama.cpp's tensor_split), None for one GPU
-    draft_gpu: (
-        int | None
-    )  # with several local GPUs: the one (by index among them) that holds the whole draft
+    # The target's share per GPU (llama.cpp's tensor_split), None for one GPU.
+    split: tuple[float, ...] | None
+    # With several local GPUs: the one (by index among them) that holds the whole draft.
+    draft_gpu: int | None
     gpu_bytes: int  # estimated bytes the plan puts on the GPUs
     cpu_bytes: int  # estimated bytes left in system memory
     line: str  # what was chosen, in one line
@@ -80,10 +81,10 @@ def all_layers(model: Footprint) -> int:
     return model.n_layer + 1
 
 
-def fit(
+def place_layers(
     target: Footprint, draft: Footprint | None, gpus: list[Gpu], cpu_free: int, margin: int = MARGIN
-) -> Fit:
-    """The placement rule; raises FitError with the numbers when no placement works."""
+) -> LayerPlan:
+    """The placement rule; raises PlacementError with the numbers when no placement works."""
     budgets = {gpu.name: max(0, gpu.free_bytes - margin) for gpu in gpus}
     draft_layers = 0
     local = [gpu for gpu in gpus if not gpu.endpoint]
@@ -91,7 +92,7 @@ def fit(
     if draft is not None and main is not None:
         need = gpu_bytes(draft, all_layers(draft))
         if need > budgets[main.name]:
-            raise FitError(
+            raise PlacementError(
                 f"the draft {draft.name} needs {gigabytes(need)} GB on the GPU and {main.name} has "
                 f"{gigabytes(main.free_bytes)} GB free ({gigabytes(margin)} GB kept free): use a smaller "
                 "draft, or run the draft on the CPU with `draft_gpu_layers` 0"
@@ -106,7 +107,7 @@ def fit(
         cpu_bytes(draft, draft_layers) if draft is not None else 0
     )
     if on_cpu > cpu_free:
-        raise FitError(
+        raise PlacementError(
             f"{target.name} needs {gigabytes(on_cpu)} GB of system memory beyond the GPUs and "
             f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`"
         )
@@ -117,7 +118,7 @@ def fit(
     draft_gpu = (
         local.index(main) if draft is not None and main is not None and len(local) > 1 else None
     )
-    return Fit(
+    return LayerPlan(
         target_layers,
         draft_layers,
         split,
@@ -171,17 +172,72 @@ def gpus_now() -> list[Gpu]:
     return [Gpu(d.name, d.free_bytes, d.total_bytes) for d in gpu_devices()]
 
 
-def plan(
+def plan_layers(
     target: Path, draft: Path | None, n_ctx: int, remote: list[Gpu] | None = None
-) -> Fit | None:
+) -> LayerPlan | None:
     """The fit on the `remote` devices and this machine's GPUs now, in that order (llama.cpp's:
     the first layers remote, the output layer here); None where there is no GPU at all."""
     gpus = (remote or []) + gpus_now()
     if not gpus:
         return None
-    return fit(
+    return place_layers(
         estimate(target, n_ctx=n_ctx),
         estimate(draft, n_ctx=n_ctx) if draft else None,
         gpus,
         system_memory_available(),
     )
+
+
+class Placed(Protocol):
+    """What `Placement.of` reads of a loaded model."""
+
+    n_layer: int
+    invariance: Invariance | None
+
+    @property
+    def offloaded_layers(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where loaded models run, for every front end and `run --json`."""
+
+    device: str  # "CPU", an accelerator's name, "... + RPC" with remote devices
+    gpu_layers: tuple[str, ...]  # "offloaded/total" for each model, the target first
+    reproducible: InvarianceMode | None = None  # the target's, under `reproducible`
+    rpc: tuple[str, ...] = ()  # the RPC servers' HOST:PORT
+    plan: LayerPlan | None = None  # the layers placed by free memory, where there were GPUs
+    gpu_bytes_measured: int | None = None  # what loading took on the GPUs, beside the plan's
+
+    @classmethod
+    def of(cls, models: Sequence[Placed]) -> Placement:
+        # With no layer offloaded the work runs on the CPU whatever llama.cpp was built with.
+        on_gpu = any(m.offloaded_layers for m in models)
+        invariance = models[0].invariance  # the target's: only its logits decide the output
+        return cls(
+            device=accelerator_name() if on_gpu else "CPU",
+            gpu_layers=tuple(f"{m.offloaded_layers}/{m.n_layer}" for m in models),
+            reproducible=invariance.mode if invariance is not None else None,
+        )
+
+    def with_rpc(self, servers: Sequence[str]) -> Placement:
+        return replace(self, device=f"{self.device} + RPC", rpc=tuple(servers))
+
+    def text(self) -> str:
+        """The device and layers in words, e.g. "CPU, GPU layers 0/30 + 0/30"."""
+        return f"{self.device}, GPU layers {' + '.join(self.gpu_layers)}"
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON record's fields: only those that apply."""
+        record: dict[str, object] = {"device": self.device, "gpu_layers": list(self.gpu_layers)}
+        if self.reproducible is not None:
+            record["reproducible"] = self.reproducible
+        if self.rpc:
+            record["rpc"] = list(self.rpc)
+        if self.plan is not None:
+            record |= {
+                "fit": self.plan.line,
+                "gpu_bytes_estimated": self.plan.gpu_bytes,
+                "gpu_bytes_measured": self.gpu_bytes_measured,
+            }
+        return record

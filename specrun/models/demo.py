@@ -50,7 +50,7 @@ def prepare_demo_pair() -> tuple[Path, Path]:
     source = demo_source_gguf()
     if source is None:
         raise SpecrunError(f"the demo model is not installed: {INSTALL_HINT}")
-    from specrun.llama.model import quantize
+    from specrun.llama.quantize import quantize
 
     for path, file_type in ((target, "F16"), (draft, "Q4_0")):
         if not path.exists():

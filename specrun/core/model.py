@@ -1,0 +1,39 @@
+"""What the round loop needs of a model: the protocol `specrun.llama.model.Model` keeps.
+
+The loop, the drafts and the tests of their math run against anything that keeps it, a
+GGUF over llama.cpp or a fake with fixed logits (bench/loop_ceiling.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class LanguageModel(Protocol):
+    """A model with one KV cache, which holds `tokens`."""
+
+    name: str
+    n_vocab: int
+    n_ctx: int  # the context loaded: prompt and answer together
+    n_ctx_train: int  # the context the model was trained for
+    n_evaluated: int  # positions decoded so far
+    first_of_shape: bool  # whether the last `logits` call decoded a batch shape first
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    def logits(self, seq: Sequence[int], last: int = 1, *, view: bool = False) -> np.ndarray:
+        """Make the cache hold `seq`; the logits of its last `last` positions, one row each
+        (with `view`, rows valid until the next call)."""
+        ...
+
+    def is_eog(self, token: int) -> bool:
+        """Whether `token` ends a generation."""
+        ...
+
+    def piece(self, token: int) -> bytes:
+        """The bytes `token` stands for in text."""
+        ...

@@ -1,0 +1,33 @@
+"""Whether a draft can serve a target: llama.cpp's own rule (common/speculative.cpp)."""
+
+from __future__ import annotations
+
+from specrun.errors import SpecrunError
+from specrun.llama.model import Model
+
+MAX_VOCAB_SIZE_DIFFERENCE = 128
+FIRST_COMPARED_TOKEN = 5
+
+
+def check_compatible(target: Model, draft: Model) -> None:
+    """llama.cpp's test for a usable draft; the error names what differs."""
+    differences = []
+    if target.vocab_type != draft.vocab_type:
+        differences.append(f"vocabulary type {target.vocab_type} vs {draft.vocab_type}")
+    if (target.add_bos, target.bos) != (draft.add_bos, draft.bos):
+        differences.append(f"BOS token {target.bos} vs {draft.bos}")
+    if (target.add_eos, target.eos) != (draft.add_eos, draft.eos):
+        differences.append(f"EOS token {target.eos} vs {draft.eos}")
+    if abs(target.n_vocab - draft.n_vocab) > MAX_VOCAB_SIZE_DIFFERENCE:
+        differences.append(f"vocabulary size {target.n_vocab} vs {draft.n_vocab}")
+    if not differences:
+        for token in range(FIRST_COMPARED_TOKEN, min(target.n_vocab, draft.n_vocab)):
+            if target.token_text(token) != draft.token_text(token):
+                differences.append(
+                    f"token {token} is {target.token_text(token)!r} vs {draft.token_text(token)!r}"
+                )
+                break
+    if differences:
+        raise SpecrunError(
+            f"draft {draft.name} does not match target {target.name}: " + "; ".join(differences)
+        )

@@ -1,0 +1,63 @@
+"""llama.cpp's process-wide state: the backend's one-time start, its log (quiet unless
+verbose, its last lines kept to explain a failed load) and the load-progress callback
+through which Ctrl-C stops a load."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import deque
+
+import llama_cpp as llama
+
+from specrun.system.interrupts import native_callback, stop_requested
+
+_log_lines: deque[str] = deque(maxlen=20)
+_verbose_log = False
+
+
+@llama.llama_log_callback
+@native_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    if _verbose_log:
+        os.write(2, text)
+    elif line.strip():
+        _log_lines.append(line.strip())  # kept to explain a failed load
+
+
+_backend_ready = False
+
+
+@llama.llama_progress_callback
+@native_callback
+def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
+    return not stop_requested()  # false: llama.cpp stops loading, so Ctrl-C is not a long wait
+
+
+def log_lines() -> list[str]:
+    """llama.cpp's last log lines since `clear_log`."""
+    return list(_log_lines)
+
+
+def clear_log() -> None:
+    _log_lines.clear()
+
+
+def verbose() -> bool:
+    return _verbose_log
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's log on stderr if `verbose`; otherwise keep it quiet."""
+    global _verbose_log, _backend_ready
+    _verbose_log = verbose
+    llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
+    if not _backend_ready:
+        llama.llama_backend_init()
+        _backend_ready = True
+
+
+def load_progress_callback() -> object:
+    """The callback a model's parameters carry: false (stop loading) once Ctrl-C came."""
+    return _load_progress

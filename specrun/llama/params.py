@@ -1,0 +1,68 @@
+"""llama.cpp's model parameters as ctypes structures: GPU layers and their split, the
+devices, and the tensor overrides that keep weights off AMX but on REPACK."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+
+import llama_cpp as llama
+
+from specrun.llama.devices import (
+    BuildInfo,
+    repack_buffer_type,
+    repack_patterns,
+    use_extra_buffer_types,
+)
+from specrun.llama.invariance import INVARIANT_REPACK_TYPES
+from specrun.llama.native import load_progress_callback
+
+
+class _TensorOverride(ctypes.Structure):  # struct llama_model_tensor_buft_override
+    _fields_ = [("pattern", ctypes.c_char_p), ("buft", ctypes.c_void_p)]
+
+
+def load_params(
+    gpu_layers: int,
+    build: BuildInfo,
+    *,
+    allow_amx: bool,
+    tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]] = lambda: [],
+    split: Sequence[float] | None = None,
+    main_gpu: int | None = None,
+    devices: Sequence[int] | None = None,
+    reproducible: bool = False,
+) -> llama.llama_model_params:
+    """llama.cpp's model parameters: the GPU layers, and weights kept off AMX unless allowed.
+
+    Off AMX, the weights REPACK can take go to it by tensor overrides (`tensors()`, the
+    GGUF tensor table, is read only then), so the guard costs no speed where REPACK applies.
+    `reproducible` keeps the extra buffer types off and hands REPACK only the types whose
+    kernels are batch-invariant. `split` shares the layers over the GPUs; `main_gpu` keeps
+    the whole model on one. `devices` (ggml handles, RPC servers' among them) replaces the
+    GPUs llama.cpp would pick, in the order `split` follows.
+    """
+    params = llama.llama_model_default_params()
+    params.n_gpu_layers = gpu_layers
+    if split:
+        shares = (ctypes.c_float * llama.llama_max_devices())(*split)
+        params.tensor_split, params.split_alive = shares, shares
+    if main_gpu is not None:
+        params.split_mode, params.main_gpu = llama.LLAMA_SPLIT_MODE_NONE, main_gpu
+    if devices is not None:
+        handles = (ctypes.c_void_p * (len(devices) + 1))(*devices)  # NULL-terminated
+        params.devices, params.devices_alive = ctypes.cast(handles, ctypes.c_void_p), handles
+    params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx) and not reproducible
+    params.progress_callback = load_progress_callback()
+    repack = repack_buffer_type() if not params.use_extra_bufts else None
+    table = tensors() if repack else []
+    if reproducible:
+        table = [tensor for tensor in table if tensor[1] in INVARIANT_REPACK_TYPES]
+    patterns = repack_patterns(table, build) if table else []
+    if patterns:
+        overrides = (_TensorOverride * (len(patterns) + 1))()  # NULL-terminated
+        for override, pattern in zip(overrides, patterns):
+            override.pattern, override.buft = pattern.encode(), repack
+        params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+        params.overrides_alive = overrides  # llama.cpp reads them during the load only
+    return params
