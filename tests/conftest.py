@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from hfcache import use_temporary_cache  # noqa: E402
-from tinymodels import write_tiny_model  # noqa: E402
+from tests.support.hfcache import use_temporary_cache
+from tests.support.tinymodels import write_tiny_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
 # auto's learned state (specrun.core.learned) goes to this session's own folder, not the user's,

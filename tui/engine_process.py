@@ -30,6 +30,7 @@ from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 from specrun_tui.messages import (
     Ask,
     Command,
+    EndAnswer,
     Ended,
     Finished,
     Loaded,
@@ -37,7 +38,6 @@ from specrun_tui.messages import (
     Refused,
     Reply,
     Started,
-    Stop,
 )
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class _Session:
         self.engine = engine
         self.connection = connection
         self.conversation = Conversation(engine.target)
-        self.stop = False  # Stop arrived, or the pipe closed, during this answer
+        self.stop = False  # EndAnswer arrived, or the pipe closed, during this answer
         self.closed = False
 
     def run(self) -> None:
@@ -194,7 +194,7 @@ class _Session:
     def carry_out(self, command: Command) -> None:
         if isinstance(command, Ask):
             self.answer(command)
-        elif isinstance(command, Stop):
+        elif isinstance(command, EndAnswer):
             self.stop = True
         elif isinstance(command, Clear):
             self.conversation.clear()

@@ -22,12 +22,12 @@ class Ask:
 
 
 @dataclass(frozen=True)
-class Stop:
+class EndAnswer:
     """End the answer after the current round."""
 
 
 Setting = Clear | SetSystem | SetSampling | SetGamma  # the slash commands the engine carries out
-Command = Ask | Stop | Setting
+Command = Ask | EndAnswer | Setting
 
 # --- the engine to the TUI, besides its events -------------------------------------------
 

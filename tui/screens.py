@@ -28,7 +28,7 @@ from specrun_tui.commands import (
 )
 from specrun_tui.engine_process import EngineProcess
 from specrun_tui.generation import Generation
-from specrun_tui.messages import Ask, Ended, Finished, Loaded, Refused, Reply, Started, Stop
+from specrun_tui.messages import Ask, EndAnswer, Ended, Finished, Loaded, Refused, Reply, Started
 from specrun_tui.widgets import Answer, FiguresPanel, ModelBar, Transcript
 
 FIGURES_SECONDS = 1.0  # nobody reads the figures faster; text comes as the app receives it
@@ -216,7 +216,7 @@ class ChatScreen(Screen[None]):
 
     def action_stop(self) -> None:
         if self.generation is not None:
-            self.engine.send(Stop())
+            self.engine.send(EndAnswer())
 
     def action_toggle_origin(self) -> None:
         self.show_origin = not self.show_origin

@@ -18,7 +18,7 @@ from specrun.errors import SpecrunError
 from specrun.options import DraftOptions
 from specrun.prompt import Message, render
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0.0, seed=1)
 PROMPT_LINE = re.compile(r"^prompt\s+(\d+) tokens \((\d+) evaluated\)", re.MULTILINE)
 

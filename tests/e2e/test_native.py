@@ -14,14 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tinymodels import write_tiny_model
 
 from specrun import doctor
 from specrun.llama import devices, install
 from specrun.llama import model as runtime
 from specrun.llama.params import load_params
+from tests.support.tinymodels import write_tiny_model
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAPPHIRE_RAPIDS = {
     "sse4_2",
     "avx",

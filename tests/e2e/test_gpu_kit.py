@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-KIT = Path(__file__).resolve().parents[1] / "bench" / "gpu"
+KIT = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 sys.path.insert(0, str(KIT))
 import synthetic  # noqa: E402
 import trim  # noqa: E402

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from gguf import GGUFReader
-from synthetic_headers import llama_1b_q4_k_m, llama_70b_q4_k_m
-from tinymodels import vocabulary
 
 from specrun.llama.footprint import estimate, footprint
 from specrun.llama.gguf import tensors_and_metadata
+from tests.support.synthetic_headers import llama_1b_q4_k_m, llama_70b_q4_k_m
+from tests.support.tinymodels import vocabulary
 
 MIB = 2**20
 # Bytes per 256 values in llama.cpp's k-quants (ggml-common.h: block_q4_K, block_q5_K, block_q6_K).

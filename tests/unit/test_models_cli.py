@@ -6,12 +6,18 @@ import json
 
 import pytest
 from gguf import GGUFReader
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from huggingface_hub import try_to_load_from_cache
 from typer.testing import CliRunner
 
 from specrun.cli.models import app
 from specrun.llama.gguf import GGUFFileError, check_gguf_file
+from tests.support.hfcache import (
+    LLAMA_1B,
+    QWEN_14B,
+    QWEN_14B_PARTS,
+    add_cached_file,
+    write_tiny_gguf,
+)
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 

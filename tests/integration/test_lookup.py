@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from identity import GREEDY, assert_greedy_identical, greedy_tokens
 
 from specrun.core.drafting import HybridDraft, ModelDraft
 from specrun.core.gamma import AdaptiveGamma, FixedGamma
@@ -20,6 +19,7 @@ from specrun.core.sequence import Tokens
 from specrun.core.text import Detokenizer
 from specrun.llama.model import Model
 from specrun.prompt import prompt_tokens
+from tests.support.identity import GREEDY, assert_greedy_identical, greedy_tokens
 
 
 def naive_lookup(ctx: list[int], n: int, ngram_max: int, ngram_min: int) -> list[int]:

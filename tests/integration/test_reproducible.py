@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import specrun
 
 from specrun.core import sampling
 from specrun.core.loop import Round
@@ -16,6 +15,7 @@ from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.llama.model import Model
 from specrun.options import DraftOptions, LoadOptions
+from tests.support.cli import specrun
 
 GREEDY = SamplingParams(temperature=0)
 GAMMAS = ("0", "1", "4", "auto")
@@ -163,7 +163,7 @@ def test_run_reproducible_says_how_and_reports_it(tiny_target, tiny_draft):
 
 
 def test_serve_reproducible_answers_as_plain_decoding_does(tiny_target, tiny_draft):
-    from test_serve import Server, chat
+    from tests.e2e.test_serve import Server, chat
 
     plain = json.loads(
         specrun(

@@ -14,7 +14,7 @@ from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import FixedGamma
 from specrun.core.loop import Round, generate
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import loop_ceiling  # noqa: E402
 
 N_VOCAB, CONTEXT, TOKENS = 49_152, 512, 40

@@ -16,8 +16,6 @@ from pathlib import Path
 import huggingface_hub.file_download as file_download
 import huggingface_hub.utils as hub_utils
 import pytest
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
-from hubserver import Fault, HubServer
 from huggingface_hub import constants as hf_constants
 from typer.testing import CliRunner
 
@@ -25,6 +23,8 @@ from specrun.cli.models import app
 from specrun.errors import Interrupted
 from specrun.models.catalog import load_catalog, resolve_model
 from specrun.models.hub import NotCached, lock_path
+from tests.support.hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
+from tests.support.hubserver import Fault, HubServer
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 

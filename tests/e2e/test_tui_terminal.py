@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from terminal import Terminal
+from tests.support.terminal import Terminal
 
 PROMPT_BOX = "Message, or /help"
 

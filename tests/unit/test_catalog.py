@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS, add_cached_file, write_tiny_gguf
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
 from specrun.models.catalog import (
@@ -25,6 +24,13 @@ from specrun.models.hub import (
     free_bytes,
     hub_cache_dir,
     split_parts,
+)
+from tests.support.hfcache import (
+    LLAMA_1B,
+    QWEN_14B,
+    QWEN_14B_PARTS,
+    add_cached_file,
+    write_tiny_gguf,
 )
 
 # --- the catalog file ------------------------------------------------------------------------

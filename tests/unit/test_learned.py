@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import json
 
-from identity import GREEDY
-from test_gamma import GPU_LIKE, HARD, SAME_MODEL, Machine, simulate
-
 from specrun.core import learned
 from specrun.core.gamma import AdaptiveGamma, parse_policy
-from specrun.engine import Engine
-from specrun.options import DraftOptions, LoadOptions
+from tests.unit.test_gamma import GPU_LIKE, HARD, SAME_MODEL, Machine, simulate
 
 
 def resumed(trained_on, rounds: int = 300) -> AdaptiveGamma:
@@ -51,32 +47,3 @@ def test_recall_ignores_a_missing_corrupt_or_foreign_state(tmp_path):
     path.write_text(json.dumps({"version": learned.VERSION + 1, "state": {}}))
     assert not learned.recall(parse_policy("auto"), path)
     assert not learned.recall(parse_policy("3"), path)  # only auto learns
-
-
-def test_engines_leave_their_state_to_the_next_with_the_same_settings(
-    tiny_target, tiny_draft, tmp_path, monkeypatch
-):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))  # no state from other tests
-
-    def load(threads: int) -> Engine:
-        return Engine.load(
-            tiny_target, tiny_draft, options=LoadOptions(threads=threads), params=GREEDY
-        )
-
-    with load(1) as first:
-        assert first.learned is not None and not first.recalled
-        path = first.learned
-        text = "".join(getattr(e, "text", "") for e in first.stream("the cat", max_tokens=24))
-    saved = json.loads(path.read_text())
-    assert saved["version"] == learned.VERSION and saved["state"]["costs"]["verify"]
-    with load(1) as second:
-        assert second.learned == path and second.recalled
-        assert (
-            "".join(getattr(e, "text", "") for e in second.stream("the cat", max_tokens=24)) == text
-        )
-    with load(2) as other:  # other threads: other costs, another state
-        assert other.learned != path and not other.recalled
-    with Engine.load(
-        tiny_target, tiny_draft, params=GREEDY, drafting=DraftOptions(gamma="3")
-    ) as fixed:
-        assert not fixed.recalled  # a fixed γ learns nothing and recalls nothing

@@ -11,18 +11,7 @@ import sys
 import pytest
 
 from specrun.llama.model import Model
-
-
-def specrun(
-    *args: str, stdin: str | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "specrun", *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+from tests.support.cli import specrun
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, pattern: str, code: int = 1) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from identity import assert_greedy_identical, greedy_tokens
 
 from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import AdaptiveGamma, FixedGamma
@@ -11,6 +10,7 @@ from specrun.core.text import Detokenizer
 from specrun.llama.compat import check_compatible
 from specrun.llama.model import Model
 from specrun.prompt import Message, prompt_tokens, render
+from tests.support.identity import assert_greedy_identical, greedy_tokens
 
 PROMPTS = [
     "Write a Python function that reverses a string.",

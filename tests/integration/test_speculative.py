@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from identity import GREEDY, assert_greedy_identical, greedy_tokens
-from tinymodels import write_tiny_model
 
 from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import AdaptiveGamma, FixedGamma, HeuristicGamma
@@ -12,6 +10,8 @@ from specrun.core.loop import Prefill, Round, generate
 from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
+from tests.support.identity import GREEDY, assert_greedy_identical, greedy_tokens
+from tests.support.tinymodels import write_tiny_model
 
 PROMPT = "the cat and the dog in the big red road"
 

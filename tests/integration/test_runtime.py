@@ -166,7 +166,7 @@ def test_compatible_draft_passes_and_padding_is_allowed(tiny_target, tiny_draft,
 
 
 def test_incompatible_draft_names_what_differs(tiny_target, tiny_foreign, tiny_dir):
-    from tinymodels import write_tiny_model
+    from tests.support.tinymodels import write_tiny_model
 
     with Model(tiny_target, n_ctx=64) as target:
         with Model(tiny_foreign, n_ctx=64) as foreign:

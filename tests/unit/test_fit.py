@@ -152,9 +152,8 @@ GB_70B_TABLE = [([8], 10), ([24], 40), ([48], 81), ([80], 81), ([8, 8], 23), ([2
 
 @pytest.fixture(scope="module")
 def headline_pair():
-    from synthetic_headers import llama_1b_q4_k_m, llama_70b_q4_k_m
-
     from specrun.llama.footprint import footprint
+    from tests.support.synthetic_headers import llama_1b_q4_k_m, llama_70b_q4_k_m
 
     return (
         footprint(*llama_70b_q4_k_m(), name="Llama-3.3-70B-Instruct-Q4_K_M.gguf", n_ctx=4096),
