@@ -403,10 +403,13 @@ class Worker:
         engine, tokens, started = self.engine, [], False
         try:
             tokens = job.ask.tokens(engine)
-            engine.params = job.ask.params
             max_tokens = engine.target.n_ctx if job.ask.max_tokens is None else job.ask.max_tokens
             for event in engine.stream(
-                tokens, max_tokens=max_tokens, stop=job.ask.stop, cancelled=job.cancel.is_set
+                tokens,
+                max_tokens=max_tokens,
+                stop=job.ask.stop,
+                cancelled=job.cancel.is_set,
+                params=job.ask.params,  # the request's own: the engine's stay the command line's
             ):
                 started = True
                 hand(event)
