@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import re
 import secrets
 import socket
 import threading
@@ -26,7 +25,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
@@ -44,14 +43,18 @@ from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
-from specrun.prompt import Message, render
+from specrun.server.requests import (
+    ApiError,
+    GenerationRequest,
+    bad_value,
+    chat_request,
+    completion_request,
+)
 from specrun.system import interrupts
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 RETRY_AFTER_SECONDS = 1
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
-ROLES = ("system", "user", "assistant")
-NUMBER = (int, float)
 # What /v1/stats counts: requests admitted, how each ended, 503s, and tokens.
 TOTALS = (
     "requests",
@@ -65,178 +68,8 @@ TOTALS = (
 )
 
 
-class ApiError(Exception):
-    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        kind: str = "invalid_request_error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.param, self.code, self.kind, self.headers = (
-            status,
-            param,
-            code,
-            kind,
-            headers,
-        )
-
-    def body(self) -> dict[str, object]:
-        return {
-            "error": {
-                "message": str(self),
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), self.status, headers=self.headers)
-
-
 def _shutting_down() -> ApiError:
     return ApiError(503, "the server is shutting down", kind="server_error", code="shutting_down")
-
-
-# --- requests --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ask:
-    """A checked request: the prompt (chat messages, or text sent as is) and how to answer."""
-
-    prompt: list[Message] | str
-    params: SamplingParams
-    max_tokens: int | None  # None: until the context is full
-    stop: tuple[str, ...]
-    stream: bool
-
-    @property
-    def prompt_field(self) -> str:
-        return "messages" if isinstance(self.prompt, list) else "prompt"
-
-    def tokens(self, engine: Engine) -> list[int]:
-        if isinstance(self.prompt, list):
-            return render(engine.target, self.prompt)
-        return engine.prompt(self.prompt, raw=True)
-
-
-def _field(
-    body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str, *, required: bool = False
-) -> Any:
-    """body[name] if it has one of `kinds` (a bool is no number); None when absent or null."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise ApiError(
-                400,
-                f"missing required field `{name}`",
-                param=name,
-                code="missing_required_parameter",
-            )
-        return None
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ApiError(
-            400,
-            f"`{name}` must be {what}, got {json.dumps(value)[:40]}",
-            param=name,
-            code="invalid_type",
-        )
-    return value
-
-
-def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
-    """The request's sampling fields over the server's own (its --temp, --top-k, ...)."""
-    given = {
-        "temperature": _field(body, "temperature", NUMBER, "a number"),
-        "top_p": _field(body, "top_p", NUMBER, "a number"),
-        "min_p": _field(body, "min_p", NUMBER, "a number"),
-        "top_k": _field(body, "top_k", (int,), "an integer"),
-        "seed": _field(body, "seed", (int,), "an integer"),
-    }
-    try:
-        return replace(
-            defaults, **{name: value for name, value in given.items() if value is not None}
-        )
-    except OptionError as error:
-        raise _bad_value(error) from None
-
-
-def _bad_value(error: OptionError) -> ApiError:
-    """The library names the option in backquotes, as the API names the field."""
-    named = re.search(r"`(\w+)`", str(error))
-    return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
-
-
-def _stop(body: dict[str, Any]) -> tuple[str, ...]:
-    stop = body.get("stop")
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    if isinstance(stop, list) and all(isinstance(text, str) for text in stop):
-        return tuple(stop)
-    raise ApiError(
-        400, "`stop` must be a string or a list of strings", param="stop", code="invalid_type"
-    )
-
-
-def _messages(body: dict[str, Any]) -> list[Message]:
-    messages = _field(body, "messages", (list,), "a list of messages", required=True)
-    if not messages:
-        raise ApiError(400, "`messages` is empty", param="messages", code="invalid_value")
-    return [_message(message, f"messages[{index}]") for index, message in enumerate(messages)]
-
-
-def _message(message: Any, param: str) -> Message:
-    if not isinstance(message, dict):
-        raise ApiError(
-            400,
-            f"`{param}` must be an object with `role` and `content`",
-            param=param,
-            code="invalid_type",
-        )
-    if message.get("role") not in ROLES:
-        raise ApiError(
-            400,
-            f"`{param}.role` must be one of {', '.join(ROLES)}, got {json.dumps(message.get('role'))}",
-            param=f"{param}.role",
-            code="invalid_value",
-        )
-    return Message(message["role"], _content(message.get("content"), f"{param}.content"))
-
-
-def _content(content: Any, param: str) -> str:
-    """A message's text: a string, or OpenAI's list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        for part in content
-    ):
-        return "\n".join(part["text"] for part in content)
-    raise ApiError(
-        400, f"`{param}` must be a string or a list of text parts", param=param, code="invalid_type"
-    )
-
-
-def _ask(body: dict[str, Any], prompt: list[Message] | str, defaults: SamplingParams) -> Ask:
-    if _field(body, "n", (int,), "an integer") not in (None, 1):
-        raise ApiError(
-            400, "`n` must be 1: one answer per request", param="n", code="invalid_value"
-        )
-    max_tokens = _field(body, "max_tokens", (int,), "an integer")
-    if max_tokens is None:  # the chat API's newer name
-        max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
-    stream = _field(body, "stream", (bool,), "true or false")
-    return Ask(prompt, _sampling(body, defaults), max_tokens, _stop(body), bool(stream))
 
 
 @dataclass(frozen=True)
@@ -246,7 +79,7 @@ class Endpoint:
     object: str
     chunk_object: str
     id_prefix: str
-    prompt: Callable[[dict[str, Any]], list[Message] | str]
+    request: Callable[[dict[str, Any], str, SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
     opening: dict[str, object] | None  # the first streamed choice, before any text
@@ -256,7 +89,7 @@ CHAT = Endpoint(
     "chat.completion",
     "chat.completion.chunk",
     "chatcmpl-",
-    _messages,
+    chat_request,
     whole=lambda text: {"message": {"role": "assistant", "content": text}},
     part=lambda text: {"delta": {"content": text}},
     opening={"delta": {"role": "assistant", "content": ""}},
@@ -265,7 +98,7 @@ COMPLETION = Endpoint(
     "text_completion",
     "text_completion",
     "cmpl-",
-    lambda body: _field(body, "prompt", (str,), "a string", required=True),
+    completion_request,
     whole=lambda text: {"text": text},
     part=lambda text: {"text": text},
     opening=None,
@@ -301,7 +134,7 @@ class Job:
     """An admitted request. The worker thread hands its events to the event loop, where they
     feed `stats` and wait in `events`; `cancel` is what the worker polls between rounds."""
 
-    ask: Ask
+    request: GenerationRequest
     id: str
     created: int = field(default_factory=lambda: int(time.time()))
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -353,7 +186,7 @@ class Worker:
         self._turn = asyncio.Lock()  # FIFO: requests run in the order they came
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="specrun-generation")
 
-    def submit(self, ask: Ask, id_prefix: str, receive: Receive) -> Job:
+    def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> Job:
         if self.stopping:
             raise _shutting_down()
         if len(self.jobs) >= self.capacity:
@@ -365,7 +198,7 @@ class Worker:
                 code="queue_full",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
-        job = Job(ask, id_prefix + secrets.token_hex(12))
+        job = Job(request, id_prefix + secrets.token_hex(12))
         self.jobs.append(job)
         self.totals["requests"] += 1
         job.task = asyncio.create_task(self._run(job, receive))
@@ -402,37 +235,39 @@ class Worker:
         """In the worker thread: hand over the job's events, then None, or the error that ended it."""
         engine, tokens, started = self.engine, [], False
         try:
-            tokens = job.ask.tokens(engine)
-            max_tokens = engine.target.n_ctx if job.ask.max_tokens is None else job.ask.max_tokens
+            tokens = job.request.tokens(engine)
+            max_tokens = (
+                engine.target.n_ctx if job.request.max_tokens is None else job.request.max_tokens
+            )
             for event in engine.stream(
                 tokens,
                 max_tokens=max_tokens,
-                stop=job.ask.stop,
+                stop=job.request.stop,
                 cancelled=job.cancel.is_set,
-                params=job.ask.params,  # the request's own: the engine's stay the command line's
+                params=job.request.params,  # its own: the engine's stay the command line's
             ):
                 started = True
                 hand(event)
         except SpecrunError as error:
-            hand(self._failure(error, job.ask, len(tokens), started))
+            hand(self._failure(error, job.request, len(tokens), started))
         except Exception as error:  # a bug: the handler turns it into a 500 and logs it
             hand(error)
         else:
             hand(None)
 
     def _failure(
-        self, error: SpecrunError, ask: Ask, prompt_length: int, started: bool
+        self, error: SpecrunError, request: GenerationRequest, prompt_length: int, started: bool
     ) -> ApiError:
         """Before the prompt is in, an error is the request's; after, the server's."""
         if started:
             return ApiError(500, str(error), kind="server_error")
         if isinstance(error, OptionError):
-            return _bad_value(error)
+            return bad_value(error)
         too_long = prompt_length >= self.engine.target.n_ctx
         return ApiError(
             400,
             str(error),
-            param=ask.prompt_field,
+            param=request.prompt_field,
             code="context_length_exceeded" if too_long else None,
         )
 
@@ -541,18 +376,10 @@ class Api:
 
     async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
         body = await _json_body(request)
-        model = _field(body, "model", (str,), "a string")
-        if model not in (None, self.model):
-            raise ApiError(
-                404,
-                f"the model `{model}` is not served here; this server has `{self.model}`",
-                param="model",
-                code="model_not_found",
-            )
-        ask = _ask(body, endpoint.prompt(body), self.worker.defaults)
-        job = self.worker.submit(ask, endpoint.id_prefix, request.receive)
+        generation = endpoint.request(body, self.model, self.worker.defaults)
+        job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         await job.next()  # the prompt is in, or the request's error comes before any header is sent
-        if ask.stream:
+        if generation.stream:
             return StreamingResponse(
                 self._chunks(job, endpoint),
                 media_type="text/event-stream",
