@@ -28,7 +28,8 @@ from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
-from specrun.server.app import Api, Worker
+from specrun.server.app import Api
+from specrun.server.worker import Worker
 
 SERVING = re.compile(r"^specrun: serving (\S+) at (http://\S+)/v1 ")
 STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, not a measurement
