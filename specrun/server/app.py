@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -34,15 +34,17 @@ from specrun.system import interrupts
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
+# OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
+ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """What differs between /v1/chat/completions and /v1/completions."""
 
-    object: str
-    chunk_object: str
-    id_prefix: str
+    object: ObjectName
+    chunk_object: ObjectName
+    id_prefix: Literal["chatcmpl-", "cmpl-"]  # of the ids of its answers
     request: Callable[[dict[str, Any], str, SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
@@ -186,7 +188,7 @@ class Api:
         text = []
         while (event := await job.next()) is not None:
             text.append(event.text)
-        choice = {
+        choice: dict[str, object] = {
             **endpoint.whole("".join(text)),
             "logprobs": None,
             "finish_reason": job.finish_reason(),

@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from starlette.responses import JSONResponse
 
@@ -20,6 +20,10 @@ from specrun.prompt import Message, render
 
 ROLES = ("system", "user", "assistant")
 NUMBER = (int, float)
+# OpenAI's error `type`: the client's mistake, or the server's.
+ErrorKind = Literal["invalid_request_error", "server_error"]
+# The body field that holds the prompt: chat messages, or a completion's text.
+PromptField = Literal["messages", "prompt"]
 
 
 class ApiError(Exception):
@@ -32,7 +36,7 @@ class ApiError(Exception):
         *,
         param: str | None = None,
         code: str | None = None,
-        kind: str = "invalid_request_error",
+        kind: ErrorKind = "invalid_request_error",
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -75,7 +79,7 @@ class GenerationRequest:
     stream: bool
 
     @property
-    def prompt_field(self) -> str:
+    def prompt_field(self) -> PromptField:
         return "messages" if isinstance(self.prompt, list) else "prompt"
 
     def tokens(self, engine: Engine) -> list[int]:

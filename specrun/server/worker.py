@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Literal, cast, get_args
 
 from starlette.types import Receive
 
@@ -27,17 +28,11 @@ from specrun.errors import OptionError, SpecrunError
 from specrun.server.requests import ApiError, GenerationRequest, bad_value
 
 RETRY_AFTER_SECONDS = 1
+# How a job ended (Job.outcome): the totals count each, and OpenAI's finish_reason is one.
+Outcome = Literal["stop", "length", "cancelled", "failed"]
 # What /v1/stats counts: requests admitted, how each ended, 503s, and tokens.
-TOTALS = (
-    "requests",
-    "stop",
-    "length",
-    "cancelled",
-    "failed",
-    "rejected",
-    "prompt_tokens",
-    "completion_tokens",
-)
+Total = Literal["requests", Outcome, "rejected", "prompt_tokens", "completion_tokens"]
+TOTALS: tuple[Total, ...] = get_args(Total)  # nested Literals flatten, in this order
 
 
 def shutting_down() -> ApiError:
@@ -71,14 +66,15 @@ class Job:
             raise item
         return item
 
-    def outcome(self) -> str:
+    def outcome(self) -> Outcome:
         """stop, length, cancelled (the client left, or the server stopped) or failed."""
         reason = self.stats.finish_reason
         if reason is None:
             return "cancelled" if self.cancel.is_set() else "failed"
-        return "length" if reason == "context" else reason
+        # The loop's stop, length or cancelled, or context; a str until specrun.core types it.
+        return "length" if reason == "context" else cast(Outcome, reason)
 
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> Outcome:
         """OpenAI's finish_reason. A generation cut short has nobody to tell but a client
         of a server that is stopping."""
         outcome = self.outcome()
@@ -97,7 +93,7 @@ class Worker:
         self.jobs: list[Job] = []  # admitted, in order; the first may be running
         self.running: Job | None = None
         self.stopping = False
-        self.totals = Counter(dict.fromkeys(TOTALS, 0))
+        self.totals: Counter[Total] = Counter(dict.fromkeys(TOTALS, 0))
         self._turn = asyncio.Lock()  # FIFO: requests run in the order they came
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="specrun-generation")
 
