@@ -169,14 +169,18 @@ class Engine:
         max_tokens: int = 256,
         stop: Sequence[str] = (),
         cancelled: Callable[[], bool] = lambda: False,
+        params: SamplingParams | None = None,
     ) -> Iterator[Event]:
-        """Generate from a text prompt (one user turn through the chat template) or token ids."""
+        """Generate from a text prompt (one user turn through the chat template) or token ids.
+
+        `params` samples this generation alone; None takes the engine's own (`self.params`).
+        """
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
         return generate(
             self.target,
             tokens,
             draft=self.draft,
-            params=self.params,
+            params=self.params if params is None else params,
             policy=self.policy,
             max_tokens=max_tokens,
             stop=stop,

@@ -1,5 +1,5 @@
 """`specrun serve`: the model options of `run` and `chat`, an address, and the server
-(`specrun.server.app`) on it until Ctrl-C or SIGTERM, which end the running generation and exit 0."""
+(`specrun.server`) on it until Ctrl-C or SIGTERM, which end the running generation and exit 0."""
 
 from __future__ import annotations
 

@@ -1,33 +1,19 @@
-"""`specrun serve`'s server: an OpenAI-compatible HTTP API over one `Engine`.
-
-One engine holds one KV cache and is not thread-safe, so generations run one at a
-time, in one worker thread: llama.cpp is native code, and the event loop must stay
-free to accept requests, stream answers and notice clients that leave. The rest wait
-in a bounded queue (a full one answers 503 with Retry-After); a client that leaves
-cancels its generation at the next round, or its place in the queue. Nothing resets
-the caches between requests, so a request that shares a prefix with the last one
-(the next turn of a chat) evaluates only what is new.
-
-Every figure comes from a `Stats` fed the engine's events on the event loop: a
-response's `specrun` object is `Stats.as_dict()`, the figures of `run --json`.
-"""
+"""`specrun serve`'s HTTP side: the Starlette routes of an OpenAI-compatible API (chat and
+text completions, answered whole or streamed as server-sent events, with models, stats and
+health) over a `Worker`, the bearer-key middleware, every error in OpenAI's shape, and uvicorn
+under the command's signal policy. A response's `specrun` object is its job's
+`Stats.as_dict()`, the figures of `run --json`."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-import re
-import secrets
 import socket
-import threading
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -39,214 +25,27 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from specrun.core.loop import Event, Prefill, Round
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
-from specrun.errors import OptionError, SpecrunError
-from specrun.prompt import Message, render
+from specrun.server.requests import ApiError, GenerationRequest, chat_request, completion_request
+from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
-RETRY_AFTER_SECONDS = 1
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
-ROLES = ("system", "user", "assistant")
-NUMBER = (int, float)
-# What /v1/stats counts: requests admitted, how each ended, 503s, and tokens.
-TOTALS = (
-    "requests",
-    "stop",
-    "length",
-    "cancelled",
-    "failed",
-    "rejected",
-    "prompt_tokens",
-    "completion_tokens",
-)
-
-
-class ApiError(Exception):
-    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        kind: str = "invalid_request_error",
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.param, self.code, self.kind, self.headers = (
-            status,
-            param,
-            code,
-            kind,
-            headers,
-        )
-
-    def body(self) -> dict[str, object]:
-        return {
-            "error": {
-                "message": str(self),
-                "type": self.kind,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), self.status, headers=self.headers)
-
-
-def _shutting_down() -> ApiError:
-    return ApiError(503, "the server is shutting down", kind="server_error", code="shutting_down")
-
-
-# --- requests --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Ask:
-    """A checked request: the prompt (chat messages, or text sent as is) and how to answer."""
-
-    prompt: list[Message] | str
-    params: SamplingParams
-    max_tokens: int | None  # None: until the context is full
-    stop: tuple[str, ...]
-    stream: bool
-
-    @property
-    def prompt_field(self) -> str:
-        return "messages" if isinstance(self.prompt, list) else "prompt"
-
-    def tokens(self, engine: Engine) -> list[int]:
-        if isinstance(self.prompt, list):
-            return render(engine.target, self.prompt)
-        return engine.prompt(self.prompt, raw=True)
-
-
-def _field(
-    body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str, *, required: bool = False
-) -> Any:
-    """body[name] if it has one of `kinds` (a bool is no number); None when absent or null."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise ApiError(
-                400,
-                f"missing required field `{name}`",
-                param=name,
-                code="missing_required_parameter",
-            )
-        return None
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ApiError(
-            400,
-            f"`{name}` must be {what}, got {json.dumps(value)[:40]}",
-            param=name,
-            code="invalid_type",
-        )
-    return value
-
-
-def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
-    """The request's sampling fields over the server's own (its --temp, --top-k, ...)."""
-    given = {
-        "temperature": _field(body, "temperature", NUMBER, "a number"),
-        "top_p": _field(body, "top_p", NUMBER, "a number"),
-        "min_p": _field(body, "min_p", NUMBER, "a number"),
-        "top_k": _field(body, "top_k", (int,), "an integer"),
-        "seed": _field(body, "seed", (int,), "an integer"),
-    }
-    try:
-        return replace(
-            defaults, **{name: value for name, value in given.items() if value is not None}
-        )
-    except OptionError as error:
-        raise _bad_value(error) from None
-
-
-def _bad_value(error: OptionError) -> ApiError:
-    """The library names the option in backquotes, as the API names the field."""
-    named = re.search(r"`(\w+)`", str(error))
-    return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
-
-
-def _stop(body: dict[str, Any]) -> tuple[str, ...]:
-    stop = body.get("stop")
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    if isinstance(stop, list) and all(isinstance(text, str) for text in stop):
-        return tuple(stop)
-    raise ApiError(
-        400, "`stop` must be a string or a list of strings", param="stop", code="invalid_type"
-    )
-
-
-def _messages(body: dict[str, Any]) -> list[Message]:
-    messages = _field(body, "messages", (list,), "a list of messages", required=True)
-    if not messages:
-        raise ApiError(400, "`messages` is empty", param="messages", code="invalid_value")
-    return [_message(message, f"messages[{index}]") for index, message in enumerate(messages)]
-
-
-def _message(message: Any, param: str) -> Message:
-    if not isinstance(message, dict):
-        raise ApiError(
-            400,
-            f"`{param}` must be an object with `role` and `content`",
-            param=param,
-            code="invalid_type",
-        )
-    if message.get("role") not in ROLES:
-        raise ApiError(
-            400,
-            f"`{param}.role` must be one of {', '.join(ROLES)}, got {json.dumps(message.get('role'))}",
-            param=f"{param}.role",
-            code="invalid_value",
-        )
-    return Message(message["role"], _content(message.get("content"), f"{param}.content"))
-
-
-def _content(content: Any, param: str) -> str:
-    """A message's text: a string, or OpenAI's list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        for part in content
-    ):
-        return "\n".join(part["text"] for part in content)
-    raise ApiError(
-        400, f"`{param}` must be a string or a list of text parts", param=param, code="invalid_type"
-    )
-
-
-def _ask(body: dict[str, Any], prompt: list[Message] | str, defaults: SamplingParams) -> Ask:
-    if _field(body, "n", (int,), "an integer") not in (None, 1):
-        raise ApiError(
-            400, "`n` must be 1: one answer per request", param="n", code="invalid_value"
-        )
-    max_tokens = _field(body, "max_tokens", (int,), "an integer")
-    if max_tokens is None:  # the chat API's newer name
-        max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
-    stream = _field(body, "stream", (bool,), "true or false")
-    return Ask(prompt, _sampling(body, defaults), max_tokens, _stop(body), bool(stream))
+# OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
+ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
 
 
 @dataclass(frozen=True)
 class Endpoint:
     """What differs between /v1/chat/completions and /v1/completions."""
 
-    object: str
-    chunk_object: str
-    id_prefix: str
-    prompt: Callable[[dict[str, Any]], list[Message] | str]
+    object: ObjectName
+    chunk_object: ObjectName
+    id_prefix: Literal["chatcmpl-", "cmpl-"]  # of the ids of its answers
+    request: Callable[[dict[str, Any], str, SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
     opening: dict[str, object] | None  # the first streamed choice, before any text
@@ -256,7 +55,7 @@ CHAT = Endpoint(
     "chat.completion",
     "chat.completion.chunk",
     "chatcmpl-",
-    _messages,
+    chat_request,
     whole=lambda text: {"message": {"role": "assistant", "content": text}},
     part=lambda text: {"delta": {"content": text}},
     opening={"delta": {"role": "assistant", "content": ""}},
@@ -265,7 +64,7 @@ COMPLETION = Endpoint(
     "text_completion",
     "text_completion",
     "cmpl-",
-    lambda body: _field(body, "prompt", (str,), "a string", required=True),
+    completion_request,
     whole=lambda text: {"text": text},
     part=lambda text: {"text": text},
     opening=None,
@@ -291,181 +90,6 @@ async def _json_body(request: Request) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ApiError(400, "the body must be a JSON object")
     return value
-
-
-# --- generations -----------------------------------------------------------------------------
-
-
-@dataclass
-class Job:
-    """An admitted request. The worker thread hands its events to the event loop, where they
-    feed `stats` and wait in `events`; `cancel` is what the worker polls between rounds."""
-
-    ask: Ask
-    id: str
-    created: int = field(default_factory=lambda: int(time.time()))
-    cancel: threading.Event = field(default_factory=threading.Event)
-    stats: Stats = field(default_factory=Stats)
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    task: asyncio.Task | None = None
-    ended: bool = False  # its error or its end was delivered
-
-    def deliver(self, item: Event | Exception | None) -> None:
-        """On the event loop: an event, the error that ended the job, or None at its end."""
-        if isinstance(item, (Prefill, Round)):
-            self.stats.add(item)
-        self.ended = not isinstance(item, (Prefill, Round))
-        self.events.put_nowait(item)
-
-    async def next(self) -> Event | None:
-        item = await self.events.get()
-        if isinstance(item, Exception):
-            raise item
-        return item
-
-    def outcome(self) -> str:
-        """stop, length, cancelled (the client left, or the server stopped) or failed."""
-        reason = self.stats.finish_reason
-        if reason is None:
-            return "cancelled" if self.cancel.is_set() else "failed"
-        return "length" if reason == "context" else reason
-
-    def finish_reason(self) -> str:
-        """OpenAI's finish_reason. A generation cut short has nobody to tell but a client
-        of a server that is stopping."""
-        outcome = self.outcome()
-        if outcome == "cancelled":
-            raise _shutting_down()
-        return outcome
-
-
-class Worker:
-    """The engine's one thread: one generation at a time, up to `queue` more waiting."""
-
-    def __init__(self, engine: Engine, *, queue: int) -> None:
-        self.engine = engine
-        self.defaults = engine.params  # the command line's sampling; each request starts from it
-        self.capacity = queue + 1  # the generation running and those waiting
-        self.jobs: list[Job] = []  # admitted, in order; the first may be running
-        self.running: Job | None = None
-        self.stopping = False
-        self.totals = Counter(dict.fromkeys(TOTALS, 0))
-        self._turn = asyncio.Lock()  # FIFO: requests run in the order they came
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="specrun-generation")
-
-    def submit(self, ask: Ask, id_prefix: str, receive: Receive) -> Job:
-        if self.stopping:
-            raise _shutting_down()
-        if len(self.jobs) >= self.capacity:
-            self.totals["rejected"] += 1
-            raise ApiError(
-                503,
-                f"the server is busy: {len(self.jobs)} requests are ahead of this one; retry later",
-                kind="server_error",
-                code="queue_full",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
-        job = Job(ask, id_prefix + secrets.token_hex(12))
-        self.jobs.append(job)
-        self.totals["requests"] += 1
-        job.task = asyncio.create_task(self._run(job, receive))
-        return job
-
-    async def _run(self, job: Job, receive: Receive) -> None:
-        """Wait for the job's turn and generate."""
-        loop = asyncio.get_running_loop()
-        watcher = asyncio.create_task(self._watch(job, receive))
-        try:
-            async with self._turn:
-                if not job.cancel.is_set():
-                    self.running = job
-                    hand = lambda item: loop.call_soon_threadsafe(job.deliver, item)  # noqa: E731
-                    await loop.run_in_executor(self._thread, self._generate, job, hand)
-        finally:
-            watcher.cancel()
-            if self.running is job:
-                self.running = None
-            self.jobs.remove(job)
-            self._count(job)
-            if not job.ended:  # it never ran: only a server that stops has someone to tell
-                job.deliver(_shutting_down())
-
-    async def _watch(self, job: Job, receive: Receive) -> None:
-        """A client that leaves cancels its generation at the next round, or leaves the queue at once."""
-        while (await receive())["type"] != "http.disconnect":
-            pass  # the body was read already; nothing else arrives before the disconnect
-        job.cancel.set()
-        if job is not self.running:
-            job.task.cancel()
-
-    def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
-        """In the worker thread: hand over the job's events, then None, or the error that ended it."""
-        engine, tokens, started = self.engine, [], False
-        try:
-            tokens = job.ask.tokens(engine)
-            engine.params = job.ask.params
-            max_tokens = engine.target.n_ctx if job.ask.max_tokens is None else job.ask.max_tokens
-            for event in engine.stream(
-                tokens, max_tokens=max_tokens, stop=job.ask.stop, cancelled=job.cancel.is_set
-            ):
-                started = True
-                hand(event)
-        except SpecrunError as error:
-            hand(self._failure(error, job.ask, len(tokens), started))
-        except Exception as error:  # a bug: the handler turns it into a 500 and logs it
-            hand(error)
-        else:
-            hand(None)
-
-    def _failure(
-        self, error: SpecrunError, ask: Ask, prompt_length: int, started: bool
-    ) -> ApiError:
-        """Before the prompt is in, an error is the request's; after, the server's."""
-        if started:
-            return ApiError(500, str(error), kind="server_error")
-        if isinstance(error, OptionError):
-            return _bad_value(error)
-        too_long = prompt_length >= self.engine.target.n_ctx
-        return ApiError(
-            400,
-            str(error),
-            param=ask.prompt_field,
-            code="context_length_exceeded" if too_long else None,
-        )
-
-    def _count(self, job: Job) -> None:
-        self.totals[job.outcome()] += 1
-        self.totals["prompt_tokens"] += job.stats.prompt_tokens
-        self.totals["completion_tokens"] += job.stats.generated
-
-    def snapshot(self) -> dict[str, object]:
-        """The running generation's live figures, the queue, and the totals since the start."""
-        running = self.running
-        live = running and {
-            "id": running.id,
-            "recent_tokens_per_second": running.stats.recent_tokens_per_second,
-            **running.stats.as_dict(),
-        }
-        invariance = self.engine.target.invariance  # with --reproducible: how the target decodes
-        return {
-            "running": live,
-            "queued": len(self.jobs) - (running is not None),
-            "totals": dict(self.totals),
-            "reproducible": invariance and invariance.mode,
-        }
-
-    async def stop(self) -> None:
-        """Cancel every generation, running or waiting, and wait until the engine is free."""
-        self.stopping = True
-        for job in self.jobs:
-            job.cancel.set()
-        await asyncio.gather(*(job.task for job in list(self.jobs)), return_exceptions=True)
-
-    def close(self) -> None:
-        """After the event loop: the engine may be closed once the worker thread is done."""
-        for job in self.jobs:
-            job.cancel.set()
-        self._thread.shutdown(wait=True)
 
 
 # --- responses -------------------------------------------------------------------------------
@@ -538,18 +162,10 @@ class Api:
 
     async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
         body = await _json_body(request)
-        model = _field(body, "model", (str,), "a string")
-        if model not in (None, self.model):
-            raise ApiError(
-                404,
-                f"the model `{model}` is not served here; this server has `{self.model}`",
-                param="model",
-                code="model_not_found",
-            )
-        ask = _ask(body, endpoint.prompt(body), self.worker.defaults)
-        job = self.worker.submit(ask, endpoint.id_prefix, request.receive)
+        generation = endpoint.request(body, self.model, self.worker.defaults)
+        job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         await job.next()  # the prompt is in, or the request's error comes before any header is sent
-        if ask.stream:
+        if generation.stream:
             return StreamingResponse(
                 self._chunks(job, endpoint),
                 media_type="text/event-stream",
@@ -572,7 +188,7 @@ class Api:
         text = []
         while (event := await job.next()) is not None:
             text.append(event.text)
-        choice = {
+        choice: dict[str, object] = {
             **endpoint.whole("".join(text)),
             "logprobs": None,
             "finish_reason": job.finish_reason(),
@@ -586,7 +202,8 @@ class Api:
         )
 
     async def _chunks(self, job: Job, endpoint: Endpoint) -> AsyncIterator[str]:
-        """Server-sent events in OpenAI's chunk format; the last chunk carries usage and the figures."""
+        """Server-sent events in OpenAI's chunk format; the last chunk carries usage and the
+        figures."""
         try:
             if endpoint.opening:
                 yield _sse(

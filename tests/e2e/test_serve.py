@@ -1,8 +1,10 @@
 """`specrun serve` as a client meets it: the real command on a free local port, spoken to
-with the official `openai` client, httpx, and raw sockets where a client must vanish."""
+with the official `openai` client, httpx, and raw sockets where a client must vanish; and,
+where a test must see the engine itself, the server's app in this process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,13 +16,20 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from specrun.core.loop import Round
+from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
+from specrun.engine import Engine
+from specrun.options import DraftOptions, LoadOptions
+from specrun.server.app import Api
+from specrun.server.worker import Worker
 
 SERVING = re.compile(r"^specrun: serving (\S+) at (http://\S+)/v1 ")
 STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, not a measurement
@@ -281,6 +290,57 @@ def test_stats_count_every_request(server):
     assert after["model"] == server.model and after["running"] is None and after["queued"] == 0
     assert after["totals"]["requests"] == before["totals"]["requests"] + 1
     assert after["totals"]["completion_tokens"] == before["totals"]["completion_tokens"] + 5
+
+
+# --- in process: the engine under the server ------------------------------------------------
+
+
+def test_each_request_samples_with_its_own_settings_and_leaves_the_engines(tiny_target, tiny_draft):
+    """Two requests in a row on one engine: each answer is its own settings' (the second's
+    unset top_k is the server's, not the first's), and `engine.params`, the command line's,
+    stays as it was: a request's settings go to `Engine.stream`, not into the shared engine."""
+    defaults = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0, seed=1)
+    requests = [
+        {"temperature": 1.5, "seed": 11, "top_k": 1},  # only the likeliest token: greedy
+        {"temperature": 1.5, "seed": 11},  # top_k the server's 0 (off): a real sample
+    ]
+    with Engine.load(
+        tiny_target,
+        tiny_draft,
+        options=LoadOptions(threads=1),
+        params=defaults,
+        drafting=DraftOptions(gamma="3"),
+    ) as engine:
+        tokens = engine.prompt("the cat is", raw=True)
+        expected = [
+            "".join(
+                event.text
+                for event in engine.stream(
+                    tokens, max_tokens=24, params=replace(defaults, **fields)
+                )
+                if isinstance(event, Round)
+            )
+            for fields in requests
+        ]
+        assert expected[0] != expected[1] and engine.params is defaults
+        worker = Worker(engine, queue=1)
+
+        async def one_after_the_other() -> list[str]:
+            transport = httpx.ASGITransport(Api(worker, "target").app(None))
+            answers = []
+            async with httpx.AsyncClient(transport=transport, base_url="http://specrun") as client:
+                for fields in requests:
+                    body = {"prompt": "the cat is", "max_tokens": 24, **fields}
+                    response = await client.post("/v1/completions", json=body)
+                    assert response.status_code == 200, response.text
+                    answers.append(response.json()["choices"][0]["text"])
+                    assert engine.params is defaults
+            return answers
+
+        try:
+            assert asyncio.run(one_after_the_other()) == expected
+        finally:
+            worker.close()
 
 
 # --- bad requests ----------------------------------------------------------------------------

@@ -1,0 +1,226 @@
+"""Request checking for `specrun serve`: a JSON body's fields into a typed `GenerationRequest`
+(the prompt as chat messages or as text, the sampling over the server's own settings, the
+token limit, the stop strings), or into an `ApiError`, OpenAI's error shape, which names the
+field at fault."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from starlette.responses import JSONResponse
+
+from specrun.core.sampling import SamplingParams
+from specrun.engine import Engine
+from specrun.errors import OptionError
+from specrun.prompt import Message, render
+
+ROLES = ("system", "user", "assistant")
+NUMBER = (int, float)
+# OpenAI's error `type`: the client's mistake, or the server's.
+ErrorKind = Literal["invalid_request_error", "server_error"]
+# The body field that holds the prompt: chat messages, or a completion's text.
+PromptField = Literal["messages", "prompt"]
+
+
+class ApiError(Exception):
+    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        kind: ErrorKind = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind, self.headers = (
+            status,
+            param,
+            code,
+            kind,
+            headers,
+        )
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": {
+                "message": str(self),
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), self.status, headers=self.headers)
+
+
+def bad_value(error: OptionError) -> ApiError:
+    """The library names the option in backquotes, as the API names the field."""
+    named = re.search(r"`(\w+)`", str(error))
+    return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A checked request: the prompt (chat messages, or text sent as is) and how to answer."""
+
+    prompt: list[Message] | str
+    params: SamplingParams
+    max_tokens: int | None  # None: until the context is full
+    stop: tuple[str, ...]
+    stream: bool
+
+    @property
+    def prompt_field(self) -> PromptField:
+        return "messages" if isinstance(self.prompt, list) else "prompt"
+
+    def tokens(self, engine: Engine) -> list[int]:
+        if isinstance(self.prompt, list):
+            return render(engine.target, self.prompt)
+        return engine.prompt(self.prompt, raw=True)
+
+
+def chat_request(body: dict[str, Any], model: str, defaults: SamplingParams) -> GenerationRequest:
+    """A /v1/chat/completions body, for the server of `model` with sampling `defaults`."""
+    return _generation_request(body, model, _messages, defaults)
+
+
+def completion_request(
+    body: dict[str, Any], model: str, defaults: SamplingParams
+) -> GenerationRequest:
+    """A /v1/completions body, whose prompt is sent as is."""
+    return _generation_request(body, model, _text, defaults)
+
+
+def _generation_request(
+    body: dict[str, Any],
+    model: str,
+    prompt: Callable[[dict[str, Any]], list[Message] | str],
+    defaults: SamplingParams,
+) -> GenerationRequest:
+    named = _field(body, "model", (str,), "a string")
+    if named not in (None, model):
+        raise ApiError(
+            404,
+            f"the model `{named}` is not served here; this server has `{model}`",
+            param="model",
+            code="model_not_found",
+        )
+    asked = prompt(body)
+    if _field(body, "n", (int,), "an integer") not in (None, 1):
+        raise ApiError(
+            400, "`n` must be 1: one answer per request", param="n", code="invalid_value"
+        )
+    max_tokens = _field(body, "max_tokens", (int,), "an integer")
+    if max_tokens is None:  # the chat API's newer name
+        max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
+    stream = _field(body, "stream", (bool,), "true or false")
+    return GenerationRequest(
+        asked, _sampling(body, defaults), max_tokens, _stop(body), bool(stream)
+    )
+
+
+def _field(
+    body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str, *, required: bool = False
+) -> Any:
+    """body[name] if it has one of `kinds` (a bool is no number); None when absent or null."""
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ApiError(
+                400,
+                f"missing required field `{name}`",
+                param=name,
+                code="missing_required_parameter",
+            )
+        return None
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ApiError(
+            400,
+            f"`{name}` must be {what}, got {json.dumps(value)[:40]}",
+            param=name,
+            code="invalid_type",
+        )
+    return value
+
+
+def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
+    """The request's sampling fields over the server's own (its --temp, --top-k, ...)."""
+    given = {
+        "temperature": _field(body, "temperature", NUMBER, "a number"),
+        "top_p": _field(body, "top_p", NUMBER, "a number"),
+        "min_p": _field(body, "min_p", NUMBER, "a number"),
+        "top_k": _field(body, "top_k", (int,), "an integer"),
+        "seed": _field(body, "seed", (int,), "an integer"),
+    }
+    try:
+        return replace(
+            defaults, **{name: value for name, value in given.items() if value is not None}
+        )
+    except OptionError as error:
+        raise bad_value(error) from None
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        return (stop,)
+    if isinstance(stop, list) and all(isinstance(text, str) for text in stop):
+        return tuple(stop)
+    raise ApiError(
+        400, "`stop` must be a string or a list of strings", param="stop", code="invalid_type"
+    )
+
+
+def _text(body: dict[str, Any]) -> str:
+    return _field(body, "prompt", (str,), "a string", required=True)
+
+
+def _messages(body: dict[str, Any]) -> list[Message]:
+    messages = _field(body, "messages", (list,), "a list of messages", required=True)
+    if not messages:
+        raise ApiError(400, "`messages` is empty", param="messages", code="invalid_value")
+    return [_message(message, f"messages[{index}]") for index, message in enumerate(messages)]
+
+
+def _message(message: Any, param: str) -> Message:
+    if not isinstance(message, dict):
+        raise ApiError(
+            400,
+            f"`{param}` must be an object with `role` and `content`",
+            param=param,
+            code="invalid_type",
+        )
+    if message.get("role") not in ROLES:
+        role = json.dumps(message.get("role"))
+        raise ApiError(
+            400,
+            f"`{param}.role` must be one of {', '.join(ROLES)}, got {role}",
+            param=f"{param}.role",
+            code="invalid_value",
+        )
+    return Message(message["role"], _content(message.get("content"), f"{param}.content"))
+
+
+def _content(content: Any, param: str) -> str:
+    """A message's text: a string, or OpenAI's list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        return "\n".join(part["text"] for part in content)
+    raise ApiError(
+        400, f"`{param}` must be a string or a list of text parts", param=param, code="invalid_type"
+    )

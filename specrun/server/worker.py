@@ -1,0 +1,219 @@
+"""The generations of `specrun serve`: a bounded queue and one worker thread. One engine holds
+one KV cache and is not thread-safe, so generations run one at a time, in that thread:
+llama.cpp is native code, and the event loop must stay free to accept requests, stream answers
+and notice clients that leave. The rest wait in the queue (a full one answers 503 with
+Retry-After); a client that leaves cancels its generation at the next round, or its place in
+the queue. Nothing resets the caches between requests, so a request that shares a prefix with
+the last one (the next turn of a chat) evaluates only what is new. The engine's events feed
+each job's `Stats` on the event loop, and what /v1/stats totals is counted here."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal, cast, get_args
+
+from starlette.types import Receive
+
+from specrun.core.loop import Event, Prefill, Round
+from specrun.core.stats import Stats
+from specrun.engine import Engine
+from specrun.errors import OptionError, SpecrunError
+from specrun.server.requests import ApiError, GenerationRequest, bad_value
+
+RETRY_AFTER_SECONDS = 1
+# How a job ended (Job.outcome): the totals count each, and OpenAI's finish_reason is one.
+Outcome = Literal["stop", "length", "cancelled", "failed"]
+# What /v1/stats counts: requests admitted, how each ended, 503s, and tokens.
+Total = Literal["requests", Outcome, "rejected", "prompt_tokens", "completion_tokens"]
+TOTALS: tuple[Total, ...] = get_args(Total)  # nested Literals flatten, in this order
+
+
+def shutting_down() -> ApiError:
+    return ApiError(503, "the server is shutting down", kind="server_error", code="shutting_down")
+
+
+@dataclass
+class Job:
+    """An admitted request. The worker thread hands its events to the event loop, where they
+    feed `stats` and wait in `events`; `cancel` is what the worker polls between rounds."""
+
+    request: GenerationRequest
+    id: str
+    created: int = field(default_factory=lambda: int(time.time()))
+    cancel: threading.Event = field(default_factory=threading.Event)
+    stats: Stats = field(default_factory=Stats)
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    task: asyncio.Task | None = None
+    ended: bool = False  # its error or its end was delivered
+
+    def deliver(self, item: Event | Exception | None) -> None:
+        """On the event loop: an event, the error that ended the job, or None at its end."""
+        if isinstance(item, (Prefill, Round)):
+            self.stats.add(item)
+        self.ended = not isinstance(item, (Prefill, Round))
+        self.events.put_nowait(item)
+
+    async def next(self) -> Event | None:
+        item = await self.events.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def outcome(self) -> Outcome:
+        """stop, length, cancelled (the client left, or the server stopped) or failed."""
+        reason = self.stats.finish_reason
+        if reason is None:
+            return "cancelled" if self.cancel.is_set() else "failed"
+        # The loop's stop, length or cancelled, or context; a str until specrun.core types it.
+        return "length" if reason == "context" else cast(Outcome, reason)
+
+    def finish_reason(self) -> Outcome:
+        """OpenAI's finish_reason. A generation cut short has nobody to tell but a client
+        of a server that is stopping."""
+        outcome = self.outcome()
+        if outcome == "cancelled":
+            raise shutting_down()
+        return outcome
+
+
+class Worker:
+    """The engine's one thread: one generation at a time, up to `queue` more waiting."""
+
+    def __init__(self, engine: Engine, *, queue: int) -> None:
+        self.engine = engine
+        self.defaults = engine.params  # the command line's sampling; each request starts from it
+        self.capacity = queue + 1  # the generation running and those waiting
+        self.jobs: list[Job] = []  # admitted, in order; the first may be running
+        self.running: Job | None = None
+        self.stopping = False
+        self.totals: Counter[Total] = Counter(dict.fromkeys(TOTALS, 0))
+        self._turn = asyncio.Lock()  # FIFO: requests run in the order they came
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="specrun-generation")
+
+    def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> Job:
+        if self.stopping:
+            raise shutting_down()
+        if len(self.jobs) >= self.capacity:
+            self.totals["rejected"] += 1
+            raise ApiError(
+                503,
+                f"the server is busy: {len(self.jobs)} requests are ahead of this one; retry later",
+                kind="server_error",
+                code="queue_full",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        job = Job(request, id_prefix + secrets.token_hex(12))
+        self.jobs.append(job)
+        self.totals["requests"] += 1
+        job.task = asyncio.create_task(self._run(job, receive))
+        return job
+
+    async def _run(self, job: Job, receive: Receive) -> None:
+        """Wait for the job's turn and generate."""
+        loop = asyncio.get_running_loop()
+        watcher = asyncio.create_task(self._watch(job, receive))
+        try:
+            async with self._turn:
+                if not job.cancel.is_set():
+                    self.running = job
+                    hand = lambda item: loop.call_soon_threadsafe(job.deliver, item)  # noqa: E731
+                    await loop.run_in_executor(self._thread, self._generate, job, hand)
+        finally:
+            watcher.cancel()
+            if self.running is job:
+                self.running = None
+            self.jobs.remove(job)
+            self._count(job)
+            if not job.ended:  # it never ran: only a server that stops has someone to tell
+                job.deliver(shutting_down())
+
+    async def _watch(self, job: Job, receive: Receive) -> None:
+        """A client that leaves cancels its generation at the next round, or leaves the queue
+        at once."""
+        while (await receive())["type"] != "http.disconnect":
+            pass  # the body was read already; nothing else arrives before the disconnect
+        job.cancel.set()
+        if job is not self.running:
+            job.task.cancel()
+
+    def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
+        """In the worker thread: hand over the job's events, then None, or the error that
+        ended it."""
+        engine, tokens, started = self.engine, [], False
+        try:
+            tokens = job.request.tokens(engine)
+            max_tokens = (
+                engine.target.n_ctx if job.request.max_tokens is None else job.request.max_tokens
+            )
+            for event in engine.stream(
+                tokens,
+                max_tokens=max_tokens,
+                stop=job.request.stop,
+                cancelled=job.cancel.is_set,
+                params=job.request.params,  # its own: the engine's stay the command line's
+            ):
+                started = True
+                hand(event)
+        except SpecrunError as error:
+            hand(self._failure(error, job.request, len(tokens), started))
+        except Exception as error:  # a bug: the handler turns it into a 500 and logs it
+            hand(error)
+        else:
+            hand(None)
+
+    def _failure(
+        self, error: SpecrunError, request: GenerationRequest, prompt_length: int, started: bool
+    ) -> ApiError:
+        """Before the prompt is in, an error is the request's; after, the server's."""
+        if started:
+            return ApiError(500, str(error), kind="server_error")
+        if isinstance(error, OptionError):
+            return bad_value(error)
+        too_long = prompt_length >= self.engine.target.n_ctx
+        return ApiError(
+            400,
+            str(error),
+            param=request.prompt_field,
+            code="context_length_exceeded" if too_long else None,
+        )
+
+    def _count(self, job: Job) -> None:
+        self.totals[job.outcome()] += 1
+        self.totals["prompt_tokens"] += job.stats.prompt_tokens
+        self.totals["completion_tokens"] += job.stats.generated
+
+    def snapshot(self) -> dict[str, object]:
+        """The running generation's live figures, the queue, and the totals since the start."""
+        running = self.running
+        live = running and {
+            "id": running.id,
+            "recent_tokens_per_second": running.stats.recent_tokens_per_second,
+            **running.stats.as_dict(),
+        }
+        invariance = self.engine.target.invariance  # with --reproducible: how the target decodes
+        return {
+            "running": live,
+            "queued": len(self.jobs) - (running is not None),
+            "totals": dict(self.totals),
+            "reproducible": invariance and invariance.mode,
+        }
+
+    async def stop(self) -> None:
+        """Cancel every generation, running or waiting, and wait until the engine is free."""
+        self.stopping = True
+        for job in self.jobs:
+            job.cancel.set()
+        await asyncio.gather(*(job.task for job in list(self.jobs)), return_exceptions=True)
+
+    def close(self) -> None:
+        """After the event loop: the engine may be closed once the worker thread is done."""
+        for job in self.jobs:
+            job.cancel.set()
+        self._thread.shutdown(wait=True)
