@@ -62,8 +62,15 @@ def measure(model: runtime.Model, prompt: list[int]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="GGUF file (default: the demo Q4_0 draft)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="interleaved measurements of each load; their median is shown (5)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="llama.cpp's threads (default: its own)"
+    )
     args = parser.parse_args()
     path = args.model or str(prepare_demo_pair()[1])
     build = build_info()
