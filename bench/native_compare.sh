@@ -34,10 +34,14 @@ done
 for number in "$REPEAT" "$TOKENS" "$THREADS"; do
     [[ $number =~ ^[1-9][0-9]*$ ]] || die "not a positive whole number: $number"
 done
+# Paths given are the caller's, from where it ran; the script works from the repository root.
+SCRATCH=$(realpath -m "$SCRATCH")
+MODELS=()
+for model in "$@"; do MODELS+=("$(realpath -m "$model")"); done
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 read -r TARGET DRAFT < <($PY -c 'from specrun.models.demo import prepare_demo_pair; print(*prepare_demo_pair())')
-TARGET=${1:-$TARGET} DRAFT=${2:-$DRAFT}
+TARGET=${MODELS[0]:-$TARGET} DRAFT=${MODELS[1]:-$DRAFT}
 PROMPT="Once upon a time, in a small village by the sea, there lived"
 
 VERSION=$($PY -c 'from specrun.llama.install import pinned_version; print(pinned_version())')
