@@ -15,7 +15,8 @@ import statistics
 import time
 from dataclasses import replace
 
-from specrun.llama import model as runtime
+from specrun.llama import model as llama_model
+from specrun.llama import params as llama_params
 from specrun.llama.devices import build_info, repack_buffer_type
 from specrun.models.demo import prepare_demo_pair
 
@@ -24,24 +25,22 @@ PROMPT = (
 )
 
 
-def load(path: str, threads: int | None, how: str) -> runtime.Model:
+def load(path: str, threads: int | None, how: str) -> llama_model.Model:
     """ "default": as llama.cpp likes; "guard": as on an AMX build; "off": extra types off alone."""
     build = build_info()
-    if (
-        how != "default"
-    ):  # what runtime.load_params does on a build whose CPU has the AMX buffer type
-        runtime.build_info = lambda: replace(
+    if how != "default":  # what load_params does on a build whose CPU has the AMX buffer type
+        llama_model.build_info = lambda: replace(
             build, extra_buffer_types=("AMX",) + build.extra_buffer_types
         )
     if how == "off":
-        runtime.repack_buffer_type = lambda: None
+        llama_params.repack_buffer_type = lambda: None
     try:
-        return runtime.Model(path, n_ctx=1024, threads=threads)
+        return llama_model.Model(path, n_ctx=1024, threads=threads)
     finally:
-        runtime.build_info, runtime.repack_buffer_type = build_info, repack_buffer_type
+        llama_model.build_info, llama_params.repack_buffer_type = build_info, repack_buffer_type
 
 
-def measure(model: runtime.Model, prompt: list[int]) -> dict[str, float]:
+def measure(model: llama_model.Model, prompt: list[int]) -> dict[str, float]:
     model.reset()
     start = time.perf_counter()
     model.logits(prompt, 1)
@@ -62,8 +61,15 @@ def measure(model: runtime.Model, prompt: list[int]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", nargs="?", help="GGUF file (default: the demo Q4_0 draft)")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="interleaved measurements of each load; their median is shown (5)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="llama.cpp's threads (default: its own)"
+    )
     args = parser.parse_args()
     path = args.model or str(prepare_demo_pair()[1])
     build = build_info()

@@ -10,9 +10,9 @@ that sends it once the delay has passed, in order: the latency is added, the ban
 
 from __future__ import annotations
 
+import argparse
 import queue
 import socket
-import sys
 import threading
 import time
 
@@ -51,5 +51,20 @@ def serve(listen_port: int, target_port: int, delay: float) -> None:
         threading.Thread(target=_pump, args=(server, client, delay), daemon=True).start()
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("listen_port", type=int, metavar="LISTEN_PORT", help="port to listen on")
+    parser.add_argument(
+        "target_port", type=int, metavar="TARGET_PORT", help="port each connection goes on to"
+    )
+    parser.add_argument(
+        "delay_ms", type=float, metavar="DELAY_MS", help="one-way latency added each way, in ms"
+    )
+    args = parser.parse_args()
+    serve(args.listen_port, args.target_port, args.delay_ms / 1000)
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) / 1000)
+    main()

@@ -14,19 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from specrun.core import sampling  # noqa: E402
-from specrun.core.drafting import ModelDraft  # noqa: E402
-from specrun.core.gamma import FixedGamma  # noqa: E402
-from specrun.core.loop import Round, generate  # noqa: E402
-from specrun.core.sampling import SamplingParams  # noqa: E402
-from specrun.llama.model import Model  # noqa: E402
+from specrun import FixedGamma, Model, ModelDraft, Round, SamplingParams, generate
+from specrun.core import sampling
 
 VOCABS = (49_152, 152_064)  # SmolLM2, Qwen2.5
 CONTEXTS = (512, 4096, 32_768)
@@ -126,8 +119,12 @@ def median_run(repeats: int, *args) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="generations per row; the median is shown (3)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=256, help="tokens each generation commits (256)"
+    )
     parser.add_argument("--quick", action="store_true", help="152k vocabulary, 4k context only")
     parser.add_argument(
         "--numpy-sampling",

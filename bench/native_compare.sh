@@ -2,20 +2,50 @@
 # specrun beside native llama.cpp, in one interleaved run: llama-completion (plain) and
 # llama-speculative-simple (draft model), built from the llama.cpp that the pinned
 # llama-cpp-python sdist vendors, with the CMake flags specrun's own install uses.
-# The native tools are built once in a scratch folder ($SCRATCH), never in the repo.
+# The native tools are built once in a scratch folder (--scratch), never in the repo.
 #
-#   bench/native_compare.sh [TARGET.gguf DRAFT.gguf]   (default: the demo pair)
-# Env: REPEAT (3), TOKENS (128), THREADS (2), SCRATCH (/tmp/specrun-native).
+#   bench/native_compare.sh [OPTIONS] [TARGET.gguf [DRAFT.gguf]]   (default: the demo pair)
+#
+#   --repeat N      interleaved repetitions; the median is shown (3)
+#   --tokens N      tokens to generate (128)
+#   --threads N     threads of every row (2)
+#   --scratch DIR   where the native tools are built, once (/tmp/specrun-native)
 set -euo pipefail
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+die() { echo "native_compare.sh: $*" >&2; exit 2; }
+REPEAT=3 TOKENS=128 THREADS=2 SCRATCH=/tmp/specrun-native
+while [ $# -gt 0 ]; do
+    case $1 in
+        --repeat | --tokens | --threads | --scratch)
+            [ $# -ge 2 ] || die "$1 needs a value"
+            case $1 in
+                --repeat) REPEAT=$2 ;;
+                --tokens) TOKENS=$2 ;;
+                --threads) THREADS=$2 ;;
+                --scratch) SCRATCH=$2 ;;
+            esac
+            shift 2 ;;
+        -h | --help) usage; exit 0 ;;
+        -*) die "unknown option $1 (--help lists them)" ;;
+        *) break ;;
+    esac
+done
+[ $# -le 2 ] || die "at most two models: TARGET.gguf [DRAFT.gguf]"
+for number in "$REPEAT" "$TOKENS" "$THREADS"; do
+    [[ $number =~ ^[1-9][0-9]*$ ]] || die "not a positive whole number: $number"
+done
+# Paths given are the caller's, from where it ran; the script works from the repository root.
+SCRATCH=$(realpath -m "$SCRATCH")
+MODELS=()
+for model in "$@"; do MODELS+=("$(realpath -m "$model")"); done
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-REPEAT=${REPEAT:-3} TOKENS=${TOKENS:-128} THREADS=${THREADS:-2} SCRATCH=${SCRATCH:-/tmp/specrun-native}
 read -r TARGET DRAFT < <($PY -c 'from specrun.models.demo import prepare_demo_pair; print(*prepare_demo_pair())')
-TARGET=${1:-$TARGET} DRAFT=${2:-$DRAFT}
+TARGET=${MODELS[0]:-$TARGET} DRAFT=${MODELS[1]:-$DRAFT}
 PROMPT="Once upon a time, in a small village by the sea, there lived"
 
 VERSION=$($PY -c 'from specrun.llama.install import pinned_version; print(pinned_version())')
-FLAGS=$($PY specrun/llama/install.py --print | sed -n 's/^CMAKE_ARGS=//p')
+FLAGS=$($PY -m specrun.llama.install --print | sed -n 's/^CMAKE_ARGS=//p')
 if [ ! -x "$SCRATCH/build/bin/llama-speculative-simple" ]; then
     mkdir -p "$SCRATCH" && cd "$SCRATCH"
     [ -d "llama_cpp_python-$VERSION" ] || {

@@ -1,12 +1,12 @@
 """specrun beside native llama.cpp, over prompt files, interleaved: issue 14's table.
 
-Rows (choose with ROWS, comma-separated; default all):
+Rows (choose with --rows, comma-separated; default all, in this order):
   native plain          llama-completion
-  native draft          llama-speculative-simple with the draft model, n_max = n_min = GAMMA
+  native draft          llama-speculative-simple with the draft model, n_max = n_min = --gamma
   native ngram-simple   llama-speculative-simple's n-gram drafts, no draft model
   native ngram-mod
   specrun gamma 0       plain decoding
-  specrun gamma N       the draft model at a fixed γ = GAMMA
+  specrun gamma N       the draft model at a fixed γ = N (--gamma)
   specrun auto fresh    the draft model, auto, starting from its warm-up (no learned state)
   specrun auto          the draft model, auto, starting from what earlier runs learned
   specrun lookup        prompt lookup (auto, learned state kept like a user's)
@@ -20,12 +20,13 @@ row run by run against native plain on the same prompt (geometric mean and 95%
 interval). Every specrun row's text is checked against `gamma 0`'s.
 
     .venv/bin/python bench/side_by_side.py bench/prompts/mixed.jsonl bench/prompts/heldout.jsonl
-Env: REPEAT (3), TOKENS (128), THREADS (2), GAMMA (3), ROWS, NATIVE_BIN
-(/tmp/specrun-native/build/bin), TARGET and DRAFT (default: the demo pair).
+    .venv/bin/python bench/side_by_side.py --repeat 4 \\
+        --rows "native plain,specrun gamma 0,specrun auto" bench/prompts/mixed.jsonl
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -36,49 +37,90 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPEAT = int(os.environ.get("REPEAT", 3))
-TOKENS = int(os.environ.get("TOKENS", 128))
-THREADS = os.environ.get("THREADS", "2")
-GAMMA = os.environ.get("GAMMA", "3")
-BIN = Path(os.environ.get("NATIVE_BIN", "/tmp/specrun-native/build/bin"))
-TIMEOUT = float(
-    os.environ.get("TIMEOUT", 120)
-)  # seconds a run may take (native ngram-mod has hung)
 SPECRUN = Path(sys.executable).with_name("specrun")
-ALL_ROWS = [
-    "native plain",
-    "native draft",
-    "native ngram-simple",
-    "native ngram-mod",
-    "specrun gamma 0",
-    f"specrun gamma {GAMMA}",
-    "specrun auto fresh",
-    "specrun auto",
-    "specrun lookup",
-]
-ROWS = (
-    [row.strip() for row in os.environ["ROWS"].split(",")] if os.environ.get("ROWS") else ALL_ROWS
-)
-LEARNED = tempfile.mkdtemp(
-    prefix="side-by-side-state-"
-)  # the learned state of this run's `auto` rows
 
 
-def models() -> tuple[str, str]:
-    from specrun.models.demo import prepare_demo_pair
+def all_rows(gamma: int) -> list[str]:
+    return [
+        "native plain",
+        "native draft",
+        "native ngram-simple",
+        "native ngram-mod",
+        "specrun gamma 0",
+        f"specrun gamma {gamma}",
+        "specrun auto fresh",
+        "specrun auto",
+        "specrun lookup",
+    ]
 
-    target, draft = (os.environ.get(name) for name in ("TARGET", "DRAFT"))
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE.jsonl",
+        help='prompt files: JSON lines, each with a "prompt"',
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="interleaved repetitions; the median is shown (3)"
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=128, help="tokens to generate for each prompt (128)"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="threads of every row (2)")
+    parser.add_argument(
+        "--gamma",
+        type=int,
+        default=3,
+        help="the fixed γ of `native draft` and `specrun gamma N` (3)",
+    )
+    parser.add_argument(
+        "--rows",
+        type=lambda text: [row.strip() for row in text.split(",")],
+        help="the rows to run, comma-separated, in the order given (default: all, as above)",
+    )
+    parser.add_argument(
+        "--native-bin",
+        type=Path,
+        default=Path("/tmp/specrun-native/build/bin"),
+        help="folder of llama-completion and llama-speculative-simple "
+        "(default: /tmp/specrun-native/build/bin, where bench/native_compare.sh builds them)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120,
+        help="seconds a run may take; one that takes longer is left out of its row's figure "
+        "(native ngram-mod has hung) (120)",
+    )
+    parser.add_argument("--target", help="the target GGUF (default: the demo pair's)")
+    parser.add_argument("--draft", help="the draft GGUF (default: the demo pair's)")
+    args = parser.parse_args(argv)
+    args.rows = args.rows or all_rows(args.gamma)
+    return args
+
+
+def models(args: argparse.Namespace) -> tuple[str, str]:
+    target, draft = args.target, args.draft
     if not (target and draft):
+        from specrun.models.demo import prepare_demo_pair
+
         pair = prepare_demo_pair()
         target, draft = target or str(pair[0]), draft or str(pair[1])
     return target, draft
 
 
-def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
+def native(
+    row: str, args: argparse.Namespace, target: str, draft: str, prompt: str
+) -> tuple[int, float]:
     """(tokens, seconds) of the decode, from the tool's own log."""
-    common = ["-m", target, "-p", prompt, "-n", str(TOKENS), "--temp", "0", "-t", THREADS]
+    n, threads, gamma = str(args.tokens), str(args.threads), str(args.gamma)
+    common = ["-m", target, "-p", prompt, "-n", n, "--temp", "0", "-t", threads]
     if row == "native plain":
-        log = _run([str(BIN / "llama-completion"), *common, "-no-cnv"])
+        log = _run([str(args.native_bin / "llama-completion"), *common, "-no-cnv"], args.timeout)
         runs = int(re.findall(r" eval time =\s*[\d.]+ ms /\s*(\d+) runs", log)[-1])
         # Wall time, as every other row's: its total less the prompt's. Its eval and sampling
         # times leave out its own loop (~0.14 ms a token here); the total also holds ~0.7 ms
@@ -87,10 +129,10 @@ def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
             float(re.findall(rf" {name} time =\s*([\d.]+) ms", log)[-1])
             for name in ("total", "prompt eval")
         )
-        # The first token comes from the prompt's pass, so TOKENS tokens take TOKENS - 1 runs;
+        # The first token comes from the prompt's pass, so --tokens tokens take one run fewer;
         # fewer runs means the answer ended, and the last run gave only the end-of-generation
         # token, which specrun does not count as a token either.
-        tokens = runs if runs >= TOKENS - 1 else runs - 1
+        tokens = runs if runs >= args.tokens - 1 else runs - 1
         return tokens, (total - prompt_eval) / 1000
     if row == "native draft":
         kind = [
@@ -99,47 +141,52 @@ def native(row: str, target: str, draft: str, prompt: str) -> tuple[int, float]:
             "--spec-type",
             "draft-simple",
             "--spec-draft-n-max",
-            GAMMA,
+            gamma,
             "--spec-draft-n-min",
-            GAMMA,
+            gamma,
             "--spec-draft-p-min",
             "0",
         ]
     else:
         kind = ["--spec-type", row.split()[-1]]
-    log = _run([str(BIN / "llama-speculative-simple"), *common, *kind])
+    log = _run([str(args.native_bin / "llama-speculative-simple"), *common, *kind], args.timeout)
     tokens, seconds = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log)[-1]
-    # It runs past TOKENS unless the answer ends, and then its count includes the
+    # It runs past --tokens unless the answer ends, and then its count includes the
     # end-of-generation token.
-    return int(tokens) if int(tokens) > TOKENS else int(tokens) - 1, float(seconds)
+    return int(tokens) if int(tokens) > args.tokens else int(tokens) - 1, float(seconds)
 
 
-def specrun(row: str, target: str, draft: str, prompt: str) -> tuple[int, float, str]:
+def specrun(
+    row: str, args: argparse.Namespace, target: str, draft: str, prompt: str, learned: str
+) -> tuple[int, float, str]:
+    """(tokens, seconds, text) of `specrun run`; `auto` and `lookup` keep their learned state
+    in `learned` across runs, `auto fresh` starts from none."""
     mode = row.removeprefix("specrun ")
     if mode == "lookup":
-        args = ["--draft", "lookup"]
+        drafting = ["--draft", "lookup"]
     elif mode.startswith("gamma"):
-        args = ["--draft", draft, "--gamma", mode.split()[-1]]
+        drafting = ["--draft", draft, "--gamma", mode.split()[-1]]
     else:
-        args = ["--draft", draft, "--gamma", "auto"]
-    state = tempfile.mkdtemp(prefix="side-by-side-fresh-") if mode == "auto fresh" else LEARNED
+        drafting = ["--draft", draft, "--gamma", "auto"]
+    state = tempfile.mkdtemp(prefix="side-by-side-fresh-") if mode == "auto fresh" else learned
     out = _run(
         [
             str(SPECRUN),
             "run",
             "-t",
             target,
-            *args,
+            *drafting,
             "--raw",
             "--temp",
             "0",
             "-n",
-            str(TOKENS),
+            str(args.tokens),
             "--threads",
-            THREADS,
+            str(args.threads),
             "--json",
             prompt,
         ],
+        args.timeout,
         stderr=subprocess.DEVNULL,
         env=os.environ | {"XDG_STATE_HOME": state},
     )
@@ -147,7 +194,9 @@ def specrun(row: str, target: str, draft: str, prompt: str) -> tuple[int, float,
     return result["generated_tokens"], result["decode_seconds"], result["text"]
 
 
-def _run(cmd: list[str], stderr: int = subprocess.STDOUT, env: dict | None = None) -> str:
+def _run(
+    cmd: list[str], timeout: float, stderr: int = subprocess.STDOUT, env: dict | None = None
+) -> str:
     return subprocess.run(
         cmd,
         stdout=subprocess.PIPE,
@@ -156,38 +205,45 @@ def _run(cmd: list[str], stderr: int = subprocess.STDOUT, env: dict | None = Non
         errors="replace",
         check=True,
         env=env,
-        timeout=TIMEOUT,
+        timeout=timeout,
     ).stdout
 
 
-def main(files: list[str]) -> None:
-    target, draft = models()
-    sets = {f: [json.loads(line)["prompt"] for line in open(f) if line.strip()] for f in files}
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    rows, repeat = args.rows, args.repeat
+    target, draft = models(args)
+    learned = tempfile.mkdtemp(prefix="side-by-side-state-")  # the `auto` rows' learned state
+    sets = {f: [json.loads(line)["prompt"] for line in open(f) if line.strip()] for f in args.files}
     # What a user's `auto` would know: one earlier run, on a prompt of none of the sets.
-    if "specrun auto" in ROWS:
+    if "specrun auto" in rows:
         specrun(
             "specrun auto",
+            args,
             target,
             draft,
             "Once upon a time, in a small village by the sea, there lived",
+            learned,
         )
     # totals[file][row][rep] = [tokens, seconds]
-    totals = {f: {row: [[0, 0.0] for _ in range(REPEAT)] for row in ROWS} for f in files}
+    totals = {f: {row: [[0, 0.0] for _ in range(repeat)] for row in rows} for f in sets}
     texts: dict[tuple[str, int, str], str] = {}
     runs: dict[tuple[str, int, int, str], float] = {}  # (file, rep, prompt, row) -> tok/s
-    hung: set[tuple[str, int, str]] = set()  # runs that did not finish within TIMEOUT
-    for rep in range(REPEAT):  # interleaved, so drift in the machine's speed hits every row alike
+    hung: set[tuple[str, int, str]] = set()  # runs that did not finish within --timeout
+    for rep in range(repeat):  # interleaved, so drift in the machine's speed hits every row alike
         for f, prompts in sets.items():
             for i, prompt in enumerate(prompts):
                 # The rows take turns at going first: a prompt's first run follows another
                 # prompt's last, and no row should always be the one that does.
-                turn = (rep * len(prompts) + i) % len(ROWS)
-                for row in ROWS[turn:] + ROWS[:turn]:
+                turn = (rep * len(prompts) + i) % len(rows)
+                for row in rows[turn:] + rows[:turn]:
                     try:
                         if row.startswith("native"):
-                            tokens, seconds = native(row, target, draft, prompt)
+                            tokens, seconds = native(row, args, target, draft, prompt)
                         else:
-                            tokens, seconds, texts[f, i, row] = specrun(row, target, draft, prompt)
+                            tokens, seconds, texts[f, i, row] = specrun(
+                                row, args, target, draft, prompt, learned
+                            )
                     except subprocess.TimeoutExpired:
                         hung.add((f, i, row))
                         continue
@@ -200,30 +256,30 @@ def main(files: list[str]) -> None:
                         flush=True,
                     )
     print(
-        f"{target} + {Path(draft).name}, {TOKENS} tokens a prompt, greedy, raw prompts, {THREADS} threads, "
-        f"median of {REPEAT} (range)"
+        f"{target} + {Path(draft).name}, {args.tokens} tokens a prompt, greedy, raw prompts, "
+        f"{args.threads} threads, median of {repeat} (range)"
     )
     for f, prompts in sets.items():
-        rates = {row: [t / s for t, s in totals[f][row]] for row in ROWS}
-        plain = statistics.median(rates["native plain"]) if "native plain" in ROWS else None
+        rates = {row: [t / s for t, s in totals[f][row]] for row in rows}
+        plain = statistics.median(rates["native plain"]) if "native plain" in rows else None
         print(f"\n{f} ({len(prompts)} prompts)")
-        for row in ROWS:
+        for row in rows:
             median = statistics.median(rates[row])
             versus = f"{median / plain:5.2f}x native plain  " if plain else ""
-            print(
-                f"  {row:20} {median:6.1f} tok/s  {versus}({min(rates[row]):.1f}-{max(rates[row]):.1f})"
-            )
+            low, high = min(rates[row]), max(rates[row])
+            print(f"  {row:20} {median:6.1f} tok/s  {versus}({low:.1f}-{high:.1f})")
         if plain:  # each run against native plain's on the same prompt, minutes apart at most
-            for row in (r for r in ROWS if r != "native plain"):
+            for row in (r for r in rows if r != "native plain"):
                 print(f"  {row:20} paired: {paired(runs, f, row)}")
-        for row in ROWS:
+        for row in rows:
             stuck = sorted(i for g, i, r in hung if g == f and r == row)
             if stuck:
                 print(
-                    f"  {row}: did not finish within {TIMEOUT:.0f} s on prompts {stuck} (left out of its figure)"
+                    f"  {row}: did not finish within {args.timeout:.0f} s on prompts {stuck} "
+                    "(left out of its figure)"
                 )
-        if "specrun gamma 0" in ROWS:
-            for row in (r for r in ROWS if r.startswith("specrun") and r != "specrun gamma 0"):
+        if "specrun gamma 0" in rows:
+            for row in (r for r in rows if r.startswith("specrun") and r != "specrun gamma 0"):
                 differ = [
                     i
                     for i in range(len(prompts))
@@ -249,4 +305,4 @@ def paired(runs: dict[tuple[str, int, int, str], float], f: str, row: str) -> st
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -373,22 +373,32 @@ def render(results: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draft", type=Path, required=True)
+    parser.add_argument("--draft", type=Path, required=True, help="the draft GGUF")
     parser.add_argument(
         "--target", action="append", required=True, help="NAME=PATH; measured in this order"
     )
     parser.add_argument(
         "--native", type=Path, help="folder with llama-completion and llama-speculative-simple"
     )
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--gamma", type=int, default=4)
-    parser.add_argument("--widths", type=int, default=16)
     parser.add_argument(
-        "--context", type=int, default=512, help="tokens in the cache while costs are timed"
+        "--out", type=Path, required=True, help="folder for results.json and results.md"
     )
-    parser.add_argument("--prompt-words", type=int, default=40)
-    parser.add_argument("--n-ctx", type=int, default=4096)
+    parser.add_argument(
+        "--tokens", type=int, default=128, help="tokens each generation makes (128)"
+    )
+    parser.add_argument(
+        "--gamma", type=int, default=4, help="the fixed γ of specrun and the native peer (4)"
+    )
+    parser.add_argument(
+        "--widths", type=int, default=16, help="verify widths timed: 1 to this (16)"
+    )
+    parser.add_argument(
+        "--context", type=int, default=512, help="tokens in the cache while costs are timed (512)"
+    )
+    parser.add_argument(
+        "--prompt-words", type=int, default=40, help="words of the generations' prompt (40)"
+    )
+    parser.add_argument("--n-ctx", type=int, default=4096, help="context of each model (4096)")
     parser.add_argument("--gpu-layers", type=int, help="default: every layer llama.cpp can offload")
     parser.add_argument(
         "--deadline", type=float, default=float("inf"), help="Unix time; no target starts after it"

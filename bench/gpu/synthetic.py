@@ -16,7 +16,7 @@ published ones (tests/test_gpu_kit.py checks it).
 
 from __future__ import annotations
 
-import sys
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,8 +216,19 @@ def write_model(path: Path, shape: Shape, file_type: str, seed: int = 0) -> Path
     return path
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] not in SHAPES or sys.argv[2] not in TYPES:
-        raise SystemExit(f"{__doc__}\nshapes: {', '.join(SHAPES)}; types: {', '.join(TYPES)}")
-    out = write_model(Path(sys.argv[3]), SHAPES[sys.argv[1]], sys.argv[2])
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("shape", choices=SHAPES, metavar="SHAPE", help=", ".join(SHAPES))
+    parser.add_argument(
+        "type", choices=TYPES, metavar="TYPE", help=f"{', '.join(TYPES)}: llama.cpp's mixes"
+    )
+    parser.add_argument("out", type=Path, metavar="OUT.gguf", help="the file to write")
+    args = parser.parse_args()
+    out = write_model(args.out, SHAPES[args.shape], args.type)
     print(f"{out}: {out.stat().st_size / 2**30:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,8 +11,8 @@ The tools/ and examples/ CMake lists are rewritten to name only those two.
 
 from __future__ import annotations
 
+import argparse
 import shutil
-import sys
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -76,8 +76,18 @@ def trim(sdist: Path, dest: Path) -> int:
     return total
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "sdist", type=Path, metavar="SDIST.tar.gz", help="the llama-cpp-python sdist"
+    )
+    parser.add_argument("dest", type=Path, metavar="DEST", help="the folder to fill (replaced)")
+    args = parser.parse_args()
+    size = trim(args.sdist, args.dest)
+    print(f"{args.dest}: {size / 2**20:.1f} MiB")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__)
-    size = trim(Path(sys.argv[1]), Path(sys.argv[2]))
-    print(f"{sys.argv[2]}: {size / 2**20:.1f} MiB")
+    main()

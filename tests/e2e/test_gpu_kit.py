@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.gpu import synthetic, trim
+
 KIT = Path(__file__).resolve().parents[2] / "bench" / "gpu"
-sys.path.insert(0, str(KIT))
-import synthetic  # noqa: E402
-import trim  # noqa: E402
 
 
 @pytest.mark.parametrize(

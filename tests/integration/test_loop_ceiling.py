@@ -3,19 +3,14 @@ configuration, checked for what it commits and for how much each round compares.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import specrun.llama.model as runtime
+from bench import loop_ceiling  # the repository root is on sys.path: pyproject's pytest options
 from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import FixedGamma
 from specrun.core.loop import Round, generate
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import loop_ceiling  # noqa: E402
 
 N_VOCAB, CONTEXT, TOKENS = 49_152, 512, 40
 

@@ -1,0 +1,1 @@
+"""The GPU measurement kit (README.md here); the tests import its modules by name."""
