@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -30,71 +25,9 @@ from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
 from specrun.server.app import Api
 from specrun.server.worker import Worker
+from tests.support.server import Server, chat
 
-SERVING = re.compile(r"^specrun: serving (\S+) at (http://\S+)/v1 ")
-STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, not a measurement
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # the demo model counts on for hundreds of tokens
-
-
-class Server:
-    """`specrun serve` in a subprocess on a free port; stderr is collected as it comes."""
-
-    def __init__(self, *options: str, env: dict[str, str] | None = None) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "specrun",
-            "serve",
-            "--port",
-            "0",
-            "--threads",
-            "1",
-            *options,
-        ]
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        self.lines: list[str] = []
-        self.model = self.url = ""
-        ready = threading.Event()
-        self.reader = threading.Thread(target=self._read, args=(ready,), daemon=True)
-        self.reader.start()
-        ready.wait(STARTUP_LIMIT)
-        assert self.url, "".join(self.lines)
-
-    def _read(self, ready: threading.Event) -> None:
-        for line in self.process.stderr:
-            self.lines.append(line)
-            if match := SERVING.match(line):
-                self.model, self.url = match.groups()
-                ready.set()
-        ready.set()
-
-    def client(self, api_key: str = "unused") -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0)
-
-    def stats(self) -> dict:
-        return httpx.get(f"{self.url}/v1/stats").json()
-
-    def wait_for(self, condition: Callable[[dict], bool]) -> dict:
-        """Poll /v1/stats until `condition` holds (a fail-safe limit, not a timed assert)."""
-        for _ in range(6000):
-            figures = self.stats()
-            if condition(figures):
-                return figures
-            time.sleep(0.02)
-        raise AssertionError(f"never reached: {figures}")
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.process.send_signal(signum)
-        status = self.process.wait(timeout=60)
-        self.reader.join()  # every line of stderr is in
-        return status
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +54,6 @@ def run_json(*args: str) -> dict:
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
-
-
-def chat(server: Server, content: str, **fields: object):
-    return server.client().chat.completions.create(
-        model=server.model, messages=[{"role": "user", "content": content}], **fields
-    )
 
 
 def open_stream(server: Server, body: dict) -> socket.socket:

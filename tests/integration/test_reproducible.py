@@ -163,7 +163,7 @@ def test_run_reproducible_says_how_and_reports_it(tiny_target, tiny_draft):
 
 
 def test_serve_reproducible_answers_as_plain_decoding_does(tiny_target, tiny_draft):
-    from tests.e2e.test_serve import Server, chat
+    from tests.support.server import Server, chat
 
     plain = json.loads(
         specrun(
