@@ -233,8 +233,8 @@ def run_bench(
     for repetition in range(repeat):
         for index, (prompt, tokens) in enumerate(zip(prompts, encoded)):
             # Interleaved, so drift in machine speed hits every mode alike, and in turn: a
-            # run's place after another prompt's or mode's run changes its speed (the first
-            # mode ran about 2% slow here), so each mode takes each place as often.
+            # run's place after another prompt's or mode's run changes its speed, so each mode
+            # takes each place as often.
             turn = (repetition * len(prompts) + index) % len(modes)
             for mode in modes[turn:] + modes[:turn]:
                 stats, output = one_run(mode, tokens)

@@ -116,7 +116,7 @@ class Transcript(ScrollView):
 
     def _resize(self) -> None:
         # The height grows half a screen at a time: a new height lays out the whole screen
-        # (~20 ms) and scrolling repaints the whole transcript, so both happen once per
+        # and scrolling repaints the whole transcript, so both happen once per
         # half screen of text rather than once per line.
         step = max(self.scrollable_content_region.height // 2, 1)
         self.virtual_size = Size(self._width, -(-len(self._lines) // step) * step)

@@ -253,8 +253,8 @@ class Model:
         """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's buffer.
 
         The view is made once for each address the buffer has (it moves only when llama.cpp
-        reallocates it), up to a batch's rows: numpy's as_array costs ~110 µs a round right
-        after a decode, with the CPU's caches cold, 0.5% of a 135M model's round.
+        reallocates it), up to a batch's rows: numpy's as_array, right after a decode with the
+        CPU's caches cold, costs a measurable share of a small model's round.
         """
         pointer = llama.llama_get_logits(self._ctx)
         address = ctypes.addressof(pointer.contents)
