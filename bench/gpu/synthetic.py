@@ -9,7 +9,7 @@ long as the disk needs. Target and draft share one vocabulary, as a real pair do
 The mixes are llama.cpp's own (llama-quant.cpp): Q6_K for the output (the token embedding
 where the output is tied to it), and in Q4_K_M for `attn_v` and `ffn_down` in the layers
 its `use_more_bits` picks; Q4_K or Q4_0 elsewhere. So the files are as large as the
-published ones (tests/test_gpu_kit.py checks it).
+published ones (tests/e2e/test_gpu_kit.py checks it).
 
     python bench/gpu/synthetic.py SHAPE TYPE OUT.gguf     # e.g. llama3-8b q4_k_m
 """

@@ -132,7 +132,7 @@ def test_the_margin_is_a_gib():
 
 # --- the headline pair: Llama-3.3-70B Q4_K_M and Llama-3.2-1B Q4_K_M, n_ctx 4096 -------------
 #
-# From the synthetic headers (tests/synthetic_headers.py, checked in tests/test_footprint.py):
+# From the synthetic headers (tests/support/synthetic_headers.py, checked in tests/integration/test_footprint.py):
 #   a 70B layer with Q6_K attn_v/ffn_down ("big"): 544,079,872 B + 16,777,216 B KV = 560,857,088 B
 #   the other 70B layers ("small", Q5_K attn_v, Q4_K ffn_down): 482,410,496 + 16,777,216 = 499,187,712 B
 #   big layers: 0-9, 70-79 and every third between (12, 15, ..., 69); compute 296,222,720 B;
