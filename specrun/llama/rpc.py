@@ -145,7 +145,9 @@ def check(endpoint: str) -> None:
         )
 
 
-def _function(name: str, prototype: type) -> ctypes._CFuncPtr:
+def _function(
+    name: str, prototype: type[ctypes._CFunctionType]
+) -> ctypes._CFunctionType:  # typeshed's name for the classes CFUNCTYPE makes
     address = backend_function("RPC", name)
     if not address:
         raise RpcError(
