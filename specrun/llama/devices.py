@@ -14,13 +14,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 import llama_cpp as llama
 from llama_cpp._ggml import libggml
 
-# enum ggml_backend_dev_type
-DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
+# A device's kind: enum ggml_backend_dev_type as users read it, "other" for a newer value.
+DeviceKind = Literal["CPU", "GPU", "iGPU", "accelerator", "meta", "other"]
+DEVICE_TYPES: dict[int, DeviceKind] = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
 # Registry names as ggml spells them -> as users know them ("MTL" is Metal).
 BACKEND_NAMES = {
     "MTL": "Metal",
@@ -114,10 +115,20 @@ def _text(value: bytes | None) -> str:
 class Device:
     name: str  # llama.cpp's name, e.g. "CUDA0", "MTL0", "CPU"
     description: str  # e.g. "NVIDIA GeForce RTX 4090"
-    kind: str  # "CPU", "GPU", "iGPU", "accelerator"
+    kind: DeviceKind
     backend: str  # "CUDA", "Metal", ... as users call it
     free_bytes: int
     total_bytes: int
+
+
+class BuildRecord(TypedDict):
+    """`BuildInfo.as_dict()`: the build in `specrun doctor --json`."""
+
+    version: str
+    backends: list[str]
+    cpu_features: list[str]
+    extra_buffer_types: list[str]
+    amx: bool
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,7 @@ class BuildInfo:
     def has_amx(self) -> bool:
         return "AMX" in self.extra_buffer_types
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> BuildRecord:
         return {
             "version": self.version,
             "backends": list(self.backends),
