@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from specrun.core.costs import expected_rate
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
@@ -80,13 +80,17 @@ BUILTIN_PROMPTS: list[BenchPrompt] = [
 ]
 
 
+# Where a mode's drafts come from: nowhere (plain), the draft model, prompt lookup, or both.
+DraftKind = Literal["none", "model", "lookup", "hybrid"]
+
+
 @dataclass(frozen=True)
 class Mode:
     """One column of the comparison: a draft source and a γ policy."""
 
     name: str
-    draft: str  # "none", "model", "lookup" or "hybrid"
-    gamma: str
+    draft: DraftKind
+    gamma: str  # as parse_policy reads it
 
 
 def default_modes(gammas: Sequence[int], has_draft: bool, lookup: bool) -> list[Mode]:
