@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from specrun.core.costs import expected_rate
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
@@ -21,7 +22,7 @@ from specrun.core.exactness import first_divergence
 from specrun.core.gamma import GAMMA_MAX, parse_policy
 from specrun.core.loop import generate
 from specrun.core.sampling import NEAR_TIE, SamplingParams
-from specrun.core.stats import Stats
+from specrun.core.stats import Stats, StatsRecord
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
 from specrun.llama.placement import Placement
@@ -30,7 +31,24 @@ from specrun.prompt import prompt_tokens
 from specrun.system.formatting import format_or_dash
 from specrun.system.textio import read_text
 
-BUILTIN_PROMPTS: list[dict[str, str]] = [
+# A prompt of the set: its class (a group of the table's rows) and its text.
+BenchPrompt = TypedDict("BenchPrompt", {"class": str, "prompt": str})
+# A row of the table: a mode on a class of prompts (or "all"), medians over the repetitions.
+TableRow = TypedDict(
+    "TableRow",
+    {
+        "class": str,
+        "mode": str,
+        "tokens_per_second": float,
+        "speedup": float | None,  # against plain in the same repetition; None without plain
+        "estimated_speedup": float | None,  # what --stats estimated in the same runs
+        "acceptance_rate": float | None,  # None where nothing was drafted
+        "mean_accepted_length": float,
+        "mean_gamma": float,
+    },
+)
+
+BUILTIN_PROMPTS: list[BenchPrompt] = [
     {
         "class": "code",
         "prompt": "Write a Python function that checks whether a number is prime. Include a docstring.",
@@ -62,13 +80,17 @@ BUILTIN_PROMPTS: list[dict[str, str]] = [
 ]
 
 
+# Where a mode's drafts come from: nowhere (plain), the draft model, prompt lookup, or both.
+DraftKind = Literal["none", "model", "lookup", "hybrid"]
+
+
 @dataclass(frozen=True)
 class Mode:
     """One column of the comparison: a draft source and a γ policy."""
 
     name: str
-    draft: str  # "none", "model", "lookup" or "hybrid"
-    gamma: str
+    draft: DraftKind
+    gamma: str  # as parse_policy reads it
 
 
 def default_modes(gammas: Sequence[int], has_draft: bool, lookup: bool) -> list[Mode]:
@@ -83,11 +105,11 @@ def default_modes(gammas: Sequence[int], has_draft: bool, lookup: bool) -> list[
     return modes
 
 
-def load_prompts(path: Path | None) -> list[dict[str, str]]:
+def load_prompts(path: Path | None) -> list[BenchPrompt]:
     """The built-in set, or a JSONL file of {"prompt": ..., "class": ...} lines."""
     if path is None:
         return BUILTIN_PROMPTS
-    prompts = []
+    prompts: list[BenchPrompt] = []
     lines = read_text(path, "prompts").splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -108,14 +130,17 @@ def load_prompts(path: Path | None) -> list[dict[str, str]]:
 class CostCurve:
     draft_per_token: float | None  # seconds
     verify_by_width: dict[int, float]  # width -> seconds
-    overhead: float  # loop overhead per round, seconds, from the plain runs
+    # Loop overhead per round, seconds, from the plain runs; None where none of them decoded
+    # (one token each: the prompt's pass chose it).
+    overhead: float | None
 
     def predicted_best(self, alpha: float, gamma_max: int) -> tuple[int, dict[int, float]]:
-        rates = {0: expected_rate(alpha, 0, 0.0, self.verify_by_width[1], self.overhead)}
+        overhead = self.overhead or 0.0
+        rates = {0: expected_rate(alpha, 0, 0.0, self.verify_by_width[1], overhead)}
         if self.draft_per_token is not None:
             for g in range(1, gamma_max + 1):
                 rates[g] = expected_rate(
-                    alpha, g, self.draft_per_token, self.verify_by_width[g + 1], self.overhead
+                    alpha, g, self.draft_per_token, self.verify_by_width[g + 1], overhead
                 )
         return max(rates, key=rates.__getitem__), rates
 
@@ -150,7 +175,7 @@ class Run:
     prompt_class: str
     prompt_index: int
     repetition: int
-    stats: dict[str, object]
+    stats: StatsRecord
     tokens: list[int] = field(repr=False)
 
 
@@ -162,7 +187,7 @@ class BenchResult:
     modes: list[str]
     classes: list[str]
     runs: list[Run]
-    table: list[dict[str, object]]
+    table: list[TableRow]
     costs: CostCurve
     alpha: float | None
     predicted_gamma: int | None
@@ -184,16 +209,18 @@ def _draft_source(
 ) -> DraftSource | None:
     if mode.draft == "none":
         return None
-    model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min) if draft is not None else None
-    if mode.draft == "model":
-        return model_draft
-    return lookup.draft() if mode.draft == "lookup" else HybridDraft(lookup.draft(), model_draft)
+    if mode.draft == "lookup":
+        return lookup.draft()
+    if draft is None:  # default_modes offers the model's modes only with a draft
+        raise SpecrunError(f"bench: mode {mode.name} needs a draft model")
+    model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min)
+    return model_draft if mode.draft == "model" else HybridDraft(lookup.draft(), model_draft)
 
 
 def run_bench(
     target: Model,
     draft: Model | None,
-    prompts: list[dict[str, str]],
+    prompts: list[BenchPrompt],
     modes: list[Mode],
     *,
     params: SamplingParams,
@@ -212,7 +239,8 @@ def run_bench(
     policies = {mode.name: parse_policy(mode.gamma, gamma_max) for mode in modes}
 
     def one_run(mode: Mode, tokens: list[int]) -> tuple[Stats, list[int]]:
-        stats, output = Stats(), []
+        stats = Stats()
+        output: list[int] = []
         for event in generate(
             target,
             tokens,
@@ -246,8 +274,12 @@ def run_bench(
     table = _table(runs, modes, classes)
     mismatches = _mismatches(target, encoded, runs) if params.greedy else []
     draft_per_token, verify = measure_costs(target, draft, encoded[0], gamma_max + 1)
-    overheads = [r.stats["overhead_seconds_per_round"] for r in runs if r.mode == "plain"]
-    costs = CostCurve(draft_per_token, verify, statistics.median(overheads))
+    overheads = [
+        overhead
+        for r in runs
+        if r.mode == "plain" and (overhead := r.stats["overhead_seconds_per_round"]) is not None
+    ]
+    costs = CostCurve(draft_per_token, verify, statistics.median(overheads) if overheads else None)
     alpha = _alpha(runs)
     predicted, rates = costs.predicted_best(alpha, gamma_max) if alpha is not None else (None, {})
     return BenchResult(
@@ -278,17 +310,17 @@ def _rate(runs: list[Run]) -> float:
 def _estimate(runs: list[Run]) -> float | None:
     """What --stats estimated for a group of runs, aggregated as `_rate` aggregates the
     measured rate (all tokens over all time): each run's estimate weighted by its decode time."""
-    estimated = [r for r in runs if r.stats["estimated_speedup"] is not None]
-    weight = sum(r.stats["decode_seconds"] for r in estimated)
-    return (
-        sum(r.stats["estimated_speedup"] * r.stats["decode_seconds"] for r in estimated) / weight
-        if weight
-        else None
-    )
+    estimated = [
+        (speedup, r.stats["decode_seconds"])
+        for r in runs
+        if (speedup := r.stats["estimated_speedup"]) is not None
+    ]
+    weight = sum(seconds for _, seconds in estimated)
+    return sum(speedup * seconds for speedup, seconds in estimated) / weight if weight else None
 
 
-def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[dict[str, object]]:
-    rows = []
+def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[TableRow]:
+    rows: list[TableRow] = []
     for prompt_class in [*classes, "all"]:
         selected = [r for r in runs if prompt_class in ("all", r.prompt_class)]
         repetitions = sorted({r.repetition for r in selected})
@@ -385,7 +417,7 @@ def render_text(result: BenchResult) -> str:
         # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
         f"  placement        {result.placement.text()}",
         f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
-        f"  loop overhead    {costs.overhead * 1000:.2f} ms per round",
+        f"  loop overhead    {format_or_dash(costs.overhead and costs.overhead * 1000, '.2f')} ms per round",
         "  target verify    "
         + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())
         + "  (width:ms)",

@@ -13,10 +13,11 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from specrun.core import sampling
 from specrun.llama import devices, install
-from specrun.llama.devices import BuildInfo, Device
+from specrun.llama.devices import BuildInfo, BuildRecord, Device
 from specrun.models import demo
 from specrun.models.hub import hub_cache_dir
 
@@ -39,9 +40,12 @@ FEATURE_FLAGS = {
 }
 
 
+GpuVendor = Literal["NVIDIA", "Apple", "AMD"]
+
+
 @dataclass(frozen=True)
 class HostGpu:
-    vendor: str  # "NVIDIA", "Apple", "AMD"
+    vendor: GpuVendor
     detail: str = ""  # e.g. "CUDA 12.4" from nvidia-smi
     cuda_version: tuple[int, int] | None = None
 
@@ -52,6 +56,48 @@ class Problem:
     fix: str
 
 
+class CacheFolder(TypedDict):
+    """A cache of models or wheels, as doctor reports it."""
+
+    path: str
+    exists: bool
+    bytes: int  # all its files; 0 where it does not exist
+
+
+class DemoPlacement(TypedDict):
+    """What the demo pair would take at the default context, and where `fit` puts it here."""
+
+    n_ctx: int
+    fit: str  # place_layers' line, or "does not fit: ..."
+    target_bytes: int  # weights, KV cache and compute buffer
+    draft_bytes: int
+
+
+class Absent(TypedDict):
+    """{}: a record of something not there (the demo pair's placement without the pair)."""
+
+
+class HostRecord(TypedDict):
+    machine: str
+    system: str
+    amx: bool  # the CPU has AMX
+    gpus: list[dict[str, object]]  # each HostGpu's fields
+
+
+class DoctorRecord(TypedDict):
+    """`Report.as_dict()`: `specrun doctor --json`."""
+
+    build: BuildRecord
+    amx_guard: bool  # the build has AMX and it is kept off
+    devices: list[dict[str, object]]  # each Device's fields
+    host: HostRecord
+    caches: dict[str, CacheFolder]
+    demo_pair: bool
+    demo_placement: DemoPlacement | Absent
+    compiled_sampling: bool
+    problems: list[dict[str, object]]  # each Problem's fields
+
+
 @dataclass
 class Report:
     build: BuildInfo
@@ -59,16 +105,14 @@ class Report:
     host_cpu_flags: set[str]
     host_gpus: list[HostGpu]
     amx_allowed: bool
-    caches: dict[str, dict[str, object]] = field(default_factory=dict)
+    caches: dict[str, CacheFolder] = field(default_factory=dict)
     demo_pair_present: bool = False
-    demo_placement: dict[str, object] = field(
-        default_factory=dict
-    )  # the demo pair's estimate and fit here
+    demo_placement: DemoPlacement | None = None  # where the demo pair is present
     compiled_sampling: bool = (
         True  # specrun/core/_sampling.c built (setup.py builds it where a C compiler is)
     )
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> DoctorRecord:
         return {
             "build": self.build.as_dict(),
             "amx_guard": self.build.has_amx and not self.amx_allowed,
@@ -81,7 +125,7 @@ class Report:
             },
             "caches": self.caches,
             "demo_pair": self.demo_pair_present,
-            "demo_placement": self.demo_placement,
+            "demo_placement": self.demo_placement or Absent(),
             "compiled_sampling": self.compiled_sampling,
             "problems": [asdict(p) for p in problems(self)],
         }
@@ -211,7 +255,7 @@ def folder_size(path: Path) -> int:
     return total
 
 
-def cache_folders() -> dict[str, dict[str, object]]:
+def cache_folders() -> dict[str, CacheFolder]:
     folders = {
         "specrun": demo.cache_dir(),
         "huggingface": hub_cache_dir(),
@@ -227,7 +271,7 @@ def cache_folders() -> dict[str, dict[str, object]]:
     }
 
 
-def demo_placement(target: Path, draft: Path) -> dict[str, object]:
+def demo_placement(target: Path, draft: Path) -> DemoPlacement:
     """What the demo pair would take at the default context, and where `fit` would put it here."""
     from specrun.llama.footprint import estimate
     from specrun.llama.model import DEFAULT_CTX
@@ -259,7 +303,7 @@ def gather() -> Report:
         amx_allowed=devices.amx_allowed(),
         caches=cache_folders(),
         demo_pair_present=present,
-        demo_placement=demo_placement(target, draft) if present else {},
+        demo_placement=demo_placement(target, draft) if present else None,
         compiled_sampling=sampling.compiled(),
     )
 
@@ -300,14 +344,14 @@ def render_text(report: Report) -> list[str]:
         )
     lines.append("caches")
     for name, cache in report.caches.items():
-        size = gigabytes(int(cache["bytes"])) if cache["exists"] else "absent"
+        size = gigabytes(cache["bytes"]) if cache["exists"] else "absent"
         lines.append(f"  {name:<12} {cache['path']}  ({size})")
     lines.append(f"  demo pair:   {'present' if report.demo_pair_present else 'not built'}")
     if report.demo_placement:
         where = report.demo_placement
         lines.append(
-            f"placement of the demo pair at n_ctx {where['n_ctx']}: target {gigabytes(int(where['target_bytes']))}, "
-            f"draft {gigabytes(int(where['draft_bytes']))} (weights, KV cache, compute buffer)"
+            f"placement of the demo pair at n_ctx {where['n_ctx']}: target {gigabytes(where['target_bytes'])}, "
+            f"draft {gigabytes(where['draft_bytes'])} (weights, KV cache, compute buffer)"
         )
         lines.append(f"  {where['fit']}")
     found = problems(report)

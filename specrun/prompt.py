@@ -11,16 +11,20 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Literal
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
 
+Role = Literal["system", "user", "assistant"]
+
 
 @dataclass
 class Message:
-    role: str  # "system", "user" or "assistant"
+    role: Role
     content: str
 
 
@@ -61,9 +65,18 @@ def render(model: Model, messages: list[Message]) -> list[int]:
 
 def _format(model: Model, formatter: Jinja2ChatFormatter, messages: list[Message]) -> str:
     try:
-        return formatter(messages=[{"role": m.role, "content": m.content} for m in messages]).prompt
+        return formatter(messages=[_request_message(m) for m in messages]).prompt
     except Exception as error:  # a template may reject a conversation (e.g. no system role)
         raise SpecrunError(f"{model.name}'s chat template failed: {error}") from None
+
+
+def _request_message(message: Message) -> ChatCompletionRequestMessage:
+    """A message as the formatter takes it: one TypedDict per role."""
+    if message.role == "system":
+        return {"role": "system", "content": message.content}
+    if message.role == "user":
+        return {"role": "user", "content": message.content}
+    return {"role": "assistant", "content": message.content}
 
 
 def _markup_and_contents(
@@ -102,24 +115,25 @@ def _tokenize(model: Model, pieces: list[tuple[str, bool]]) -> list[int]:
     text between two special tokens is one fragment; a special token may swallow the
     whitespace beside it), except that special tokens come from the markup only. So an
     ordinary conversation gets exactly the tokens it always got."""
-    fragments: list[str | int] = [""]  # text and special token ids, alternating
+    specials: list[int] = []  # the special token ids, in order
+    texts = [""]  # the text before each special token, and after the last
     for text, is_markup in pieces:
         for part in _split_special(model, text) if is_markup else [text]:
             if isinstance(part, int):
-                fragments += [part, ""]
+                specials.append(part)
+                texts.append("")
             else:
-                fragments[-1] += part
+                texts[-1] += part
     tokens: list[int] = []
-    for index, fragment in enumerate(fragments):
-        if isinstance(fragment, int):
-            tokens.append(fragment)
-            continue
-        if index > 0 and model.strips_spaces(fragments[index - 1])[1]:
-            fragment = fragment.lstrip(_ASCII_SPACE)
-        if index + 1 < len(fragments) and model.strips_spaces(fragments[index + 1])[0]:
-            fragment = fragment.rstrip(_ASCII_SPACE)
-        if fragment:
-            tokens += model.tokenize(fragment, add_special=False, parse_special=False)
+    for index, text in enumerate(texts):
+        if index > 0:
+            tokens.append(specials[index - 1])
+            if model.strips_spaces(specials[index - 1])[1]:
+                text = text.lstrip(_ASCII_SPACE)
+        if index < len(specials) and model.strips_spaces(specials[index])[0]:
+            text = text.rstrip(_ASCII_SPACE)
+        if text:
+            tokens += model.tokenize(text, add_special=False, parse_special=False)
     return tokens
 
 

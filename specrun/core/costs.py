@@ -8,22 +8,46 @@ without a model.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, TypedDict, TypeVar
+
+K = TypeVar("K")
 
 
 class RoundLike(Protocol):
-    finish_reason: str | None
-    gamma: int
-    drafted: int
-    accepted: int
-    draft_seconds: float  # proposing, without catching up
-    verify_seconds: float
-    overhead_seconds: float
-    catch_up_seconds: float  # the draft taking in tokens committed while it paused
-    verify_first_of_shape: bool  # the target's first decode of this batch shape (one-time setup)
+    """What the policies and the cost model read of a round, read-only (a Round is frozen)."""
 
     @property
+    def finish_reason(self) -> str | None: ...
+    @property
+    def gamma(self) -> int: ...
+    @property
+    def drafted(self) -> int: ...
+    @property
+    def accepted(self) -> int: ...
+    @property
+    def draft_seconds(self) -> float: ...  # proposing, without catching up
+    @property
+    def verify_seconds(self) -> float: ...
+    @property
+    def overhead_seconds(self) -> float: ...
+    @property
+    def catch_up_seconds(self) -> float: ...  # the draft taking in tokens committed while it paused
+    @property
+    def verify_first_of_shape(self) -> bool: ...  # the target's first decode of this batch shape
+    @property
     def seconds(self) -> float: ...  # all four
+
+
+# A measured cost: (value, samples).
+Measure = tuple[float, int]
+
+
+class CostState(TypedDict):
+    """CostModel.state(), kept as JSON between runs (specrun.core.learned): each Measure
+    comes back as a list, which `resume` unpacks the same."""
+
+    means: dict[str, Measure]
+    verify: dict[str, Measure]  # by width, as text (JSON's keys)
 
 
 def is_plain_sample(event: RoundLike, last_drafted: int | None) -> bool:
@@ -45,12 +69,12 @@ class CostModel:
 
     def __init__(self, decay: float | None = 0.8) -> None:
         self.decay = decay
-        self._means: dict[str, tuple[float, int]] = {}  # key -> (value, samples)
-        self._verify: dict[int, tuple[float, int]] = {}  # width -> (value, samples)
+        self._means: dict[str, Measure] = {}  # "draft" or "overhead" -> (value, samples)
+        self._verify: dict[int, Measure] = {}  # width -> (value, samples)
         self._widths: dict[int, float] | None = None  # measured_widths, until the next update
         self._curve: list[float] | None = None  # verify_curve, until the next update
 
-    def _update(self, table: dict, key: object, value: float) -> None:
+    def _update(self, table: dict[K, Measure], key: K, value: float) -> None:
         old, count = table.get(key, (value, 0))
         # A plain mean over the first samples (so one odd sample does not stand for
         # long), exponential weighting after that.
@@ -80,14 +104,14 @@ class CostModel:
             seconds = min(seconds, 1.5 * width * self._verify[1][0])
         self._update(self._verify, width, seconds)
 
-    def state(self) -> dict[str, object]:
+    def state(self) -> CostState:
         return {"means": self._means, "verify": {str(w): v for w, v in self._verify.items()}}
 
-    def resume(self, state: dict, max_samples: int) -> None:
+    def resume(self, state: CostState, max_samples: int) -> None:
         """Take over saved figures, each as if from at most `max_samples` samples, so the
         figures measured from here on soon outweigh them."""
 
-        def capped(table: dict) -> dict:
+        def capped(table: dict[str, Measure]) -> dict[str, Measure]:
             return {
                 key: (float(value), min(int(count), max_samples))
                 for key, (value, count) in table.items()
@@ -112,7 +136,7 @@ class CostModel:
                 self._curve = []
             else:
                 widest = next(reversed(measured))
-                curve = [self.t_verify(width) for width in range(1, min(widest, widths) + 1)]
+                curve = [self._estimate(width) for width in range(1, min(widest, widths) + 1)]
                 slope = self._slope_past_widest()
                 curve += [
                     measured[widest] + slope * (width - widest)
@@ -137,13 +161,15 @@ class CostModel:
         than once (a CPU's steep verify rules wide drafts out before they are tried, but one
         sample is no slope), else that width's time
         (flat, as on a GPU: the policy tries wider drafts and learns their cost); below the
-        narrowest, along the first slope."""
+        narrowest, along the first slope. None before any width was measured."""
+        return self._estimate(width) if self.measured_widths else None
+
+    def _estimate(self, width: int) -> float:
+        """t_verify where some width was measured."""
         measured = self.measured_widths
         if width in measured:
             return measured[width]
         widths = list(measured)
-        if not widths:
-            return None
         if width > widths[-1]:
             return measured[widths[-1]] + self._slope_past_widest() * (width - widths[-1])
         if len(widths) == 1:

@@ -7,9 +7,9 @@ tested without a model. What a round costs and yields is `costs`'s.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import Protocol, TypedDict
 
-from specrun.core.costs import CostModel, RoundLike, expected_rate, is_plain_sample
+from specrun.core.costs import CostModel, CostState, RoundLike, expected_rate, is_plain_sample
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
@@ -23,6 +23,16 @@ PLAIN_SAMPLE_COST = 0.01
 # Forced plain rounds come in threes: the first pays for following a draft and is not
 # measured; the two after it measure plain decoding (DESIGN.md, γ).
 PLAIN_SAMPLE_ROUNDS = 3
+
+
+class AdaptiveState(TypedDict):
+    """What AdaptiveGamma learned (`state`), kept as JSON between runs (specrun.core.learned)."""
+
+    accepted: float  # the evidence, in drafted tokens
+    rejected: float
+    gamma: int
+    probe_interval: int
+    costs: CostState
 
 
 class GammaPolicy(Protocol):
@@ -117,7 +127,7 @@ class AdaptiveGamma:
         extrapolated), at the recent α or this one, from one verify curve."""
         t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
         alpha = self.alpha if alpha is None else alpha
-        table = {}
+        table: dict[int, float] = {}
         for gamma, t_verify in enumerate(self.costs.verify_curve(self.gamma_max + 1)):
             if gamma > 0 and t_draft is None:
                 break
@@ -185,7 +195,7 @@ class AdaptiveGamma:
         else:
             self._space_probes(event)
 
-    def state(self) -> dict[str, object]:
+    def state(self) -> AdaptiveState:
         """What it learned, for a later run on the same pair and machine (specrun.core.learned)."""
         return {
             "accepted": self._accepted,
@@ -195,7 +205,7 @@ class AdaptiveGamma:
             "costs": self.costs.state(),
         }
 
-    def resume(self, state: dict, evidence: float = 8.0, samples: int = 3) -> None:
+    def resume(self, state: AdaptiveState, evidence: float = 8.0, samples: int = 3) -> None:
         """Start from a saved state instead of the warm-up, trusting it as much as a few rounds
         (`evidence` drafted tokens, `samples` measurements of each cost): a new text soon shows."""
         self.costs.resume(state["costs"], samples)

@@ -131,14 +131,18 @@ def generate(
             yield _finish_round(stream, "cancelled", round_start - round_end)
             return
         prompt_pass = prompt_logits is not None
-        if prompt_pass:
+        if prompt_logits is not None:
             gamma, proposal, logits, prompt_logits = 0, Proposal(), prompt_logits, None
             drafted_at = round_start
         else:
             # Room for γ drafts and the one token the target adds, inside both limits.
             room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
             gamma = min(policy.next_gamma(), room) if draft is not None else 0
-            proposal = draft.propose(ctx, gamma, params, rng) if gamma > 0 else Proposal()
+            proposal = (
+                draft.propose(ctx, gamma, params, rng)
+                if draft is not None and gamma > 0
+                else Proposal()
+            )
             drafted_at = time.perf_counter()
             # A view of llama.cpp's buffer, read before the target's next call.
             logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
@@ -154,7 +158,8 @@ def generate(
 
         new_tokens = [*proposal.tokens[:accepted], next_token]
         from_draft = [True] * accepted + [False]
-        finish, ended_at_eog = None, False
+        finish: FinishReason | None = None
+        ended_at_eog = False
         for i, token in enumerate(new_tokens):
             if target.is_eog(token):  # the answer ends here; drop whatever was accepted after it
                 del new_tokens[i:], from_draft[i:]
@@ -214,6 +219,6 @@ def _keep_committed(target: LanguageModel, ctx: Tokens) -> None:
     target.logits(ctx.but_last(), 0)  # compares only what the last round added
 
 
-def _finish_round(stream: TextStream, reason: str, overhead: float) -> Round:
+def _finish_round(stream: TextStream, reason: FinishReason, overhead: float) -> Round:
     """A round that commits nothing and only releases held-back text."""
     return Round((), (), tuple(stream.flush()), 0, 0, 0, 0.0, 0.0, overhead, reason)

@@ -8,13 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import import_module
+from typing import Protocol, cast, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from specrun.errors import OptionError
 
+
+class _CompiledChain(Protocol):
+    """The functions of specrun/core/_sampling.c, on C-contiguous rows (its method table)."""
+
+    def top_k(self, logits: npt.NDArray[np.float32], k: int, /) -> list[tuple[int, float]]:
+        """The k best of a row, best first, ties to the lower id: (id, value) each."""
+        ...
+
+    def distribution(
+        self,
+        logits: npt.NDArray[np.float32],
+        k: int,
+        top_p: float,
+        min_p: float,
+        temperature: float,
+        ids: npt.NDArray[np.int64],
+        probs: npt.NDArray[np.float64],
+        /,
+    ) -> int:
+        """The chain on a row: writes the first `keep` of `ids` and `probs` (k each), returns keep."""
+        ...
+
+
+_compiled: _CompiledChain | None
 try:  # sampling's hot path in C (setup.py); the same in numpy where it was not compiled
-    from specrun.core import _sampling as _compiled
+    # A C extension has no types mypy can read: its functions are as _CompiledChain says.
+    _compiled = cast(_CompiledChain, import_module("specrun.core._sampling"))
 except ImportError:
     _compiled = None
 
@@ -62,13 +90,19 @@ class Distribution:
     ids: np.ndarray
     probs: np.ndarray
 
-    def __getitem__(self, tokens: int | np.ndarray) -> float | np.ndarray:
+    @overload
+    def __getitem__(self, tokens: int | np.integer) -> float: ...
+
+    @overload
+    def __getitem__(self, tokens: np.ndarray) -> np.ndarray: ...
+
+    def __getitem__(self, tokens: int | np.integer | np.ndarray) -> float | np.ndarray:
         """The probability of a token, or of each of an array of tokens."""
         if isinstance(tokens, (int, np.integer)):  # verify's case, twice a row: one numpy call
             at = int(self.ids.searchsorted(tokens))
             return float(self.probs[at]) if at < len(self.ids) and self.ids[at] == tokens else 0.0
-        at = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
-        return np.where(self.ids[at] == tokens, self.probs[at], 0.0)
+        where = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
+        return np.where(self.ids[where] == tokens, self.probs[where], 0.0)
 
     def sample(self, rng: np.random.Generator) -> int:
         return int(self.ids[sample(self.probs, rng)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -40,7 +41,13 @@ class Tokens(Sequence[int]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def __getitem__(self, index):  # an int, or a slice as a list
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:  # a slice as a list
         return self._items[index]
 
     def __iter__(self) -> Iterator[int]:
@@ -58,7 +65,13 @@ class Continuation(Sequence[int]):
     def __len__(self) -> int:
         return self.n + len(self.tail)
 
-    def __getitem__(self, index):  # an int, or a slice as a list
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:  # a slice as a list
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:

@@ -9,11 +9,47 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, TypedDict
 
 from specrun.core.costs import CostModel, is_plain_sample
-from specrun.core.loop import Event, Prefill, Round
+from specrun.core.loop import Event, FinishReason, Prefill, Round
 from specrun.core.sampling import NEAR_TIE
 from specrun.system.formatting import format_or_dash
+
+# Why a generation ended, as its figures report it: the loop's reasons, or "interrupted",
+# which the CLI sets where a signal stopped it.
+ReportedFinishReason = FinishReason | Literal["interrupted"]
+
+
+class StatsRecord(TypedDict):
+    """`Stats.as_dict()`: the figures of `run --json`, `bench --json` and the server's
+    `specrun` object (documented in the README), in this order."""
+
+    prompt_tokens: int
+    prompt_evaluated: int
+    prompt_seconds: float
+    prompt_tokens_per_second: float | None
+    time_to_first_token: float | None
+    generated_tokens: int
+    decode_seconds: float
+    tokens_per_second: float | None
+    rounds: int
+    drafted: int
+    accepted: int
+    acceptance_rate: float | None
+    rejections: int
+    near_ties: int
+    near_tie_epsilon: float
+    per_token_acceptance: float | None
+    mean_accepted_length: float | None
+    mean_gamma: float | None
+    gamma_trace: list[int]
+    per_position_acceptance: list[float]
+    estimated_speedup: float | None
+    estimated_speedup_plain_rounds: int
+    overhead_seconds_per_round: float | None
+    verify_seconds_by_width: dict[int, float]  # JSON writes the widths as text
+    finish_reason: ReportedFinishReason | None
 
 
 @dataclass
@@ -38,13 +74,13 @@ class Stats:
     plain_rounds: int = 0
     plain_seconds: float = 0.0
     first_round_seconds: float | None = None
-    finish_reason: str | None = None
+    finish_reason: ReportedFinishReason | None = None
     gamma_trace: list[int] = field(default_factory=list)
     # position i (0-based): rounds that drafted at least i+1 tokens / of those, accepted at least i+1
     position_drafted: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     costs: CostModel = field(default_factory=lambda: CostModel(decay=None))
-    _recent: deque = field(default_factory=deque)
+    _recent: deque[tuple[int, float]] = field(default_factory=deque)  # (tokens, seconds)
     _last_drafted: int | None = None
 
     def add(self, event: Event) -> None:
@@ -154,7 +190,7 @@ class Stats:
         plain_rounds_needed = self.generated + self.ended_at_eog - self.prompt_passes
         return plain_rounds_needed * (self.plain_seconds / self.plain_rounds) / self.decode_seconds
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> StatsRecord:
         """The figures of `run --json` and `bench --json` (documented in the README)."""
         return {
             "prompt_tokens": self.prompt_tokens,

@@ -11,14 +11,17 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Literal, TypedDict, cast
 
 import llama_cpp as llama
 from llama_cpp._ggml import libggml
 
-# enum ggml_backend_dev_type
-DEVICE_TYPES = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
+# A device's kind: enum ggml_backend_dev_type as users read it, "other" for a newer value.
+DeviceKind = Literal["CPU", "GPU", "iGPU", "accelerator", "meta", "other"]
+DEVICE_TYPES: dict[int, DeviceKind] = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
 # Registry names as ggml spells them -> as users know them ("MTL" is Metal).
 BACKEND_NAMES = {
     "MTL": "Metal",
@@ -46,37 +49,62 @@ _GetFeatures = ctypes.CFUNCTYPE(ctypes.POINTER(_Feature), ctypes.c_void_p)
 _GetExtraBufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
 
 
-def _bind(name: str, restype: object, *argtypes: object) -> object:
+def _bind(name: str, restype: type | None, *argtypes: type) -> Callable[..., Any]:
+    """ggml's function `name` through ctypes, which types nothing: each binding below declares
+    the signature ctypes gives it (c_void_p as int, NULL as None; c_char_p as bytes)."""
     function = getattr(libggml, name)
     function.restype, function.argtypes = restype, list(argtypes)
-    return function
+    return cast("Callable[..., Any]", function)
 
 
-_reg_count = _bind("ggml_backend_reg_count", ctypes.c_size_t)
-_reg_get = _bind("ggml_backend_reg_get", ctypes.c_void_p, ctypes.c_size_t)
-_reg_name = _bind("ggml_backend_reg_name", ctypes.c_char_p, ctypes.c_void_p)
-_reg_proc = _bind(
+# A ggml object (registry, device, buffer type, function) is its address; NULL is None.
+Handle = int
+
+_reg_count: Callable[[], int] = _bind("ggml_backend_reg_count", ctypes.c_size_t)
+_reg_get: Callable[[int], Handle] = _bind("ggml_backend_reg_get", ctypes.c_void_p, ctypes.c_size_t)
+_reg_name: Callable[[Handle], bytes | None] = _bind(
+    "ggml_backend_reg_name", ctypes.c_char_p, ctypes.c_void_p
+)
+_reg_proc: Callable[[Handle, bytes], Handle | None] = _bind(
     "ggml_backend_reg_get_proc_address", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p
 )
-_dev_count = _bind("ggml_backend_dev_count", ctypes.c_size_t)
-_dev_get = _bind("ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
-_dev_name = _bind("ggml_backend_dev_name", ctypes.c_char_p, ctypes.c_void_p)
-_dev_description = _bind("ggml_backend_dev_description", ctypes.c_char_p, ctypes.c_void_p)
-_dev_type = _bind("ggml_backend_dev_type", ctypes.c_int, ctypes.c_void_p)
-_dev_memory = _bind(
+_dev_count: Callable[[], int] = _bind("ggml_backend_dev_count", ctypes.c_size_t)
+_dev_get: Callable[[int], Handle] = _bind("ggml_backend_dev_get", ctypes.c_void_p, ctypes.c_size_t)
+_dev_name: Callable[[Handle], bytes | None] = _bind(
+    "ggml_backend_dev_name", ctypes.c_char_p, ctypes.c_void_p
+)
+_dev_description: Callable[[Handle], bytes | None] = _bind(
+    "ggml_backend_dev_description", ctypes.c_char_p, ctypes.c_void_p
+)
+_dev_type: Callable[[Handle], int] = _bind("ggml_backend_dev_type", ctypes.c_int, ctypes.c_void_p)
+_dev_memory: Callable[[Handle, ctypes._CArgObject, ctypes._CArgObject], None] = _bind(
     "ggml_backend_dev_memory",
     None,
     ctypes.c_void_p,
     ctypes.POINTER(ctypes.c_size_t),
     ctypes.POINTER(ctypes.c_size_t),
 )
-_dev_reg = _bind("ggml_backend_dev_backend_reg", ctypes.c_void_p, ctypes.c_void_p)
-_dev_by_type = _bind("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)
-_dev_by_name = _bind("ggml_backend_dev_by_name", ctypes.c_void_p, ctypes.c_char_p)
-_reg_by_name = _bind("ggml_backend_reg_by_name", ctypes.c_void_p, ctypes.c_char_p)
-_reg_dev_count = _bind("ggml_backend_reg_dev_count", ctypes.c_size_t, ctypes.c_void_p)
-_reg_dev_get = _bind("ggml_backend_reg_dev_get", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-_buft_name = _bind("ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p)
+_dev_reg: Callable[[Handle], Handle] = _bind(
+    "ggml_backend_dev_backend_reg", ctypes.c_void_p, ctypes.c_void_p
+)
+_dev_by_type: Callable[[int], Handle | None] = _bind(
+    "ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int
+)
+_dev_by_name: Callable[[bytes], Handle | None] = _bind(
+    "ggml_backend_dev_by_name", ctypes.c_void_p, ctypes.c_char_p
+)
+_reg_by_name: Callable[[bytes], Handle | None] = _bind(
+    "ggml_backend_reg_by_name", ctypes.c_void_p, ctypes.c_char_p
+)
+_reg_dev_count: Callable[[Handle], int] = _bind(
+    "ggml_backend_reg_dev_count", ctypes.c_size_t, ctypes.c_void_p
+)
+_reg_dev_get: Callable[[Handle, int], Handle] = _bind(
+    "ggml_backend_reg_dev_get", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t
+)
+_buft_name: Callable[[Handle], bytes | None] = _bind(
+    "ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p
+)
 
 
 def _text(value: bytes | None) -> str:
@@ -87,10 +115,20 @@ def _text(value: bytes | None) -> str:
 class Device:
     name: str  # llama.cpp's name, e.g. "CUDA0", "MTL0", "CPU"
     description: str  # e.g. "NVIDIA GeForce RTX 4090"
-    kind: str  # "CPU", "GPU", "iGPU", "accelerator"
+    kind: DeviceKind
     backend: str  # "CUDA", "Metal", ... as users call it
     free_bytes: int
     total_bytes: int
+
+
+class BuildRecord(TypedDict):
+    """`BuildInfo.as_dict()`: the build in `specrun doctor --json`."""
+
+    version: str
+    backends: list[str]
+    cpu_features: list[str]
+    extra_buffer_types: list[str]
+    amx: bool
 
 
 @dataclass(frozen=True)
@@ -108,7 +146,7 @@ class BuildInfo:
     def has_amx(self) -> bool:
         return "AMX" in self.extra_buffer_types
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> BuildRecord:
         return {
             "version": self.version,
             "backends": list(self.backends),
@@ -129,13 +167,14 @@ def _registries() -> list[int]:
 @lru_cache(maxsize=1)
 def build_info() -> BuildInfo:
     llama.llama_backend_init()
-    backends, features = [], []
+    backends: list[str] = []
+    features: list[str] = []
     for reg in _registries():
         name = _text(_reg_name(reg))
         backends.append(backend_name(name))
         address = _reg_proc(reg, b"ggml_backend_get_features")
         if name.upper() == "CPU" and address:
-            array = _GetFeatures(address)(reg)
+            array: ctypes._Pointer[_Feature] = _GetFeatures(address)(reg)
             i = 0
             while array and array[i].name:
                 if _text(array[i].value) not in ("0", ""):
@@ -152,8 +191,9 @@ def _cpu_extra_bufts() -> list[int]:
     address = _reg_proc(_dev_reg(cpu), b"ggml_backend_dev_get_extra_bufts")
     if not address:
         return []
-    array = _GetExtraBufts(address)(cpu)
-    bufts, i = [], 0
+    array: ctypes._Pointer[ctypes.c_void_p] = _GetExtraBufts(address)(cpu)
+    bufts: list[Handle] = []
+    i = 0
     while array and array[i]:
         bufts.append(array[i])
         i += 1

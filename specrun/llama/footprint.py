@@ -92,18 +92,18 @@ def footprint(
 
 def kv_bytes_per_layer(meta: dict[str, Any], n_ctx: int) -> int:
     arch = meta["general.architecture"]
-    n_embd = meta[f"{arch}.embedding_length"]
+    n_embd: int = meta[f"{arch}.embedding_length"]
     n_head = _largest(meta[f"{arch}.attention.head_count"])
     n_head_kv = _largest(meta.get(f"{arch}.attention.head_count_kv", n_head))
-    head_dim_k = meta.get(f"{arch}.attention.key_length", n_embd // n_head)
-    head_dim_v = meta.get(f"{arch}.attention.value_length", n_embd // n_head)
+    head_dim_k: int = meta.get(f"{arch}.attention.key_length", n_embd // n_head)
+    head_dim_v: int = meta.get(f"{arch}.attention.value_length", n_embd // n_head)
     return n_ctx * n_head_kv * (head_dim_k + head_dim_v) * F16
 
 
 def compute_bytes(tensors: list[Tensor], meta: dict[str, Any], n_ctx: int, n_ubatch: int) -> int:
     """The fit in the module docstring: per token, the larger of the output and the layer phases."""
     arch = meta["general.architecture"]
-    n_embd = meta[f"{arch}.embedding_length"]
+    n_embd: int = meta[f"{arch}.embedding_length"]
     n_ff = _largest(meta.get(f"{arch}.feed_forward_length", 0))
     n_vocab = _vocabulary_size(tensors)
     n_tokens = min(n_ubatch, n_ctx)  # llama.cpp caps the batch at the context
@@ -119,4 +119,4 @@ def _vocabulary_size(tensors: list[Tensor]) -> int:
 
 def _largest(value: int | Sequence[int]) -> int:
     """Per-layer values (an array in some architectures) counted at their largest."""
-    return max(value) if isinstance(value, (list, tuple)) else int(value)
+    return max(value) if isinstance(value, Sequence) else int(value)

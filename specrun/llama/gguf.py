@@ -138,7 +138,7 @@ def tensors_and_metadata(
         return header.tensors, header.metadata
 
 
-_SCALAR_FORMATS = {
+_SCALAR_FORMATS: dict[int, str] = {  # by GGUFValueType, as the header has it: a number
     GGUFValueType.UINT8: "B",
     GGUFValueType.INT8: "b",
     GGUFValueType.UINT16: "H",

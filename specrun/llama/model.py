@@ -209,6 +209,7 @@ class Model:
                 if out is None:
                     return rows
                 out[max(start, first_out) - first_out : end - first_out] = rows
+        assert out is not None, "the last decode returned its rows as a view"
         return out
 
     def _spans(self, keep: int, end: int, first_out: int) -> list[tuple[int, int]]:
@@ -224,7 +225,7 @@ class Model:
             bounds[-1] = end - self.min_width  # the last decode takes positions from the one before
         return list(zip(bounds, [*bounds[1:], end]))
 
-    def _fill_batch(self, chunk: list[int], start: int, first_out: int) -> tuple[int, int, int]:
+    def _fill_batch(self, chunk: Sequence[int], start: int, first_out: int) -> tuple[int, int, int]:
         """Positions start.. of the sequence, with logits from `first_out` on.
 
         llama.cpp runs the last layer's feed-forward and the output layer only on the
@@ -238,16 +239,21 @@ class Model:
         wanted = min(max(first_out - start, 0), n)
         flagged = min(wanted, n + padding - self.min_width) if wanted < n else n + padding
         self._batch.n_tokens = n + padding
-        self._batch_tokens[: n + padding] = chunk + chunk[-1:] * padding
+        self._batch_tokens[:n] = chunk
+        if padding:
+            self._batch_tokens[n : n + padding] = chunk[-1]
         self._batch_pos[: n + padding] = np.arange(start, start + n + padding)
         self._batch_logits[: n + padding] = 0
         self._batch_logits[flagged : n + padding] = 1
         return padding, flagged, wanted
 
     # --- the native calls, a thin layer a model without weights can replace -------
+    # llama_cpp's bindings return Any (its ctypes_function decorator is untyped): a result
+    # returned on is declared as what ctypes makes of the C type.
 
     def _decode(self) -> int:
-        return llama.llama_decode(self._ctx, self._batch)
+        status: int = llama.llama_decode(self._ctx, self._batch)
+        return status
 
     def _outputs(self, count: int) -> np.ndarray:
         """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's buffer.
@@ -266,7 +272,8 @@ class Model:
         return self._logits_view[1][:count]
 
     def _drop(self, keep: int) -> bool:
-        return llama.llama_memory_seq_rm(self._memory, 0, keep, -1)
+        dropped: bool = llama.llama_memory_seq_rm(self._memory, 0, keep, -1)
+        return dropped
 
     def _clear(self) -> None:
         llama.llama_memory_clear(self._memory, True)
@@ -374,11 +381,13 @@ class Model:
 
     @property
     def bos(self) -> int:
-        return llama.llama_vocab_bos(self._vocab)
+        token: int = llama.llama_vocab_bos(self._vocab)
+        return token
 
     @property
     def eos(self) -> int:
-        return llama.llama_vocab_eos(self._vocab)
+        token: int = llama.llama_vocab_eos(self._vocab)
+        return token
 
     @property
     def add_bos(self) -> bool:

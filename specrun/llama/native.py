@@ -16,9 +16,8 @@ _log_lines: deque[str] = deque(maxlen=20)
 _verbose_log = False
 
 
-@llama.llama_log_callback
 @native_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+def _log(level: int, text: bytes, user_data: int | None) -> None:
     line = text.decode("utf-8", errors="replace")
     if _verbose_log:
         os.write(2, text)
@@ -26,13 +25,18 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         _log_lines.append(line.strip())  # kept to explain a failed load
 
 
+# The C function pointers llama.cpp calls, kept alive here for as long as it may call them.
+_log_callback = llama.llama_log_callback(_log)
+
 _backend_ready = False
 
 
-@llama.llama_progress_callback
 @native_callback
-def _load_progress(progress: float, user_data: ctypes.c_void_p) -> bool:
+def _progress(progress: float, user_data: int | None) -> bool:
     return not stop_requested()  # false: llama.cpp stops loading, so Ctrl-C is not a long wait
+
+
+_load_progress = llama.llama_progress_callback(_progress)
 
 
 def log_lines() -> list[str]:
@@ -58,6 +62,6 @@ def set_verbose(verbose: bool) -> None:
         _backend_ready = True
 
 
-def load_progress_callback() -> object:
+def load_progress_callback() -> ctypes._CFunctionType:
     """The callback a model's parameters carry: false (stop loading) once Ctrl-C came."""
     return _load_progress

@@ -42,7 +42,8 @@ def load_params(
     the whole model on one. `devices` (ggml handles, RPC servers' among them) replaces the
     GPUs llama.cpp would pick, in the order `split` follows.
     """
-    params = llama.llama_model_default_params()
+    # The binding returns Any (llama_cpp's ctypes_function is untyped); the struct is typed.
+    params: llama.llama_model_params = llama.llama_model_default_params()
     params.n_gpu_layers = gpu_layers
     if split:
         shares = (ctypes.c_float * llama.llama_max_devices())(*split)
@@ -51,7 +52,10 @@ def load_params(
         params.split_mode, params.main_gpu = llama.LLAMA_SPLIT_MODE_NONE, main_gpu
     if devices is not None:
         handles = (ctypes.c_void_p * (len(devices) + 1))(*devices)  # NULL-terminated
-        params.devices, params.devices_alive = ctypes.cast(handles, ctypes.c_void_p), handles
+        # llama_cpp annotates `devices` and `tensor_buft_overrides` as arrays: both fields
+        # are pointers (c_void_p) to the first element.
+        params.devices = ctypes.cast(handles, ctypes.c_void_p)  # type: ignore[assignment]
+        params.devices_alive = handles
     params.use_extra_bufts = use_extra_buffer_types(build.has_amx, allow_amx) and not reproducible
     params.progress_callback = load_progress_callback()
     repack = repack_buffer_type() if not params.use_extra_bufts else None
@@ -63,6 +67,7 @@ def load_params(
         overrides = (_TensorOverride * (len(patterns) + 1))()  # NULL-terminated
         for override, pattern in zip(overrides, patterns):
             override.pattern, override.buft = pattern.encode(), repack
-        params.tensor_buft_overrides = ctypes.cast(overrides, ctypes.c_void_p)
+        first = ctypes.cast(overrides, ctypes.c_void_p)
+        params.tensor_buft_overrides = first  # type: ignore[assignment]  # a pointer, as `devices`
         params.overrides_alive = overrides  # llama.cpp reads them during the load only
     return params

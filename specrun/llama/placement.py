@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from specrun.errors import SpecrunError
 from specrun.llama.devices import accelerator_name, gpu_devices, system_memory_available
@@ -198,6 +198,22 @@ class Placed(Protocol):
     def offloaded_layers(self) -> int: ...
 
 
+class _PlacementFields(TypedDict):
+    device: str
+    gpu_layers: list[str]
+
+
+class PlacementRecord(_PlacementFields, total=False):
+    """`Placement.as_dict()`: the fields of `run --json` and bench's `placement` that say
+    where the models ran; the optional ones only where they apply."""
+
+    reproducible: InvarianceMode
+    rpc: list[str]
+    fit: str
+    gpu_bytes_estimated: int
+    gpu_bytes_measured: int | None
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where loaded models run, for every front end and `run --json`."""
@@ -227,17 +243,15 @@ class Placement:
         """The device and layers in words, e.g. "CPU, GPU layers 0/30 + 0/30"."""
         return f"{self.device}, GPU layers {' + '.join(self.gpu_layers)}"
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> PlacementRecord:
         """The JSON record's fields: only those that apply."""
-        record: dict[str, object] = {"device": self.device, "gpu_layers": list(self.gpu_layers)}
+        record: PlacementRecord = {"device": self.device, "gpu_layers": list(self.gpu_layers)}
         if self.reproducible is not None:
             record["reproducible"] = self.reproducible
         if self.rpc:
             record["rpc"] = list(self.rpc)
         if self.plan is not None:
-            record |= {
-                "fit": self.plan.line,
-                "gpu_bytes_estimated": self.plan.gpu_bytes,
-                "gpu_bytes_measured": self.gpu_bytes_measured,
-            }
+            record["fit"] = self.plan.line
+            record["gpu_bytes_estimated"] = self.plan.gpu_bytes
+            record["gpu_bytes_measured"] = self.gpu_bytes_measured
         return record

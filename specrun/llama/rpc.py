@@ -145,7 +145,9 @@ def check(endpoint: str) -> None:
         )
 
 
-def _function(name: str, prototype: type) -> ctypes._CFuncPtr:
+def _function(name: str, prototype: type[ctypes._CFunctionType]) -> ctypes._CFunctionType:
+    """The RPC backend's function `name` as `prototype`, a class CFUNCTYPE made (typeshed calls
+    them _CFunctionType, a name that exists for type checkers only)."""
     address = backend_function("RPC", name)
     if not address:
         raise RpcError(

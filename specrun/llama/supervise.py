@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-NATIVE_FAULTS = {
+NATIVE_FAULTS: dict[int, str] = {  # by signal number
     signal.SIGSEGV: "a segmentation fault",
     signal.SIGBUS: "a bus error",
     signal.SIGILL: "an illegal instruction",
@@ -32,7 +32,7 @@ NATIVE_FAULTS = {
 }
 
 _abort_channel: int | None = None  # the child's end of the pipe to the parent
-_abort_callback = None  # kept alive: ggml holds only the function pointer
+_abort_callback: ctypes._CFunctionType | None = None  # kept alive: ggml holds only the pointer
 EXPLAINED = "specrun: error: "  # an abort message the child wrote as the whole line
 
 

@@ -10,17 +10,22 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser before it joined the standard library (a dependency there)
+    import tomli as tomllib
 
 from specrun.errors import SpecrunError
 from specrun.models import demo
 from specrun.models.hub import (
     HubRef,
+    LockRecord,
     ModelNotFound,
     NotCached,
     delete_cached,
@@ -186,7 +191,9 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         if expected is None:
             raise CatalogError(f"{where}: unknown key '{key}' (known: {', '.join(_KEY_TYPES)})")
         if not isinstance(value, expected) or (
-            key == "drafts" and not all(isinstance(d, str) for d in value)
+            key == "drafts"
+            and isinstance(value, list)
+            and not all(isinstance(d, str) for d in value)
         ):
             raise CatalogError(f"{where}: '{key}' has the wrong type")
     for key in ("alias", "family"):
@@ -389,7 +396,7 @@ def remove_cached(spec: ModelSpec) -> int:
     return delete_cached(spec.hub, spec.text)
 
 
-def verify_model(spec: ModelSpec) -> list[tuple[str, dict]]:
+def verify_model(spec: ModelSpec) -> list[tuple[str, LockRecord]]:
     """Hash the spec's cached files again against their pins or lock records."""
     if spec.hub is None:
         raise ModelNotFound(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -39,12 +40,12 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.hf_api import RepoFile  # not exported at the top in older releases
-from huggingface_hub.utils import (
+from huggingface_hub.utils import logging as hub_logging
+from huggingface_hub.utils.tqdm import (  # where they are defined: utils exports them lazily
     are_progress_bars_disabled,
     disable_progress_bars,
     enable_progress_bars,
 )
-from huggingface_hub.utils import logging as hub_logging
 
 from specrun.errors import Interrupted, SpecrunError
 from specrun.system.files import replaced_atomically
@@ -54,9 +55,23 @@ from specrun.system.formatting import format_size
 # is not); transport failures raise that base, the disk raises OSError and hf_xet raises
 # RuntimeError. Together they cover every way a download fails, whichever HTTP client the
 # installed huggingface_hub uses.
-_HUB_FAILURES = (*HfHubHTTPError.__bases__, OSError, RuntimeError)
+_HUB_FAILURES: tuple[type[Exception], ...] = (
+    *(base for base in HfHubHTTPError.__bases__ if issubclass(base, Exception)),
+    OSError,
+    RuntimeError,
+)
 _LOGIN = "set HF_TOKEN or run `hf auth login` (`huggingface-cli login` before huggingface_hub 1.0)"
 HUB_PROBE_SECONDS = 3  # an unreachable Hub fails within this, not after the client's retries
+
+
+class LockRecord(TypedDict, total=False):
+    """A file's record in the lock file (`check_integrity`). Written whole; read back as the
+    file on disk has it, so each key may be missing."""
+
+    sha256: str
+    source: str  # where the expected digest came from: a pin, an earlier check, the Hub
+    size: int
+    mtime_ns: int
 
 
 class ModelNotFound(SpecrunError):
@@ -181,7 +196,7 @@ def fetch_files(
     return paths
 
 
-def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict]]:
+def verify_cached(ref: HubRef, label: str) -> list[tuple[str, LockRecord]]:
     """Hash `ref`'s cached files again, whatever their size and mtime; (name, lock record) of each."""
     plan = plan_fetch(ref, label, network=False)
     if plan.missing:
@@ -193,7 +208,7 @@ def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict]]:
 
 def _check_parts(
     ref: HubRef, plan: FetchPlan, paths: Iterable[Path], label: str, *, progress: bool, rehash: bool
-) -> list[dict]:
+) -> list[LockRecord]:
     pins = ref.sha256 or (None,) * len(plan.files)
     return [
         check_integrity(
@@ -389,7 +404,8 @@ def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]
     """huggingface_hub's exceptions as one-line messages that name the repo and file and, for a
     download cut short, what the next run will fetch."""
     what = f"{repo}: {planned.name}" if planned else repo
-    hub_logging.set_verbosity_error()  # not a warning per retry: the error line says what failed
+    # Not a warning per retry: the error line says what failed.
+    hub_logging.set_verbosity(logging.ERROR)
     try:
         with (
             warnings.catch_warnings()
@@ -491,9 +507,10 @@ def lock_path() -> Path:
     return cache_dir.parent / f"{cache_dir.name}.specrun-lock.json"
 
 
-def _read_lock() -> dict[str, dict]:
+def _read_lock() -> dict[str, LockRecord]:
     try:
-        return json.loads(lock_path().read_text(encoding="utf-8"))["files"]
+        files: dict[str, LockRecord] = json.loads(lock_path().read_text(encoding="utf-8"))["files"]
+        return files
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -503,7 +520,7 @@ def _read_lock() -> dict[str, dict]:
         ) from None
 
 
-def _write_lock(files: Mapping[str, dict]) -> None:
+def _write_lock(files: Mapping[str, LockRecord]) -> None:
     with replaced_atomically(lock_path()) as temporary:
         temporary.write_text(
             json.dumps(
@@ -521,7 +538,7 @@ def _write_lock(files: Mapping[str, dict]) -> None:
 
 def check_integrity(
     repo: str, name: str, path: Path, label: str, *, pin: str | None, progress: bool, rehash: bool
-) -> dict:
+) -> LockRecord:
     """Refuse `path` unless its sha256 is the expected one; returns its lock record.
 
     Expected: the catalog's pin, else the lock file's record, else the Hub's LFS hash, which
@@ -558,7 +575,7 @@ def check_integrity(
 
 
 def _expected_sha256(
-    pin: str | None, recorded: Mapping[str, str], blob_name: str
+    pin: str | None, recorded: LockRecord, blob_name: str
 ) -> tuple[str | None, str]:
     """The digest the file must have, and where it came from (kept in the lock record)."""
     if pin:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import TextIO, TypeVar, overload
 
 from specrun.errors import OptionError, SpecrunError
 
@@ -54,6 +54,14 @@ def read_text(path: Path, what: str, *, error: type[SpecrunError] = SpecrunError
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     return decode_utf8(data, f"{what} {path}", error=error)
+
+
+@overload
+def argument_text(value: str, name: str) -> str: ...
+
+
+@overload
+def argument_text(value: str | None, name: str) -> str | None: ...
 
 
 def argument_text(value: str | None, name: str) -> str | None:
@@ -127,7 +135,7 @@ def guarded_stdout() -> Iterator[None]:
     if sys.stdout is None:
         raise OutputError("stdout is closed; redirect it to a file or to /dev/null")
     original = sys.stdout
-    sys.stdout = _GuardedStdout(original)  # type: ignore[assignment]
+    sys.stdout = _GuardedStdout(original)  # a TextIO by duck typing (__getattr__)
     try:
         yield
     except BaseException:

@@ -81,6 +81,23 @@ def test_plot_draws_a_png(result, tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
+def test_one_token_a_generation_has_no_loop_overhead_to_report(tiny_target):
+    """The prompt's pass chooses the only token, so no plain run decodes: the overhead is
+    unmeasured, not a crash (statistics.median of Nones was one)."""
+    with Model(tiny_target, n_ctx=512) as target:
+        one = run_bench(
+            target,
+            None,
+            PROMPTS[:1],
+            default_modes([], has_draft=False, lookup=True),
+            params=SamplingParams(temperature=0),
+            max_tokens=1,
+            repeat=2,
+            gamma_max=2,
+        )
+    assert one.costs.overhead is None and "loop overhead    - ms" in render_text(one)
+
+
 def test_prompt_files(tmp_path):
     good = tmp_path / "p.jsonl"
     good.write_text('{"prompt": "x", "class": "c"}\n\n{"prompt": "y"}\n')
