@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 
@@ -57,8 +58,8 @@ class Engine:
         )
         self.remotes: list[rpc.Remote] = []  # the RPC servers' devices the target's layers may use
         self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
-        self.learned: Path | None = None  # where auto's state is kept between engines, if it is
-        self._learning: dict[str, object] = {}  # the settings `learned` is the key of, as loaded
+        self.learned_path: Path | None = None  # where auto's learned state is kept, if it is
+        self._learned_key: dict[str, object] = {}  # the settings that path is named by
         self.recalled = False  # whether auto started from that state rather than its warm-up
 
     @classmethod
@@ -98,7 +99,7 @@ class Engine:
             n_ctx=n_ctx,
             threads=options.threads,
             verbose=options.verbose,
-            gpu_layers=_layers(options.gpu_layers, placed and placed.target_layers),
+            gpu_layers=_layers(options.gpu_layers, placed.target_layers if placed else None),
             split=placed.split if placed else None,
             reproducible=options.reproducible,
             devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
@@ -114,7 +115,9 @@ class Engine:
                     n_ctx=target.n_ctx,
                     threads=options.threads,
                     verbose=options.verbose,
-                    gpu_layers=_layers(options.draft_gpu_layers, placed and placed.draft_layers),
+                    gpu_layers=_layers(
+                        options.draft_gpu_layers, placed.draft_layers if placed else None
+                    ),
                     main_gpu=placed.draft_gpu if placed else None,
                 )
                 check_compatible(target, draft_model)
@@ -132,19 +135,19 @@ class Engine:
         engine.layer_plan, engine.remotes = placed, remotes
         engine.gpu_bytes_used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
         if source is not None:
-            engine._learning = engine._learning_settings()
-            engine.learned = learned.state_path(engine._learning)
-            engine.recalled = learned.recall(engine.policy, engine.learned)
+            engine._learned_key = engine._learned_settings(source)
+            engine.learned_path = learned.path_for(engine._learned_key)
+            engine.recalled = learned.load(engine.policy, engine.learned_path)
         return engine
 
-    def _learning_settings(self) -> dict[str, object]:
+    def _learned_settings(self, draft: DraftSource) -> dict[str, object]:
         """What the costs and acceptance that auto learns depend on."""
         models = [self.target, *([self.draft_model] if self.draft_model else [])]
         return {
             "models": [
                 learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models
             ],
-            "draft": [self.draft.name, *_draft_settings(self.draft)],
+            "draft": [draft.name, *_draft_settings(draft)],
             "gamma_max": self.gamma_max,
             "llama.cpp": llama_cpp.__version__,
             "device": Placement.of(models).device,
@@ -153,11 +156,11 @@ class Engine:
 
     def set_gamma(self, spec: str) -> None:
         self.policy = parse_policy(spec, self.gamma_max)
-        if self.learned is not None:
-            self.recalled = learned.recall(self.policy, self.learned)
+        if self.learned_path is not None:
+            self.recalled = learned.load(self.policy, self.learned_path)
 
-    def set_params(self, **changes: object) -> None:
-        self.params = replace(self.params, **changes)  # validated by SamplingParams
+    def set_params(self, **changes: Any) -> None:  # noqa: ANN401 - SamplingParams checks each
+        self.params = replace(self.params, **changes)
 
     def prompt(self, text: str, *, system: str | None = None, raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, text, system=system, raw=raw)
@@ -194,7 +197,8 @@ class Engine:
     @property
     def draft_model(self) -> Model | None:
         draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
-        return draft.model if isinstance(draft, ModelDraft) else None
+        model = draft.model if isinstance(draft, ModelDraft) else None
+        return model if isinstance(model, Model) else None
 
     def placement(self) -> Placement:
         """The device the models run on, the GPU layers of the target (and draft), and where
@@ -207,9 +211,9 @@ class Engine:
         return where
 
     def close(self) -> None:
-        if self.learned is not None:
-            learned.keep(self.policy, self.learned, self._learning)
-            self.learned = None  # closing twice saves once
+        if self.learned_path is not None:
+            learned.save(self.policy, self.learned_path, self._learned_key)
+            self.learned_path = None  # closing twice saves once
         if self.draft_model is not None:
             self.draft_model.close()
         self.target.close()

@@ -40,6 +40,7 @@ class RoundLike(Protocol):
 
 # A measured cost: (value, samples).
 Measure = tuple[float, int]
+MEANS = ("draft", "overhead")  # the means a CostModel keeps besides its verify curve
 
 
 class CostState(TypedDict):

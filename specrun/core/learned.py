@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeGuard
 
-from specrun.core.gamma import AdaptiveGamma, GammaPolicy
+from specrun.core.costs import MEANS
+from specrun.core.gamma import AdaptiveGamma, AdaptiveState, GammaPolicy
 
 VERSION = 1  # of the saved state's layout: another layout is ignored, not misread
 
@@ -34,7 +38,7 @@ def file_identity(path: Path) -> list[object]:
     return [str(path.resolve()), status.st_size, status.st_mtime_ns]
 
 
-def state_path(settings: dict[str, object]) -> Path:
+def path_for(settings: dict[str, object]) -> Path:
     """Where the state for these settings lives: everything that changes the costs or the
     acceptance (the files, threads, GPU layers, γ_max, the llama.cpp build) is in the key."""
     text = json.dumps(settings, sort_keys=True, default=str)
@@ -47,32 +51,83 @@ def adaptive(policy: GammaPolicy) -> AdaptiveGamma | None:
     return inner if isinstance(inner, AdaptiveGamma) else None
 
 
-def recall(policy: GammaPolicy, path: Path) -> bool:
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} in a saved state")
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _amount(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _measures(table: object, known: Callable[[str], bool]) -> bool:
+    """{key: [value, samples]}: known keys, finite non-negative values, a sample or more."""
+    return isinstance(table, dict) and all(
+        isinstance(key, str)
+        and known(key)
+        and isinstance(pair, list)
+        and len(pair) == 2
+        and _amount(pair[0])
+        and pair[0] >= 0
+        and _count(pair[1])
+        and pair[1] >= 1
+        for key, pair in table.items()
+    )
+
+
+def is_valid_state(state: object) -> TypeGuard[AdaptiveState]:
+    """Every key known and every number finite and in range: a state that a bug, a disk
+    error or a hand edit left with NaN would otherwise steer auto, and be saved back."""
+    if not isinstance(state, dict) or set(state) != set(AdaptiveState.__annotations__):
+        return False
+    costs = state["costs"]
+    return (
+        all(_amount(state[k]) and state[k] >= 0 for k in ("accepted", "rejected"))
+        and state["accepted"] + state["rejected"] > 0
+        and _count(state["gamma"])
+        and _count(state["probe_interval"])
+        and state["probe_interval"] >= 1
+        and isinstance(costs, dict)
+        and set(costs) == {"means", "verify"}
+        and _measures(costs["means"], MEANS.__contains__)
+        and _measures(costs["verify"], lambda key: key.isdigit() and int(key) >= 1)
+    )
+
+
+def load(policy: GammaPolicy, path: Path) -> bool:
     """Resume an adaptive policy from its saved state; False where there is none to use."""
     auto = adaptive(policy)
     if auto is None:
         return False
     try:
-        saved = json.loads(path.read_text())
-        if saved.get("version") != VERSION:
-            return False
-        auto.resume(saved["state"])
-    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        saved = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (OSError, ValueError):
         return False  # none yet, or unreadable: the warm-up measures afresh
+    if not isinstance(saved, dict) or saved.get("version") != VERSION:
+        return False
+    if not is_valid_state(saved.get("state")):
+        return False
+    auto.resume(saved["state"])
     return True
 
 
-def keep(policy: GammaPolicy, path: Path, settings: dict[str, object]) -> None:
+def save(policy: GammaPolicy, path: Path, settings: dict[str, object]) -> None:
     """Save an adaptive policy's state once it has measured something; a read-only home
     only costs the next run its warm-up."""
     auto = adaptive(policy)
     if auto is None or auto.costs.t_overhead is None:
         return
-    record = {"version": VERSION, "settings": settings, "state": auto.state()}
+    state = auto.state()
+    if not is_valid_state(json.loads(json.dumps(state))):
+        return  # never leave a state that the next run would refuse
+    record = {"version": VERSION, "settings": settings, "state": state}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(record, default=str))
+        partial.write_text(json.dumps(record, default=str), encoding="utf-8")
         partial.replace(path)  # whole or not at all, even with two runs closing at once
     except OSError:
         pass

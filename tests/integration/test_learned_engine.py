@@ -21,18 +21,18 @@ def test_engines_leave_their_state_to_the_next_with_the_same_settings(
         )
 
     with load(1) as first:
-        assert first.learned is not None and not first.recalled
-        path = first.learned
+        assert first.learned_path is not None and not first.recalled
+        path = first.learned_path
         text = "".join(getattr(e, "text", "") for e in first.stream("the cat", max_tokens=24))
     saved = json.loads(path.read_text())
     assert saved["version"] == learned.VERSION and saved["state"]["costs"]["verify"]
     with load(1) as second:
-        assert second.learned == path and second.recalled
+        assert second.learned_path == path and second.recalled
         assert (
             "".join(getattr(e, "text", "") for e in second.stream("the cat", max_tokens=24)) == text
         )
     with load(2) as other:  # other threads: other costs, another state
-        assert other.learned != path and not other.recalled
+        assert other.learned_path != path and not other.recalled
     with Engine.load(
         tiny_target, tiny_draft, params=GREEDY, drafting=DraftOptions(gamma="3")
     ) as fixed:

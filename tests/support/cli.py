@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 
 def specrun(
-    *args: str, stdin: str | None = None, timeout: float = 120
+    *args: str, stdin: str | None = None, timeout: float = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
+    """`specrun ARGS`; `env` adds to this process's environment."""
     return subprocess.run(
         [sys.executable, "-m", "specrun", *args],
         input=stdin if stdin is not None else "",
         capture_output=True,
         text=True,
         timeout=timeout,
+        env={**os.environ, **(env or {})},
     )

@@ -39,11 +39,57 @@ def test_a_resumed_state_weighs_a_few_rounds_so_a_different_text_shows_soon():
     assert all(r.gamma <= 1 for r in history[15:])
 
 
-def test_recall_ignores_a_missing_corrupt_or_foreign_state(tmp_path):
+def test_load_ignores_a_missing_corrupt_or_foreign_state(tmp_path):
     path = tmp_path / "state.json"
-    assert not learned.recall(parse_policy("auto"), path)
+    assert not learned.load(parse_policy("auto"), path)
     path.write_text("{not json")
-    assert not learned.recall(parse_policy("auto"), path)
+    assert not learned.load(parse_policy("auto"), path)
     path.write_text(json.dumps({"version": learned.VERSION + 1, "state": {}}))
-    assert not learned.recall(parse_policy("auto"), path)
-    assert not learned.recall(parse_policy("3"), path)  # only auto learns
+    assert not learned.load(parse_policy("auto"), path)
+    assert not learned.load(parse_policy("3"), path)  # only auto learns
+
+
+def trained_record() -> dict:
+    policy = parse_policy("auto")
+    simulate(learned.adaptive(policy), GPU_LIKE, 200)
+    return {"version": learned.VERSION, "settings": {}, "state": policy.policy.state()}
+
+
+def test_a_saved_state_round_trips(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(trained_record()))
+    assert learned.load(parse_policy("auto"), path)
+
+
+def test_load_refuses_states_with_non_finite_numbers_or_unknown_keys(tmp_path):
+    path = tmp_path / "state.json"
+    good = json.dumps(trained_record())
+    state = json.loads(good)["state"]
+    width = next(iter(state["costs"]["verify"]))
+    broken = [
+        good.replace(f'"accepted": {state["accepted"]}', '"accepted": NaN'),
+        good.replace(f'"accepted": {state["accepted"]}', '"accepted": 1e999'),  # inf
+        good.replace('"overhead": [', '"overhead": [Infinity, 1], "x": ['),
+        good.replace(f'"{width}": [', '"0": ['),  # no verify is zero positions wide
+        good.replace('"gamma": ', '"gamma": -'),
+        good.replace('"probe_interval"', '"unknown": 1, "probe_interval"'),
+        good.replace('"means"', '"mean"'),
+    ]
+    for text in broken:
+        assert text != good
+        path.write_text(text)
+        policy = parse_policy("auto")
+        assert not learned.load(policy, path), text
+        assert policy.policy.state() == parse_policy("auto").policy.state()  # left fresh
+
+
+def test_a_state_with_nan_is_not_saved(tmp_path):
+    path = tmp_path / "state.json"
+    policy = parse_policy("auto")
+    simulate(learned.adaptive(policy), GPU_LIKE, 200)
+    learned.save(policy, path, {})
+    assert learned.load(parse_policy("auto"), path)
+    path.unlink()
+    policy.policy._accepted = float("nan")  # what a bug upstream would leave
+    learned.save(policy, path, {})
+    assert not path.exists()
