@@ -14,10 +14,14 @@ def check_compatible(target: Model, draft: Model) -> None:
     differences = []
     if target.vocab_type != draft.vocab_type:
         differences.append(f"vocabulary type {target.vocab_type} vs {draft.vocab_type}")
-    if (target.add_bos, target.bos) != (draft.add_bos, draft.bos):
-        differences.append(f"BOS token {target.bos} vs {draft.bos}")
-    if (target.add_eos, target.eos) != (draft.add_eos, draft.eos):
-        differences.append(f"EOS token {target.eos} vs {draft.eos}")
+    for name, ids, adds in (
+        ("BOS", (target.bos, draft.bos), (target.add_bos, draft.add_bos)),
+        ("EOS", (target.eos, draft.eos), (target.add_eos, draft.add_eos)),
+    ):
+        if ids[0] != ids[1]:
+            differences.append(f"{name} token {ids[0]} vs {ids[1]}")
+        if adds[0] != adds[1]:
+            differences.append(f"{name} added {_yes(adds[0])} vs {_yes(adds[1])}")
     if abs(target.n_vocab - draft.n_vocab) > MAX_VOCAB_SIZE_DIFFERENCE:
         differences.append(f"vocabulary size {target.n_vocab} vs {draft.n_vocab}")
     if not differences:
@@ -31,3 +35,7 @@ def check_compatible(target: Model, draft: Model) -> None:
         raise SpecrunError(
             f"draft {draft.name} does not match target {target.name}: " + "; ".join(differences)
         )
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"

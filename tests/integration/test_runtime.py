@@ -178,6 +178,12 @@ def test_incompatible_draft_names_what_differs(tiny_target, tiny_foreign, tiny_d
         with Model(write_tiny_model(tiny_dir / "eos.gguf", eos_id=4), n_ctx=64) as other_eos:
             with pytest.raises(SpecrunError, match="EOS token 2 vs 4"):
                 check_compatible(target, other_eos)
+        with Model(write_tiny_model(tiny_dir / "nobos.gguf", add_bos=False), n_ctx=64) as nobos:
+            # Only what differs is named: the BOS token is the same, adding it is not.
+            with pytest.raises(
+                SpecrunError, match=r"match target target.gguf: BOS added yes vs no$"
+            ):
+                check_compatible(target, nobos)
 
 
 def test_bad_files_give_clear_errors(tmp_path, tiny_target):

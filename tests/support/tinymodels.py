@@ -107,6 +107,7 @@ def write_tiny_model(
     extra_vocab: int = 0,
     variant: str = "",
     eos_id: int = 2,
+    add_bos: bool = True,
     chat_template: str | None = CHATML_TEMPLATE,
     duplicate_token: bool = False,
 ) -> Path:
@@ -136,7 +137,7 @@ def write_tiny_model(
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(eos_id)
     writer.add_unk_token_id(0)
-    writer.add_add_bos_token(True)
+    writer.add_add_bos_token(add_bos)
     writer.add_add_eos_token(False)
     if chat_template:
         writer.add_chat_template(chat_template)
