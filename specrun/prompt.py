@@ -165,8 +165,12 @@ def _has_special_text(model: Model, text: str) -> bool:
 def prompt_tokens(
     model: Model, text: str, *, system: str | None = None, raw: bool = False
 ) -> list[int]:
-    """A one-shot prompt: as is with `raw` or without a template, else one user turn."""
+    """A one-shot prompt: as is with `raw` or without a template, else one user turn.
+
+    Raw text is the user's exact prompt, their own template included: its special-token
+    text becomes those tokens, as in llama.cpp and llama-cpp-python. A message's text
+    never does (`render`)."""
     if raw:
-        return model.tokenize(text, add_special=True, parse_special=False)
+        return model.tokenize(text, add_special=True, parse_special=True)
     messages = [Message("system", system)] if system else []
     return render(model, messages + [Message("user", text)])

@@ -89,7 +89,10 @@ def run(
     ),
     system: str | None = SYSTEM,
     raw: bool = typer.Option(
-        False, "--raw", help="Send the text as is, without the chat template."
+        False,
+        "--raw",
+        help="Send the text as is, without the chat template; special-token text in it "
+        "(e.g. <|im_start|>) becomes those tokens, as in llama.cpp.",
     ),
     max_tokens: int = MAX_TOKENS,
     stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),

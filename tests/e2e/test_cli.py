@@ -100,6 +100,21 @@ def test_chat_template_is_applied_unless_raw(tiny_target):
     assert templated["prompt_tokens"] > raw["prompt_tokens"]
 
 
+def test_a_raw_prompt_is_the_exact_prompt_special_tokens_included(tiny_target):
+    """As in llama.cpp: the user's own template in raw text gives its special tokens."""
+    own_template = "<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n"
+    raw = specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "--raw", own_template)
+    with Model(tiny_target, n_ctx=64) as model:
+        expected = model.tokenize(own_template, parse_special=True)
+        as_text = model.tokenize(own_template, parse_special=False)
+        specials = [t for t in expected if model.is_special(t)]
+    assert len(specials) == 4 and len(as_text) > len(expected)  # BOS and the three markers
+    assert json.loads(raw.stdout)["prompt_tokens"] == len(expected)
+    # The same prompt, rendered by the model's template from one user message, is the same.
+    templated = specrun("run", "-t", str(tiny_target), "-n", "1", "--json", "the cat")
+    assert json.loads(templated.stdout)["prompt_tokens"] == len(expected)
+
+
 @pytest.mark.parametrize("case", ["missing", "not-gguf", "truncated"])
 def test_bad_model_files(tmp_path, tiny_target, case):
     path = tmp_path / "model.gguf"
