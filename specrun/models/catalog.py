@@ -21,8 +21,10 @@ from specrun.errors import SpecrunError
 from specrun.models import demo
 from specrun.models.hub import (
     HubRef,
+    InvalidName,
     ModelNotFound,
     NotCached,
+    check_hub_names,
     delete_cached,
     fetch_files,
     split_parts,
@@ -200,6 +202,11 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         raise CatalogError(
             f"{where}: missing required key 'file' (or 'quant' to pick the file by name)"
         )
+    if "repo" in table:
+        try:
+            check_hub_names(table["repo"], table.get("file"))
+        except InvalidName as error:
+            raise CatalogError(f"{where}: {error}") from None
     local = table.get("local", "")
     if local.startswith("demo:") and local.removeprefix("demo:") not in _DEMO_ROLES:
         raise CatalogError(f"{where}: local must be 'demo:target' or 'demo:draft', not '{local}'")
@@ -269,10 +276,13 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
         text.lower().endswith(".gguf") and reference.count("/") < 2
     )
     if not looks_local:
-        if match := _REPO_FILE.match(reference):
-            return ModelSpec(text, hub=HubRef(match[1], file=match[2]))
-        if match := _REPO_QUANT.match(reference):
-            return ModelSpec(text, hub=HubRef(match[1], quant=match[2] or DEFAULT_QUANT))
+        try:
+            if match := _REPO_FILE.match(reference):
+                return ModelSpec(text, hub=HubRef(match[1], file=match[2]))
+            if match := _REPO_QUANT.match(reference):
+                return ModelSpec(text, hub=HubRef(match[1], quant=match[2] or DEFAULT_QUANT))
+        except InvalidName as error:
+            raise InvalidName(f"{text}: {error}") from None
     if looks_local or "/" in text:
         raise ModelNotFound(f"no such file: {text}")
     close = catalog.suggestions(text)

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
@@ -75,15 +75,54 @@ class IntegrityError(SpecrunError):
     """A model file whose sha256 is not the expected one: it is never loaded."""
 
 
+class InvalidName(SpecrunError):
+    """A repo id or a file name that could lead outside the repo's folder in the cache."""
+
+
+# huggingface_hub's rule for a repo id: a `--` would also make two repos share one cache folder
+# (models--a--b--c is a/b--c and a--b/c).
+_REPO_PART = re.compile(r"\w(?:[\w.-]{0,94}\w)?")
+
+
+def check_hub_names(repo: str, file: str | None = None) -> None:
+    """Refuse a repo id or a file in it that the cache's paths could not hold safely: every path
+    under the cache is built from these, so this is the one check between a name and a path."""
+    parts = repo.split("/")
+    if (
+        len(parts) != 2
+        or not all(_REPO_PART.fullmatch(part) for part in parts)
+        or "--" in repo
+        or ".." in repo
+    ):
+        raise InvalidName(
+            f"'{repo}' is not a Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and "
+            "'.', without '--' or '..'"
+        )
+    # Split on both separators, as huggingface_hub does: a name is also a path on Windows.
+    if file is not None and (
+        any(part in ("", ".", "..") for part in file.replace("\\", "/").split("/"))
+        or PureWindowsPath(file).drive
+        or "\0" in file
+    ):
+        raise InvalidName(
+            f"'{file}' is not a file in a repo: that is a relative path without '.', '..', "
+            "empty parts or a drive"
+        )
+
+
 @dataclass(frozen=True)
 class HubRef:
     """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with `quant`.
-    `sha256` pins the content of each part, in order; empty where nothing could be checked."""
+    `sha256` pins the content of each part, in order; empty where nothing could be checked.
+    Its names are checked when it is made, so every cache path built from it stays in the cache."""
 
     repo: str
     file: str | None = None
     quant: str | None = None
     sha256: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_hub_names(self.repo, self.file)
 
 
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
