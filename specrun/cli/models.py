@@ -226,7 +226,8 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
 
 @app.command("rm")
 def remove(ctx: typer.Context, specs: list[str] = typer.Argument(..., metavar="ALIAS...")) -> None:
-    """Delete models' files from the Hugging Face cache (files other aliases share stay)."""
+    """Delete models' files from the Hugging Face cache: their links in the repo's snapshots and
+    the blobs no other snapshot links to; nothing outside the repo's folder."""
     with _reported_errors():
         catalog = _catalog(ctx)
         for spec in [parse_spec(text, catalog) for text in specs]:

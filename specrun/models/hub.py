@@ -633,28 +633,38 @@ def _forget(repo: str, names: Iterable[str]) -> None:
 def delete_cached(ref: HubRef, label: str) -> int:
     """Delete `ref`'s files from every cached snapshot of its repo; returns the bytes freed.
 
-    A blob another snapshot file still links to stays, as with huggingface_hub's own delete."""
+    Only what lies in the repo's own folder goes, as with huggingface_hub's own delete: each
+    snapshot's entry, and the blob under `blobs/` it links to unless another entry still does.
+    An entry linking to a file elsewhere (a user's own file, linked in) loses the link only."""
     cache_dir = hub_cache_dir()
+    folder = repo_dir(cache_dir, ref.repo)
     names = set(
         split_parts(ref.file)
         if ref.file
         else _pick_quant(ref, _cached_names(cache_dir, ref.repo)) or ()
     )
-    snapshots = repo_dir(cache_dir, ref.repo) / "snapshots"
-    files = [
+    snapshots = folder / "snapshots"
+    # Resolved, so a linked folder on the way (the cache moved to another disk) is still inside.
+    real_snapshots, real_blobs = snapshots.resolve(), (folder / "blobs").resolve()
+    entries = [
         path
         for snapshot in snapshots.glob("*")
         for name in names
         if (path := snapshot / name).is_file()
+        and path.parent.resolve().is_relative_to(real_snapshots)
     ]
-    if not files:
+    if not entries:
         raise NotCached(
             f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove"
         )
-    kept = {path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in files}
-    blobs = {path.resolve() for path in files} - kept
-    freed = sum(blob.stat().st_size for blob in blobs)
-    for path in [*files, *blobs]:
-        path.unlink(missing_ok=True)  # a snapshot file that is no link was its own blob
+    kept = {
+        path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in entries
+    }
+    linked = {path.resolve() for path in entries if path.is_symlink()}
+    blobs = {blob for blob in linked - kept if blob.parent == real_blobs}
+    copies = [path for path in entries if not path.is_symlink()]  # their own blob, where no links
+    freed = sum(path.stat().st_size for path in [*blobs, *copies])
+    for path in [*entries, *blobs]:
+        path.unlink(missing_ok=True)
     _forget(ref.repo, names)
     return freed

@@ -17,6 +17,8 @@ import pytest
 from tests.support.hfcache import (
     COMMIT,
     LLAMA_1B,
+    QWEN_14B,
+    QWEN_14B_PARTS,
     add_cached_file,
     repo_dir,
 )
@@ -82,3 +84,30 @@ def test_rm_of_an_absolute_file_in_a_repo_is_refused(hf_cache, tmp_path):
     victim.write_bytes(b"mine")
     assert NOT_A_FILE in one_error(specrun("models", "rm", f"{LLAMA_1B}/{victim}"))
     assert victim.read_bytes() == b"mine"
+
+
+def test_rm_removes_a_link_to_a_file_elsewhere_but_not_the_file(hf_cache, tmp_path):
+    """A user's own file linked into a snapshot, or a link into another repo's blobs: the link
+    is the repo's, the file it points to is not."""
+    mine = tmp_path / "mine.gguf"
+    mine.write_bytes(b"the user's own model")
+    other_blob = add_cached_file(hf_cache, QWEN_14B, QWEN_14B_PARTS[0], b"qwen part").resolve()
+    kept = add_cached_file(hf_cache, LLAMA_1B, Q4_K_M, b"stays")
+    snapshot = kept.parent
+    (snapshot / "mine-Q8_0.gguf").symlink_to(mine)
+    (snapshot / "other-Q6_K.gguf").symlink_to(os.path.relpath(other_blob, snapshot))
+    for name in ("mine-Q8_0.gguf", "other-Q6_K.gguf"):
+        result = specrun("models", "rm", f"{LLAMA_1B}/{name}")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"{LLAMA_1B}/{name}: removed, 0 B freed\n"
+        assert not os.path.lexists(snapshot / name)
+    assert mine.read_bytes() == b"the user's own model" and other_blob.read_bytes() == b"qwen part"
+    assert kept.read_bytes() == b"stays"
+
+
+def test_rm_still_frees_the_repo_s_own_blob(hf_cache):
+    link = add_cached_file(hf_cache, LLAMA_1B, Q4_K_M, b"twelve bytes")
+    blob = link.resolve()
+    result = specrun("models", "rm", "llama-1b-q4")
+    assert result.returncode == 0 and result.stdout == "llama-1b-q4: removed, 12 B freed\n"
+    assert not os.path.lexists(link) and not blob.exists()
