@@ -261,6 +261,10 @@ _REPO_FILE = re.compile(rf"^({_REPO_ID})/(.+\.gguf)$", re.I)
 
 def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
     """Alias, local path, REPO/FILE.gguf or REPO[:QUANT], in that order."""
+    if not text.strip():  # as a path, "" is the current folder
+        raise ModelNotFound(
+            "the model name is empty: give an alias, a GGUF file, REPO:QUANT or REPO/FILE.gguf"
+        )
     entry = catalog.get(text)
     if entry is not None:
         hub = HubRef(entry.repo, entry.file, entry.quant, entry.sha256) if entry.repo else None

@@ -111,3 +111,21 @@ def test_rm_still_frees_the_repo_s_own_blob(hf_cache):
     result = specrun("models", "rm", "llama-1b-q4")
     assert result.returncode == 0 and result.stdout == "llama-1b-q4: removed, 12 B freed\n"
     assert not os.path.lexists(link) and not blob.exists()
+
+
+# --- empty names, a file for a folder -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "-t", "", "-d", "none", "hi"),
+        ("run", "-t", "demo-target", "-d", "", "hi"),
+        ("models", "show", ""),
+        ("models", "rm", " "),
+    ],
+    ids=["target", "draft", "show", "rm-blank"],
+)
+def test_an_empty_model_name_is_said_to_be_empty(hf_cache, args):
+    """It was reported as ` is a directory, not a GGUF file` (Path("") is the current folder)."""
+    assert one_error(specrun(*args)).startswith("the model name is empty: give an alias, a GGUF")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specrun.models.catalog import CatalogError, load_catalog, parse_spec
-from specrun.models.hub import HubRef, InvalidName
+from specrun.models.hub import HubRef, InvalidName, ModelNotFound
 from tests.support.hfcache import LLAMA_1B
 
 NOT_A_FILE = "is not a file in a repo: that is a relative path without '.', '..', empty parts"
@@ -78,3 +78,10 @@ def test_a_catalog_entry_that_leaves_the_repo_is_refused_at_load(
     with pytest.raises(CatalogError) as raised:
         load_catalog(catalog)
     assert str(raised.value).startswith(f"{catalog}: [[model]] #1 ('bad'): {expected}")
+
+
+@pytest.mark.parametrize("spec", ["", " ", "\t"])
+def test_an_empty_model_name_is_called_empty(hf_cache, spec):
+    """As a path, "" is the current folder: it was reported as 'a directory'."""
+    with pytest.raises(ModelNotFound, match=r"^the model name is empty: give an alias, a GGUF"):
+        parse_spec(spec, load_catalog())
