@@ -28,8 +28,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import constants as hf_constants
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -38,11 +38,13 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.hf_api import RepoFile  # not exported at the top in older releases
 from huggingface_hub.utils import (
     are_progress_bars_disabled,
+    build_hf_headers,
     disable_progress_bars,
     enable_progress_bars,
+    hf_raise_for_status,
+    http_backoff,
 )
 from huggingface_hub.utils import logging as hub_logging
 
@@ -54,7 +56,7 @@ from specrun.system.formatting import format_size
 # is not); transport failures raise that base, the disk raises OSError and hf_xet raises
 # RuntimeError. Together they cover every way a download fails, whichever HTTP client the
 # installed huggingface_hub uses.
-_HUB_FAILURES = (*HfHubHTTPError.__bases__, OSError, RuntimeError)
+_HUB_FAILURES: tuple[type[BaseException], ...] = (*HfHubHTTPError.__bases__, OSError, RuntimeError)
 _LOGIN = "set HF_TOKEN or run `hf auth login` (`huggingface-cli login` before huggingface_hub 1.0)"
 HUB_PROBE_SECONDS = 3  # an unreachable Hub fails within this, not after the client's retries
 
@@ -341,15 +343,66 @@ def _not_cached(ref: HubRef, label: str, names: list[str]) -> NotCached:
 
 
 def _remote_sizes(repo: str) -> dict[str, int]:
-    """The repo's files and sizes: the first thing any download asks the Hub."""
+    """The repo's files and sizes: the first thing any download asks the Hub.
+
+    Asked here rather than with HfApi.list_repo_tree, which sets no deadline (a Hub that takes
+    the connection and never answers hangs it) and retries a silent Hub for half a minute; this
+    goes through huggingface_hub's session, headers and errors all the same."""
     check_hub_reachable()
+    endpoint, seconds = hub_endpoint(), hf_constants.HF_HUB_DOWNLOAD_TIMEOUT
+    url: str | None = f"{endpoint}/api/models/{repo}/tree/main"
+    params: dict[str, Any] | None = {"recursive": True, "expand": False}
+    sizes: dict[str, int] = {}
     with _hub_errors(repo):
-        api = HfApi(endpoint=hub_endpoint())
-        return {
-            item.path: item.size
-            for item in api.list_repo_tree(repo, recursive=True)
-            if isinstance(item, RepoFile)
-        }
+        while url:
+            try:
+                response = http_backoff(
+                    "GET",
+                    url,
+                    params=params,
+                    headers=build_hf_headers(),
+                    timeout=seconds,
+                    retry_on_exceptions=(),
+                )
+            except _HUB_FAILURES as exc:
+                if _timed_out(exc):
+                    raise DownloadError(
+                        f"the Hugging Face Hub at {endpoint} did not answer within {seconds} s "
+                        f"(HF_HUB_DOWNLOAD_TIMEOUT); {_USE_THE_CACHE}"
+                    ) from None
+                raise
+            hf_raise_for_status(response)
+            try:
+                sizes.update(_listed_files(response.json()))
+            except ValueError:
+                kind = response.headers.get("Content-Type") or "no Content-Type"
+                raise DownloadError(
+                    f"the Hugging Face Hub at {endpoint} answered with something other than the "
+                    f"file list of {repo} ({kind}): a captive portal or a proxy's login page? "
+                    f"Check the network and HF_ENDPOINT; {_USE_THE_CACHE}"
+                ) from None
+            url, params = response.links.get("next", {}).get("url"), None  # the next page
+    return sizes
+
+
+_USE_THE_CACHE = "models already in the cache work without it (HF_HUB_OFFLINE=1)"
+
+
+def _listed_files(items: Any) -> dict[str, int]:
+    """Path and size of each file in a page of the Hub's listing; ValueError if it is none."""
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ValueError("not a list of entries")
+    files = [item for item in items if item.get("type") == "file"]
+    if not all(isinstance(f.get("path"), str) and isinstance(f.get("size"), int) for f in files):
+        raise ValueError("an entry without a path or a size")
+    return {f["path"]: f["size"] for f in files}
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A deadline passed: httpx's TimeoutException, requests' Timeout (huggingface_hub before
+    1.0) or the socket's TimeoutError, whichever client made the request."""
+    names = {"TimeoutException", "Timeout", "TimeoutError"}
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
 
 
 def check_hub_reachable() -> None:
@@ -359,8 +412,7 @@ def check_hub_reachable() -> None:
     problem = _connection_problem(*_first_hop(endpoint))
     if problem:
         raise DownloadError(
-            f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); models already "
-            "in the cache work without it (HF_HUB_OFFLINE=1)"
+            f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); {_USE_THE_CACHE}"
         )
 
 

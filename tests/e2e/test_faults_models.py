@@ -22,6 +22,7 @@ from tests.support.hfcache import (
     add_cached_file,
     repo_dir,
 )
+from tests.support.hubserver import Fault, HubServer
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 NOT_A_FILE = "is not a file in a repo: that is a relative path without '.', '..', empty parts"
@@ -111,6 +112,64 @@ def test_rm_still_frees_the_repo_s_own_blob(hf_cache):
     result = specrun("models", "rm", "llama-1b-q4")
     assert result.returncode == 0 and result.stdout == "llama-1b-q4: removed, 12 B freed\n"
     assert not os.path.lexists(link) and not blob.exists()
+
+
+# --- the Hub on loopback: silent, or not the Hub ------------------------------------------------
+
+
+@pytest.fixture
+def hub(hf_cache):
+    server = HubServer()
+    server.add(LLAMA_1B, Q4_K_M, b"GGUF bytes")
+    url = server.start()
+    yield server, {"HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_DOWNLOAD_TIMEOUT": "1"}
+    server.stop()
+
+
+def test_a_hub_that_takes_the_connection_and_never_answers(hub):
+    """It used to hang with no output: huggingface_hub's listing sets no deadline."""
+    server, env = hub
+    server.faults["/api/models/"] = Fault(silent=True)
+    message = one_error(specrun("models", "pull", "llama-1b-q4", env=env))
+    assert message == (
+        f"the Hugging Face Hub at {env['HF_ENDPOINT']} did not answer within 1 s "
+        "(HF_HUB_DOWNLOAD_TIMEOUT); models already in the cache work without it (HF_HUB_OFFLINE=1)"
+    )
+    assert [line.split("?")[0] for line in server.log if "/api/models/" in line] == [
+        f"GET /api/models/{LLAMA_1B}/tree/main"  # asked once: a silent Hub is not retried
+    ]
+
+
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        (b"<html><body>Sign in to the guest network</body></html>", "text/html; charset=utf-8"),
+        (b'{"portal": "sign in"}', "application/json"),  # JSON, but not a listing
+        (b"", "text/plain"),
+    ],
+    ids=["html", "other-json", "empty"],
+)
+def test_a_hub_that_answers_with_something_else(hub, body, content_type):
+    """A captive portal's page with 200 OK used to end in a JSONDecodeError traceback."""
+    server, env = hub
+    server.faults["/api/models/"] = Fault(status=200, body=body, content_type=content_type)
+    message = one_error(specrun("models", "pull", "llama-1b-q4", env=env))
+    assert message.startswith(
+        f"the Hugging Face Hub at {env['HF_ENDPOINT']} answered with something other than the "
+        f"file list of {LLAMA_1B} ({content_type}): a captive portal or a proxy's login page?"
+    )
+
+
+def test_a_listing_in_pages_is_followed_to_the_end(hub):
+    """specrun asks for the listing itself now, so it follows the Hub's `Link: next` pages."""
+    server, env = hub
+    server.page_size = 1
+    server.add(LLAMA_1B, "README.md", b"readme")
+    server.add(LLAMA_1B, "Llama-3.2-1B-Instruct-Q8_0.gguf", b"q8")
+    result = specrun("models", "pull", "--dry-run", f"{LLAMA_1B}:Q8_0", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "  Llama-3.2-1B-Instruct-Q8_0.gguf  2 B  to download\n" in result.stdout
+    assert sum("/tree/main" in line for line in server.log) == 3
 
 
 # --- empty names, a file for a folder -----------------------------------------------------------
