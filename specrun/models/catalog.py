@@ -21,6 +21,7 @@ from specrun.errors import SpecrunError
 from specrun.models import demo
 from specrun.models.hub import (
     HubRef,
+    IntegrityError,
     InvalidName,
     ModelNotFound,
     NotCached,
@@ -403,8 +404,8 @@ def remove_cached(spec: ModelSpec) -> int:
     return delete_cached(spec.hub, spec.text)
 
 
-def verify_model(spec: ModelSpec) -> list[tuple[str, dict]]:
-    """Hash the spec's cached files again against their pins or lock records."""
+def verify_model(spec: ModelSpec) -> list[tuple[str, dict | IntegrityError]]:
+    """Hash the spec's cached files again against their pins or lock records, every one."""
     if spec.hub is None:
         raise ModelNotFound(
             f"{spec.text} is a local file ({spec.local}), not a download; it has no recorded sha256"

@@ -222,14 +222,35 @@ def fetch_files(
     return paths
 
 
-def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict]]:
-    """Hash `ref`'s cached files again, whatever their size and mtime; (name, lock record) of each."""
+def verify_cached(ref: HubRef, label: str) -> list[tuple[str, dict | IntegrityError]]:
+    """Hash every one of `ref`'s cached files again, whatever their size and mtime: (name, lock
+    record) of each, or (name, why it is refused), so a bad part does not hide the others."""
     plan = plan_fetch(ref, label, network=False)
     if plan.missing:
         raise _not_cached(ref, label, [f.name for f in plan.missing])
-    paths = [f.cached for f in plan.files if f.cached]  # all of them: none is missing
-    records = _check_parts(ref, plan, paths, label, progress=True, rehash=True)
-    return list(zip([f.name for f in plan.files], records))
+    _read_lock()  # a lock file that cannot be read is one error, not one per file
+    pins = ref.sha256 or (None,) * len(plan.files)
+    checked: list[tuple[str, dict | IntegrityError]] = []
+    for planned, pin in zip(plan.files, pins):
+        assert planned.cached is not None  # none is missing
+        try:
+            checked.append(
+                (
+                    planned.name,
+                    check_integrity(
+                        plan.repo,
+                        planned.name,
+                        planned.cached,
+                        label,
+                        pin=pin,
+                        progress=True,
+                        rehash=True,
+                    ),
+                )
+            )
+        except IntegrityError as problem:
+            checked.append((planned.name, problem))
+    return checked
 
 
 def _check_parts(

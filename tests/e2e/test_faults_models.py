@@ -8,6 +8,7 @@ one `specrun: error:` line and no traceback; nothing outside the cache is ever t
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -170,6 +171,37 @@ def test_a_listing_in_pages_is_followed_to_the_end(hub):
     assert result.returncode == 0, result.stderr
     assert "  Llama-3.2-1B-Instruct-Q8_0.gguf  2 B  to download\n" in result.stdout
     assert sum("/tree/main" in line for line in server.log) == 3
+
+
+# --- verify reports every file ------------------------------------------------------------------
+
+
+def test_verify_reports_every_file_and_fails_if_any_is_bad(hf_cache):
+    """It used to stop at the first bad file, leaving the rest unchecked and unreported; a
+    model not in the cache is one more error, not the end."""
+    links = [add_cached_file(hf_cache, QWEN_14B, n, f"part {n}".encode()) for n in QWEN_14B_PARTS]
+    add_cached_file(hf_cache, LLAMA_1B, Q4_K_M, b"llama bytes")
+    links[1].resolve().write_bytes(b"changed on disk")  # its name is still the Hub's sha256
+    result = specrun("models", "verify", "qwen-14b-q4", "llama-1b-q4", "llama-1b-q4_0")
+    assert result.returncode == 1
+
+    def ok(alias: str, name: str, content: bytes) -> str:
+        sha256 = hashlib.sha256(content).hexdigest()
+        return f"{alias}: {name}: sha256 {sha256} ok (the Hub's LFS hash)"
+
+    assert result.stdout.splitlines() == [
+        ok("qwen-14b-q4", QWEN_14B_PARTS[0], f"part {QWEN_14B_PARTS[0]}".encode()),
+        ok("qwen-14b-q4", QWEN_14B_PARTS[2], f"part {QWEN_14B_PARTS[2]}".encode()),
+        ok("llama-1b-q4", Q4_K_M, b"llama bytes"),
+    ]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("specrun: error: ")]
+    assert len(errors) == 2, result.stderr
+    assert errors[0].startswith(
+        f"specrun: error: {QWEN_14B}/{QWEN_14B_PARTS[1]} has sha256 "
+        f"{hashlib.sha256(b'changed on disk').hexdigest()}, not "
+    )
+    assert errors[1].startswith(f"specrun: error: {LLAMA_1B}: ")
+    assert "is not in the Hugging Face cache" in errors[1]
 
 
 # --- empty names, a file for a folder -----------------------------------------------------------
