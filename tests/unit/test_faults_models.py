@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from specrun.errors import SpecrunError
 from specrun.models.catalog import CatalogError, load_catalog, parse_spec
 from specrun.models.hub import HubRef, InvalidName, ModelNotFound
+from specrun.system.files import replaced_atomically
 from tests.support.hfcache import LLAMA_1B
 
 NOT_A_FILE = "is not a file in a repo: that is a relative path without '.', '..', empty parts"
@@ -85,3 +87,16 @@ def test_an_empty_model_name_is_called_empty(hf_cache, spec):
     """As a path, "" is the current folder: it was reported as 'a directory'."""
     with pytest.raises(ModelNotFound, match=r"^the model name is empty: give an alias, a GGUF"):
         parse_spec(spec, load_catalog())
+
+
+def test_a_file_where_a_folder_should_be_is_named(tmp_path):
+    """SPECRUN_CACHE (or any folder specrun writes in) naming a file: one line, no traceback."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file, not a folder")
+    destination = blocker / "demo" / "model.gguf"
+    with pytest.raises(SpecrunError) as raised, replaced_atomically(destination) as partial:
+        partial.write_text("never")
+    assert str(raised.value) == (
+        f"cannot write {destination}: {blocker} is a regular file, not a folder"
+    )
+    assert blocker.read_text() == "a file, not a folder"
