@@ -25,7 +25,13 @@ from specrun.models.catalog import (
     remove_cached,
     verify_model,
 )
-from specrun.models.hub import hub_offline, plan_fetch
+from specrun.models.hub import (
+    IntegrityError,
+    ModelNotFound,
+    NotCached,
+    hub_offline,
+    plan_fetch,
+)
 from specrun.system.formatting import format_or_dash, format_size
 
 app = typer.Typer(
@@ -157,7 +163,9 @@ def verify(
         help="Aliases (or REPO:QUANT, REPO/FILE.gguf); default: every cached download.",
     ),
 ) -> None:
-    """Hash downloaded models again and compare with their pins or the sha256 recorded at download."""
+    """Hash downloaded models again and compare with their pins or the sha256 recorded at download.
+
+    Every file is checked and reported; the exit status is 1 if any was bad or missing."""
     with _reported_errors():
         catalog = _catalog(ctx)
         parsed = (
@@ -171,9 +179,24 @@ def verify(
         )
         if not parsed:
             print("no downloaded model in the cache; nothing to verify")
+        bad = 0
         for spec in parsed:
-            for name, record in verify_model(spec):
-                print(f"{spec.text}: {name}: sha256 {record['sha256']} ok ({record['source']})")
+            try:
+                checked = verify_model(spec)
+            except (ModelNotFound, NotCached) as error:  # this one only: go on with the rest
+                bad += 1
+                report(error)
+                continue
+            for name, outcome in checked:
+                if isinstance(outcome, IntegrityError):
+                    bad += 1
+                    report(outcome)
+                else:
+                    print(
+                        f"{spec.text}: {name}: sha256 {outcome['sha256']} ok ({outcome['source']})"
+                    )
+    if bad:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -226,7 +249,8 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
 
 @app.command("rm")
 def remove(ctx: typer.Context, specs: list[str] = typer.Argument(..., metavar="ALIAS...")) -> None:
-    """Delete models' files from the Hugging Face cache (files other aliases share stay)."""
+    """Delete models' files from the Hugging Face cache: their links in the repo's snapshots and
+    the blobs no other snapshot links to; nothing outside the repo's folder."""
     with _reported_errors():
         catalog = _catalog(ctx)
         for spec in [parse_spec(text, catalog) for text in specs]:

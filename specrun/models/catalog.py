@@ -25,9 +25,12 @@ from specrun.errors import SpecrunError
 from specrun.models import demo
 from specrun.models.hub import (
     HubRef,
+    IntegrityError,
+    InvalidName,
     LockRecord,
     ModelNotFound,
     NotCached,
+    check_hub_names,
     delete_cached,
     fetch_files,
     split_parts,
@@ -207,6 +210,11 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         raise CatalogError(
             f"{where}: missing required key 'file' (or 'quant' to pick the file by name)"
         )
+    if "repo" in table:
+        try:
+            check_hub_names(table["repo"], table.get("file"))
+        except InvalidName as error:
+            raise CatalogError(f"{where}: {error}") from None
     local = table.get("local", "")
     if local.startswith("demo:") and local.removeprefix("demo:") not in _DEMO_ROLES:
         raise CatalogError(f"{where}: local must be 'demo:target' or 'demo:draft', not '{local}'")
@@ -261,6 +269,10 @@ _REPO_FILE = re.compile(rf"^({_REPO_ID})/(.+\.gguf)$", re.I)
 
 def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
     """Alias, local path, REPO/FILE.gguf or REPO[:QUANT], in that order."""
+    if not text.strip():  # as a path, "" is the current folder
+        raise ModelNotFound(
+            "the model name is empty: give an alias, a GGUF file, REPO:QUANT or REPO/FILE.gguf"
+        )
     entry = catalog.get(text)
     if entry is not None:
         hub = HubRef(entry.repo, entry.file, entry.quant, entry.sha256) if entry.repo else None
@@ -276,10 +288,13 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
         text.lower().endswith(".gguf") and reference.count("/") < 2
     )
     if not looks_local:
-        if match := _REPO_FILE.match(reference):
-            return ModelSpec(text, hub=HubRef(match[1], file=match[2]))
-        if match := _REPO_QUANT.match(reference):
-            return ModelSpec(text, hub=HubRef(match[1], quant=match[2] or DEFAULT_QUANT))
+        try:
+            if match := _REPO_FILE.match(reference):
+                return ModelSpec(text, hub=HubRef(match[1], file=match[2]))
+            if match := _REPO_QUANT.match(reference):
+                return ModelSpec(text, hub=HubRef(match[1], quant=match[2] or DEFAULT_QUANT))
+        except InvalidName as error:
+            raise InvalidName(f"{text}: {error}") from None
     if looks_local or "/" in text:
         raise ModelNotFound(f"no such file: {text}")
     close = catalog.suggestions(text)
@@ -396,8 +411,8 @@ def remove_cached(spec: ModelSpec) -> int:
     return delete_cached(spec.hub, spec.text)
 
 
-def verify_model(spec: ModelSpec) -> list[tuple[str, LockRecord]]:
-    """Hash the spec's cached files again against their pins or lock records."""
+def verify_model(spec: ModelSpec) -> list[tuple[str, LockRecord | IntegrityError]]:
+    """Hash the spec's cached files again against their pins or lock records, every one."""
     if spec.hub is None:
         raise ModelNotFound(
             f"{spec.text} is a local file ({spec.local}), not a download; it has no recorded sha256"

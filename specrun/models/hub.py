@@ -24,13 +24,13 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypedDict
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
-from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
 from huggingface_hub import constants as hf_constants
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -39,7 +39,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.hf_api import RepoFile  # not exported at the top in older releases
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
 from huggingface_hub.utils import logging as hub_logging
 from huggingface_hub.utils.tqdm import (  # where they are defined: utils exports them lazily
     are_progress_bars_disabled,
@@ -90,15 +90,54 @@ class IntegrityError(SpecrunError):
     """A model file whose sha256 is not the expected one: it is never loaded."""
 
 
+class InvalidName(SpecrunError):
+    """A repo id or a file name that could lead outside the repo's folder in the cache."""
+
+
+# huggingface_hub's rule for a repo id: a `--` would also make two repos share one cache folder
+# (models--a--b--c is a/b--c and a--b/c).
+_REPO_PART = re.compile(r"\w(?:[\w.-]{0,94}\w)?")
+
+
+def check_hub_names(repo: str, file: str | None = None) -> None:
+    """Refuse a repo id or a file in it that the cache's paths could not hold safely: every path
+    under the cache is built from these, so this is the one check between a name and a path."""
+    parts = repo.split("/")
+    if (
+        len(parts) != 2
+        or not all(_REPO_PART.fullmatch(part) for part in parts)
+        or "--" in repo
+        or ".." in repo
+    ):
+        raise InvalidName(
+            f"'{repo}' is not a Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and "
+            "'.', without '--' or '..'"
+        )
+    # Split on both separators, as huggingface_hub does: a name is also a path on Windows.
+    if file is not None and (
+        any(part in ("", ".", "..") for part in file.replace("\\", "/").split("/"))
+        or PureWindowsPath(file).drive
+        or "\0" in file
+    ):
+        raise InvalidName(
+            f"'{file}' is not a file in a repo: that is a relative path without '.', '..', "
+            "empty parts or a drive"
+        )
+
+
 @dataclass(frozen=True)
 class HubRef:
     """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with `quant`.
-    `sha256` pins the content of each part, in order; empty where nothing could be checked."""
+    `sha256` pins the content of each part, in order; empty where nothing could be checked.
+    Its names are checked when it is made, so every cache path built from it stays in the cache."""
 
     repo: str
     file: str | None = None
     quant: str | None = None
     sha256: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_hub_names(self.repo, self.file)
 
 
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
@@ -196,14 +235,35 @@ def fetch_files(
     return paths
 
 
-def verify_cached(ref: HubRef, label: str) -> list[tuple[str, LockRecord]]:
-    """Hash `ref`'s cached files again, whatever their size and mtime; (name, lock record) of each."""
+def verify_cached(ref: HubRef, label: str) -> list[tuple[str, LockRecord | IntegrityError]]:
+    """Hash every one of `ref`'s cached files again, whatever their size and mtime: (name, lock
+    record) of each, or (name, why it is refused), so a bad part does not hide the others."""
     plan = plan_fetch(ref, label, network=False)
     if plan.missing:
         raise _not_cached(ref, label, [f.name for f in plan.missing])
-    paths = [f.cached for f in plan.files if f.cached]  # all of them: none is missing
-    records = _check_parts(ref, plan, paths, label, progress=True, rehash=True)
-    return list(zip([f.name for f in plan.files], records))
+    _read_lock()  # a lock file that cannot be read is one error, not one per file
+    pins = ref.sha256 or (None,) * len(plan.files)
+    checked: list[tuple[str, LockRecord | IntegrityError]] = []
+    for planned, pin in zip(plan.files, pins):
+        assert planned.cached is not None  # none is missing
+        try:
+            checked.append(
+                (
+                    planned.name,
+                    check_integrity(
+                        plan.repo,
+                        planned.name,
+                        planned.cached,
+                        label,
+                        pin=pin,
+                        progress=True,
+                        rehash=True,
+                    ),
+                )
+            )
+        except IntegrityError as problem:
+            checked.append((planned.name, problem))
+    return checked
 
 
 def _check_parts(
@@ -317,15 +377,66 @@ def _not_cached(ref: HubRef, label: str, names: list[str]) -> NotCached:
 
 
 def _remote_sizes(repo: str) -> dict[str, int]:
-    """The repo's files and sizes: the first thing any download asks the Hub."""
+    """The repo's files and sizes: the first thing any download asks the Hub.
+
+    Asked here rather than with HfApi.list_repo_tree, which sets no deadline (a Hub that takes
+    the connection and never answers hangs it) and retries a silent Hub for half a minute; this
+    goes through huggingface_hub's session, headers and errors all the same."""
     check_hub_reachable()
+    endpoint, seconds = hub_endpoint(), hf_constants.HF_HUB_DOWNLOAD_TIMEOUT
+    url: str | None = f"{endpoint}/api/models/{repo}/tree/main"
+    params: dict[str, Any] | None = {"recursive": True, "expand": False}
+    sizes: dict[str, int] = {}
     with _hub_errors(repo):
-        api = HfApi(endpoint=hub_endpoint())
-        return {
-            item.path: item.size
-            for item in api.list_repo_tree(repo, recursive=True)
-            if isinstance(item, RepoFile)
-        }
+        while url:
+            try:
+                response = http_backoff(
+                    "GET",
+                    url,
+                    params=params,
+                    headers=build_hf_headers(),
+                    timeout=seconds,
+                    retry_on_exceptions=(),
+                )
+            except _HUB_FAILURES as exc:
+                if _timed_out(exc):
+                    raise DownloadError(
+                        f"the Hugging Face Hub at {endpoint} did not answer within {seconds} s "
+                        f"(HF_HUB_DOWNLOAD_TIMEOUT); {_USE_THE_CACHE}"
+                    ) from None
+                raise
+            hf_raise_for_status(response)
+            try:
+                sizes.update(_listed_files(response.json()))
+            except ValueError:
+                kind = response.headers.get("Content-Type") or "no Content-Type"
+                raise DownloadError(
+                    f"the Hugging Face Hub at {endpoint} answered with something other than the "
+                    f"file list of {repo} ({kind}): a captive portal or a proxy's login page? "
+                    f"Check the network and HF_ENDPOINT; {_USE_THE_CACHE}"
+                ) from None
+            url, params = response.links.get("next", {}).get("url"), None  # the next page
+    return sizes
+
+
+_USE_THE_CACHE = "models already in the cache work without it (HF_HUB_OFFLINE=1)"
+
+
+def _listed_files(items: Any) -> dict[str, int]:
+    """Path and size of each file in a page of the Hub's listing; ValueError if it is none."""
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise ValueError("not a list of entries")
+    files = [item for item in items if item.get("type") == "file"]
+    if not all(isinstance(f.get("path"), str) and isinstance(f.get("size"), int) for f in files):
+        raise ValueError("an entry without a path or a size")
+    return {f["path"]: f["size"] for f in files}
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A deadline passed: httpx's TimeoutException, requests' Timeout (huggingface_hub before
+    1.0) or the socket's TimeoutError, whichever client made the request."""
+    names = {"TimeoutException", "Timeout", "TimeoutError"}
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
 
 
 def check_hub_reachable() -> None:
@@ -335,8 +446,7 @@ def check_hub_reachable() -> None:
     problem = _connection_problem(*_first_hop(endpoint))
     if problem:
         raise DownloadError(
-            f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); models already "
-            "in the cache work without it (HF_HUB_OFFLINE=1)"
+            f"cannot reach the Hugging Face Hub at {endpoint} ({problem}); {_USE_THE_CACHE}"
         )
 
 
@@ -611,28 +721,38 @@ def _forget(repo: str, names: Iterable[str]) -> None:
 def delete_cached(ref: HubRef, label: str) -> int:
     """Delete `ref`'s files from every cached snapshot of its repo; returns the bytes freed.
 
-    A blob another snapshot file still links to stays, as with huggingface_hub's own delete."""
+    Only what lies in the repo's own folder goes, as with huggingface_hub's own delete: each
+    snapshot's entry, and the blob under `blobs/` it links to unless another entry still does.
+    An entry linking to a file elsewhere (a user's own file, linked in) loses the link only."""
     cache_dir = hub_cache_dir()
+    folder = repo_dir(cache_dir, ref.repo)
     names = set(
         split_parts(ref.file)
         if ref.file
         else _pick_quant(ref, _cached_names(cache_dir, ref.repo)) or ()
     )
-    snapshots = repo_dir(cache_dir, ref.repo) / "snapshots"
-    files = [
+    snapshots = folder / "snapshots"
+    # Resolved, so a linked folder on the way (the cache moved to another disk) is still inside.
+    real_snapshots, real_blobs = snapshots.resolve(), (folder / "blobs").resolve()
+    entries = [
         path
         for snapshot in snapshots.glob("*")
         for name in names
         if (path := snapshot / name).is_file()
+        and path.parent.resolve().is_relative_to(real_snapshots)
     ]
-    if not files:
+    if not entries:
         raise NotCached(
             f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove"
         )
-    kept = {path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in files}
-    blobs = {path.resolve() for path in files} - kept
-    freed = sum(blob.stat().st_size for blob in blobs)
-    for path in [*files, *blobs]:
-        path.unlink(missing_ok=True)  # a snapshot file that is no link was its own blob
+    kept = {
+        path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in entries
+    }
+    linked = {path.resolve() for path in entries if path.is_symlink()}
+    blobs = {blob for blob in linked - kept if blob.parent == real_blobs}
+    copies = [path for path in entries if not path.is_symlink()]  # their own blob, where no links
+    freed = sum(path.stat().st_size for path in [*blobs, *copies])
+    for path in [*entries, *blobs]:
+        path.unlink(missing_ok=True)
     _forget(ref.repo, names)
     return freed

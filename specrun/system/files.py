@@ -73,12 +73,17 @@ def replaced_atomically(destination: Path) -> Iterator[Path]:
     """A temporary path beside `destination`, unique to this call, to write the whole
     file to; when the block succeeds it replaces `destination`, else it is removed.
     It keeps `destination`'s extension, for writers that infer the format from it."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(
-        dir=destination.parent,
-        prefix=f".{destination.name}.",
-        suffix=f".partial{destination.suffix}",
-    )
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(
+            dir=destination.parent,
+            prefix=f".{destination.name}.",
+            suffix=f".partial{destination.suffix}",
+        )
+    except OSError as error:
+        raise SpecrunError(
+            f"cannot write {destination}: {_blocked(destination.parent, error)}"
+        ) from None
     os.close(handle)
     temporary = Path(name)
     try:
@@ -90,6 +95,18 @@ def replaced_atomically(destination: Path) -> Iterator[Path]:
         if isinstance(error, OSError):
             raise SpecrunError(f"cannot write {destination}: {error.strerror or error}") from None
         raise
+
+
+def _blocked(folder: Path, error: OSError) -> str:
+    """Why `folder` could not be made or written in: a file where a folder should be (a cache
+    variable naming a file, say) by its name, else the system's words."""
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    kind = what_is(existing)
+    if kind != "a directory":
+        return f"{existing} is {kind}, not a folder"
+    return error.strerror or str(error)
 
 
 def _umask() -> int:

@@ -1,11 +1,13 @@
 """A small Hugging Face Hub on loopback: the endpoints huggingface_hub's downloads use.
 
-    GET  /api/models/{repo}/tree/{revision}    the file listing (sizes, LFS sha256)
+    GET  /api/models/{repo}/tree/{revision}    the file listing (sizes, LFS sha256), in pages
+                                               if `page_size` is set
     HEAD /{repo}/resolve/{revision}/{file}     ETag (the LFS sha256), X-Repo-Commit, size
     GET  /{repo}/resolve/{revision}/{file}     the bytes; Range requests answered with 206
 
 Faults are set per test: an HTTP error for a path, a connection cut after some bytes, a
-listing or a body that differs from the file the Hub's hash describes.
+listing or a body that differs from the file the Hub's hash describes, an answer that is
+not the Hub's (a captive portal's page), or no answer at all.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class Fault:
     )
     times: int = 1 << 30  # how many requests the fault applies to
     then: Callable[[], None] | None = None  # called after the answer (or the cut)
+    body: bytes | None = None  # with `status`: this body, as `content_type`, not a JSON refusal
+    content_type: str = "text/html; charset=utf-8"
+    silent: bool = False  # take the request and never answer (until the server stops)
 
 
 @dataclass
@@ -44,6 +49,8 @@ class HubServer:
     )  # "repo/path" -> size the listing claims
     log: list[str] = field(default_factory=list)  # "METHOD path [Range]" of every request
     xet: bool = False  # announce Xet storage; its CAS service (here) answers every request with 404
+    stopping: threading.Event = field(default_factory=threading.Event)  # releases silent faults
+    page_size: int | None = None  # list this many files a page, linking the next as the Hub does
 
     def start(self) -> str:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -54,6 +61,7 @@ class HubServer:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
+        self.stopping.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -89,12 +97,18 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
         def _answer(self, body: bool) -> None:
             hub.log.append(f"{self.command} {self.path} {self.headers.get('Range') or ''}".rstrip())
             fault = hub.fault_for(self.command, self.path)
+            if fault and fault.silent:
+                hub.stopping.wait()
+                self.close_connection = True
+                return None
+            if fault and fault.status and fault.body is not None:
+                return self._send(fault.status, fault.body, {"Content-Type": fault.content_type})
             if fault and fault.status:
                 return self._send(
                     fault.status, b'{"error": "refused"}', {"X-Error-Code": fault.error_code or ""}
                 )
             if match := _TREE.match(self.path):
-                return self._tree(match["repo"])
+                return self._tree(match["repo"], match["rev"])
             if self.path.startswith(
                 "/xet-read-token"
             ):  # the token for Xet storage, whose service is /cas
@@ -111,7 +125,7 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return self._resolve(match["repo"], match["file"], body, fault)
             self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"})
 
-        def _tree(self, repo: str) -> None:
+        def _tree(self, repo: str, revision: str) -> None:
             if repo not in hub.files:
                 return self._send(404, b"{}", {"X-Error-Code": "RepoNotFound"})
             items = [
@@ -128,7 +142,17 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 }
                 for path, content in hub.files[repo].items()
             ]
-            self._send(200, json.dumps(items).encode(), {"Content-Type": "application/json"})
+            headers = {"Content-Type": "application/json"}
+            if hub.page_size is not None:
+                cursor = int(m[1]) if (m := re.search(r"[?&]cursor=(\d+)", self.path)) else 0
+                items, rest = (
+                    items[cursor : cursor + hub.page_size],
+                    items[cursor + hub.page_size :],
+                )
+                if rest:
+                    next_page = f"http://{self.headers['Host']}/api/models/{repo}/tree/{revision}"
+                    headers["Link"] = f'<{next_page}?cursor={cursor + hub.page_size}>; rel="next"'
+            self._send(200, json.dumps(items).encode(), headers)
 
         def _resolve(self, repo: str, path: str, body: bool, fault: Fault | None) -> None:
             content = hub.files.get(repo, {}).get(path)
