@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 
 import typer
@@ -53,11 +54,13 @@ def serve(
     models: ModelRequest,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
-    from specrun.server.app import (
-        serve as run_server,
-    )  # here: `specrun run` need not import the HTTP stack
+    # here: `specrun run` need not import the HTTP stack
+    from specrun.server.app import serve as run_server
 
-    if api_key == "":
+    # click reads an empty variable as unset; an empty key is a mistake either way, not "no key"
+    if api_key is None and os.environ.get(API_KEY_ENV) == "":
+        api_key = ""
+    if api_key is not None and not api_key.strip():
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
     # Bound before the models load: a port in use is one line now, not after a long load.
     with listen(host, port) as listener:
