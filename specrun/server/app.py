@@ -28,7 +28,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
-from specrun.server.requests import ApiError, GenerationRequest, chat_request, completion_request
+from specrun.server.requests import (
+    ApiError,
+    GenerationRequest,
+    chat_request,
+    completion_request,
+    parse_body,
+)
 from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
 
@@ -83,13 +89,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
         body += chunk
         if len(body) > MAX_BODY_BYTES:
             raise too_large
-    try:
-        value = json.loads(body)
-    except ValueError as error:
-        raise ApiError(400, f"the body is not valid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    return value
+    return parse_body(bytes(body))
 
 
 # --- responses -------------------------------------------------------------------------------

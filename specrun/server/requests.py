@@ -1,11 +1,12 @@
-"""Request checking for `specrun serve`: a JSON body's fields into a typed `GenerationRequest`
-(the prompt as chat messages or as text, the sampling over the server's own settings, the
-token limit, the stop strings), or into an `ApiError`, OpenAI's error shape, which names the
-field at fault."""
+"""Request checking for `specrun serve`: a body's bytes into JSON that holds only text and
+numbers a handler can use, and that JSON's fields into a typed `GenerationRequest` (the prompt
+as chat messages or as text, the sampling over the server's own settings, the token limit, the
+stop strings); or an `ApiError`, OpenAI's error shape, which names the field at fault."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,6 +21,8 @@ from specrun.prompt import Message, render
 
 ROLES = ("system", "user", "assistant")
 NUMBER = (int, float)
+MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
 # OpenAI's error `type`: the client's mistake, or the server's.
 ErrorKind = Literal["invalid_request_error", "server_error"]
 # The body field that holds the prompt: chat messages, or a completion's text.
@@ -66,6 +69,67 @@ def bad_value(error: OptionError) -> ApiError:
     """The library names the option in backquotes, as the API names the field."""
     named = re.search(r"`(\w+)`", str(error))
     return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
+
+
+# --- the body ------------------------------------------------------------------------------------
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A body's bytes as a JSON object whose text is all Unicode, whose numbers are all finite
+    and whose nesting is bounded: checked once here, so no handler meets what it cannot use."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:  # json's own recursion: nested far beyond MAX_DEPTH
+        raise ApiError(400, f"the body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise ApiError(400, f"the body is not valid JSON: {error}") from None
+    _check_values(value)
+    if not isinstance(value, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return value
+
+
+def _check_values(body: Any) -> None:
+    """Refuse a lone surrogate in any text (a key included), a number beyond a float's range
+    (NaN, Infinity, -Infinity, 1e400), and nesting deeper than MAX_DEPTH, naming where."""
+    pending: list[tuple[Any, str, int]] = [(body, "", 0)]  # a value, its path, its depth
+    while pending:
+        value, path, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth == MAX_DEPTH:
+                raise ApiError(400, f"the body nests deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    _check_text(key, f"a key in `{path}`" if path else "a key of the body", path)
+                    inner = f"{path}.{key}" if path else key
+                else:
+                    inner = f"{path}[{key}]"
+                pending.append((item, inner, depth + 1))
+        elif isinstance(value, str):
+            _check_text(value, f"`{path}`" if path else "the body", path)
+        elif isinstance(value, float) and not math.isfinite(value):
+            shown = {"inf": "Infinity", "-inf": "-Infinity"}.get(str(value), "NaN")
+            raise ApiError(
+                400,
+                f"`{path}` must be a finite number, got {shown}",
+                param=path or None,
+                code="invalid_value",
+            )
+
+
+def _check_text(text: str, where: str, path: str) -> None:
+    if found := LONE_SURROGATE.search(text):
+        raise ApiError(
+            400,
+            f"{where} is not valid Unicode: it holds the lone surrogate "
+            f"\\u{ord(found.group()):04x}, half of a pair",
+            param=path or None,
+            code="invalid_value",
+        )
+
+
+# --- generation requests ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

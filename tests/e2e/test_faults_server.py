@@ -4,14 +4,94 @@ with the right status, the server serves on, and its log holds no traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from specrun.server.requests import MAX_DEPTH
+from tests.support.server import Server
+
 FAIL_SAFE = 60  # seconds a socket or a command may wait: a limit on a broken test
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_target: Path):
+    running = Server("-t", str(tiny_target))
+    yield running
+    assert running.stop() == 0
+    log = "".join(running.lines)
+    assert "Traceback" not in log and "Exception" not in log, log
+
+
+def post(server: Server, path: str, body: bytes | dict, headers: dict | None = None):
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(f"{server.url}{path}", content=content, headers=headers or JSON)
+
+
+def openai_error(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error.keys() == {"message", "type", "param", "code"} and error["message"]
+    assert error["type"] == "invalid_request_error"
+    return error
+
+
+def serves_on(server: Server) -> None:
+    answer = post(server, "/v1/completions", {"prompt": "the sea", "max_tokens": 2})
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
+
+
+# --- text and structure, checked once when the body is parsed -----------------------------------
+
+SURROGATES = {
+    "a completion's prompt": ("/v1/completions", rb'{"prompt": "\ud800"}', "prompt"),
+    "a message's content": (
+        "/v1/chat/completions",
+        rb'{"messages": [{"role": "user", "content": "hi \udfff"}]}',
+        "messages[0].content",
+    ),
+    "a text part": (
+        "/v1/chat/completions",
+        rb'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud83d"}]}]}',
+        "messages[0].content[0].text",
+    ),
+    "a stop text": ("/v1/completions", rb'{"prompt": "hi", "stop": ["\udc00"]}', "stop[0]"),
+    "the model's name": ("/v1/completions", rb'{"prompt": "hi", "model": "\ud800"}', "model"),
+    "a key": ("/v1/completions", rb'{"prompt": "hi", "\ud800": 1}', None),
+}
+
+
+@pytest.mark.parametrize("case", SURROGATES)
+def test_a_lone_surrogate_in_any_text_is_a_400(server, case):
+    path, body, param = SURROGATES[case]
+    error = openai_error(post(server, path, body), 400)
+    assert (error["param"], error["code"]) == (param, "invalid_value")
+    assert "lone surrogate" in error["message"]
+    serves_on(server)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 100_000])
+def test_a_deeply_nested_body_is_a_400(server, depth):
+    body = b'{"prompt": "hi", "x": ' + b"[" * depth + b"]" * depth + b"}"
+    error = openai_error(post(server, "/v1/completions", body), 400)
+    assert error["message"] == f"the body nests deeper than {MAX_DEPTH} levels"
+    serves_on(server)
+
+
+@pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN", "1e400"])
+@pytest.mark.parametrize("field", ["temperature", "top_p", "min_p"])
+def test_every_non_finite_number_is_refused_alike(server, field, number):
+    body = b'{"prompt": "hi", "max_tokens": 2, "%s": %s}' % (field.encode(), number.encode())
+    error = openai_error(post(server, "/v1/completions", body), 400)
+    assert (error["param"], error["code"]) == (field, "invalid_value")
+    shown = "Infinity" if number == "1e400" else number
+    assert error["message"] == f"`{field}` must be a finite number, got {shown}"
 
 
 # --- the command line ---------------------------------------------------------------------------
