@@ -16,13 +16,14 @@ import pytest
 from specrun.server.requests import MAX_DEPTH
 from tests.support.server import Server
 
+CONTEXT = 256  # the strict server's --ctx, below the tiny model's trained context
 FAIL_SAFE = 60  # seconds a socket or a command may wait: a limit on a broken test
 JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
 def server(tiny_target: Path):
-    running = Server("-t", str(tiny_target))
+    running = Server("-t", str(tiny_target), "--ctx", str(CONTEXT))
     yield running
     assert running.stop() == 0
     log = "".join(running.lines)
@@ -92,6 +93,18 @@ def test_every_non_finite_number_is_refused_alike(server, field, number):
     assert (error["param"], error["code"]) == (field, "invalid_value")
     shown = "Infinity" if number == "1e400" else number
     assert error["message"] == f"`{field}` must be a finite number, got {shown}"
+
+
+# --- the context, in a client's terms -----------------------------------------------------------
+
+
+def test_a_prompt_too_long_for_the_context_says_what_the_client_can_do(server):
+    response = post(server, "/v1/completions", {"prompt": "the " * (2 * CONTEXT)})
+    error = openai_error(response, 400)
+    assert (error["param"], error["code"]) == ("prompt", "context_length_exceeded")
+    assert f"this server's context is {CONTEXT} tokens" in error["message"]
+    assert "send a prompt shorter than" in error["message"]
+    assert "`" not in error["message"] and "ctx" not in error["message"]
 
 
 # --- the command line ---------------------------------------------------------------------------
