@@ -44,6 +44,13 @@ def serve(
         show_envvar=True,
         help="Require `Authorization: Bearer KEY` (all but /health).",
     ),
+    allowed_hosts: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        metavar="NAME",
+        help="Also answer requests for this Host name (repeatable; .example.com: it and its"
+        " subdomains; *: any). Without it: localhost, --host and IP addresses.",
+    ),
     queue: int = typer.Option(
         64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
     ),
@@ -56,12 +63,15 @@ def serve(
     """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
     # here: `specrun run` need not import the HTTP stack
     from specrun.server.app import serve as run_server
+    from specrun.server.requests import AllowedHosts
 
     # click reads an empty variable as unset; an empty key is a mistake either way, not "no key"
     if api_key is None and os.environ.get(API_KEY_ENV) == "":
         api_key = ""
     if api_key is not None and not api_key.strip():
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    if any(not name.strip() for name in allowed_hosts):
+        raise OptionError("--allowed-host is empty")
     # Bound before the models load: a port in use is one line now, not after a long load.
     with listen(host, port) as listener:
         address, port = listener.getsockname()[:2]
@@ -80,6 +90,7 @@ def serve(
                 listener,
                 model=choice.target.stem,
                 api_key=api_key,
+                hosts=AllowedHosts.of(host, allowed_hosts),
                 queue=queue,
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
             )

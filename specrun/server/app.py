@@ -1,8 +1,8 @@
 """`specrun serve`'s HTTP side: the Starlette routes of an OpenAI-compatible API (chat and
 text completions, answered whole or streamed as server-sent events, with models, stats and
-health) over a `Worker`, the bearer-key middleware, every error in OpenAI's shape, and uvicorn
-under the command's signal policy. A response's `specrun` object is its job's
-`Stats.as_dict()`, the figures of `run --json`."""
+health) over a `Worker`, the middleware before them (the Host and content-type gate, the bearer
+key), every error in OpenAI's shape, and uvicorn under the command's signal policy. A
+response's `specrun` object is its job's `Stats.as_dict()`, the figures of `run --json`."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.server.requests import (
+    AllowedHosts,
     ApiError,
     GenerationRequest,
     chat_request,
+    check_json_content,
     completion_request,
     parse_body,
 )
@@ -39,6 +41,7 @@ from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
+LOOPBACK = AllowedHosts.of("127.0.0.1")
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
@@ -115,7 +118,7 @@ class Api:
     model: str  # the one model id served
     started: int = field(default_factory=lambda: int(time.time()))
 
-    def app(self, api_key: str | None) -> Starlette:
+    def app(self, api_key: str | None, hosts: AllowedHosts = LOOPBACK) -> Starlette:
         routes = [
             Route("/health", self.health),
             Route("/v1/models", self.models),
@@ -125,7 +128,10 @@ class Api:
         ]
         return Starlette(
             routes=routes,
-            middleware=[Middleware(BearerAuth, key=api_key)] if api_key else [],
+            middleware=[
+                Middleware(Gate, hosts=hosts),
+                *([Middleware(BearerAuth, key=api_key)] if api_key else []),
+            ],
             exception_handlers={
                 ApiError: _api_error,
                 HTTPException: _http_error,
@@ -233,6 +239,27 @@ class Api:
         yield "data: [DONE]\n\n"
 
 
+class Gate:
+    """Before routing: a request must name this server by a Host it answers to, and a POST's
+    body must be declared JSON. Together they keep web pages out: a page may send a plain-text
+    POST anywhere unasked, and one whose name is rebound to this machine sends its own name."""
+
+    def __init__(self, app: ASGIApp, hosts: AllowedHosts) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            try:
+                self.hosts.admit(headers.get("host"))
+                if scope["method"] == "POST":
+                    check_json_content(headers.get("content-type"))
+            except ApiError as error:
+                await error.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class BearerAuth:
     """Every path but /health needs `Authorization: Bearer <key>`."""
 
@@ -305,6 +332,7 @@ def serve(
     *,
     model: str,
     api_key: str | None,
+    hosts: AllowedHosts,
     queue: int,
     ready: Callable[[], None],
 ) -> None:
@@ -312,7 +340,7 @@ def serve(
     once the engine is free to close."""
     worker = Worker(engine, queue=queue)
     config = uvicorn.Config(
-        Api(worker, model).app(api_key),
+        Api(worker, model).app(api_key, hosts),
         lifespan="off",
         ws="none",
         log_level="warning",

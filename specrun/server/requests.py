@@ -1,14 +1,16 @@
-"""Request checking for `specrun serve`: a body's bytes into JSON that holds only text and
-numbers a handler can use, and that JSON's fields into a typed `GenerationRequest` (the prompt
-as chat messages or as text, the sampling over the server's own settings, the token limit, the
-stop strings); or an `ApiError`, OpenAI's error shape, which names the field at fault."""
+"""Request checking for `specrun serve`: which Host names and content types reach the API, a
+body's bytes into JSON that holds only text and numbers a handler can use, and that JSON's
+fields into a typed `GenerationRequest` (the prompt as chat messages or as text, the sampling
+over the server's own settings, the token limit, the stop strings); or an `ApiError`, OpenAI's
+error shape, which names the field at fault."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -71,7 +73,66 @@ def bad_value(error: OptionError) -> ApiError:
     return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
 
 
-# --- the body ------------------------------------------------------------------------------------
+# --- what reaches the API -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllowedHosts:
+    """The Host names a request may carry. A page whose name is rebound to this machine
+    (DNS rebinding) sends its own name, so names are refused unless listed, as Vite and Django
+    do: `localhost` and names under `.localhost`, the name the server listens on, and those the
+    user adds (`name`, `.domain` for it and its subdomains, `*` for any). An IP address is
+    always accepted: it cannot be rebound."""
+
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, listening_on: str, added: Iterable[str] = ()) -> AllowedHosts:
+        return cls(frozenset(_bare(name) for name in (".localhost", listening_on, *added)))
+
+    def admit(self, host: str | None) -> None:
+        """Raise the 403 for a Host header naming this server by a name it was not given. No
+        Host, or an empty one, is admitted: a browser always sends the page's name."""
+        name = _bare(host or "")
+        if not name or "*" in self.names or name in self.names:
+            return
+        try:
+            ipaddress.ip_address(name)
+            return
+        except ValueError:
+            pass
+        labels = name.split(".")
+        if any("." + ".".join(labels[i:]) in self.names for i in range(len(labels))):
+            return  # under a `.domain` given
+        raise ApiError(
+            403,
+            f"the Host `{name}` is not a name this server answers to; start it with "
+            f"--allowed-host {name} to allow it",
+            code="host_not_allowed",
+        )
+
+
+def _bare(host: str) -> str:
+    """A Host header's name, without its port, brackets or final dot, in lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):  # an IPv6 address, maybe with a port: [::1]:8080
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:  # a name or IPv4 address with a port; more colons: a bare IPv6
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def check_json_content(content_type: str | None) -> None:
+    """Raise the 415 for a body sent as anything but JSON. A web page may send any site a
+    `text/plain` POST without asking first; `application/json` needs the server's consent."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(
+            415,
+            "the body must be JSON, sent with `Content-Type: application/json`"
+            + (f"; got `{media}`" if media else ""),
+            code="unsupported_media_type",
+        )
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:

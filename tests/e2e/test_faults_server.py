@@ -23,7 +23,16 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture(scope="module")
 def server(tiny_target: Path):
-    running = Server("-t", str(tiny_target), "--ctx", str(CONTEXT))
+    running = Server(
+        "-t",
+        str(tiny_target),
+        "--ctx",
+        str(CONTEXT),
+        "--allowed-host",
+        "llm.lan",
+        "--allowed-host",
+        ".example.org",
+    )
     yield running
     assert running.stop() == 0
     log = "".join(running.lines)
@@ -95,6 +104,55 @@ def test_every_non_finite_number_is_refused_alike(server, field, number):
     assert error["message"] == f"`{field}` must be a finite number, got {shown}"
 
 
+# --- who may ask: the Host and the content type, before any route -------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/health"])
+def test_a_name_rebound_to_this_machine_is_refused(server, path):
+    response = httpx.get(f"{server.url}{path}", headers={"Host": "attacker.example"})
+    error = openai_error(response, 403)
+    assert error["code"] == "host_not_allowed"
+    assert "--allowed-host attacker.example" in error["message"]
+
+
+def test_a_generation_for_a_foreign_host_never_starts(server):
+    before = server.stats()["totals"]["requests"]
+    body = {"prompt": "hi", "max_tokens": 2}
+    response = post(server, "/v1/completions", body, {**JSON, "Host": "attacker.example:80"})
+    assert openai_error(response, 403)["code"] == "host_not_allowed"
+    assert server.stats()["totals"]["requests"] == before
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["localhost", "127.0.0.1", "[::1]", "app.localhost", "llm.lan", "example.org", "a.example.org"],
+)
+def test_loopback_names_addresses_and_allowed_hosts_are_answered(server, host):
+    port = server.url.rsplit(":", 1)[1]
+    response = httpx.get(f"{server.url}/v1/models", headers={"Host": f"{host}:{port}"})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", None],
+)
+def test_a_body_not_sent_as_json_is_a_415(server, content_type):
+    """text/plain is what a web page may POST to any site without asking first."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    response = httpx.post(f"{server.url}/v1/completions", content=body, headers=headers)
+    assert openai_error(response, 415)["code"] == "unsupported_media_type"
+
+
+def test_json_with_a_charset_is_json(server):
+    body = {"prompt": "hi", "max_tokens": 2}
+    response = post(
+        server, "/v1/completions", body, {"Content-Type": "application/json; charset=utf-8"}
+    )
+    assert response.status_code == 200, response.text
+
+
 # --- the context, in a client's terms -----------------------------------------------------------
 
 
@@ -136,3 +194,12 @@ def serve_fails(tiny_target: Path, *options: str, env: dict[str, str] | None = N
 def test_an_empty_api_key_is_refused_however_it_is_given(tiny_target, options, env):
     line = serve_fails(tiny_target, *options, env=env)
     assert line == "specrun: error: --api-key (or $SPECRUN_API_KEY) is empty"
+
+
+@pytest.mark.parametrize(
+    "options, flag",
+    [(["--allowed-host", ""], "--allowed-host")],
+)
+def test_an_empty_host_name_is_a_one_line_usage_error(tiny_target, options, flag):
+    line = serve_fails(tiny_target, *options)
+    assert line.startswith("specrun: error: ") and flag in line

@@ -1,11 +1,17 @@
 """The server's checks before any handler runs, as pure functions: a body's bytes into JSON a
-handler can use."""
+handler can use, the Host names it answers to, the content type it takes."""
 
 from __future__ import annotations
 
 import pytest
 
-from specrun.server.requests import MAX_DEPTH, ApiError, parse_body
+from specrun.server.requests import (
+    MAX_DEPTH,
+    AllowedHosts,
+    ApiError,
+    check_json_content,
+    parse_body,
+)
 
 
 def refusal(action, *args: object) -> ApiError:
@@ -92,3 +98,74 @@ def test_a_sound_body_comes_back_as_parsed():
         "max_tokens": 3,
         "stop": ["\n"],
     }
+
+
+# --- the Host -----------------------------------------------------------------------------------
+
+LOOPBACK = AllowedHosts.of("127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        None,
+        "localhost",
+        "localhost:8080",
+        "LOCALHOST.",
+        "app.localhost:8080",
+        "127.0.0.1:8080",
+        "[::1]:8080",
+        "[::1]",
+        "192.168.1.20:8080",  # an address cannot be rebound
+    ],
+)
+def test_loopback_names_and_addresses_are_answered(host: str | None):
+    LOOPBACK.admit(host)
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io"]
+)
+def test_another_name_is_refused_with_the_way_to_allow_it(host: str):
+    error = refusal(LOOPBACK.admit, host)
+    assert (error.status, error.code) == (403, "host_not_allowed")
+    assert f"--allowed-host {host.partition(':')[0]}" in str(error)
+
+
+def test_the_name_listened_on_and_the_names_added_are_answered():
+    hosts = AllowedHosts.of("box.lan", ["llm.home", ".example.org"])
+    for host in ("box.lan:8080", "LLM.home", "example.org", "api.example.org:443", "localhost"):
+        hosts.admit(host)
+    for host in ("other.lan", "home", "badexample.org", "example.org.evil"):
+        assert refusal(hosts.admit, host).status == 403
+
+
+def test_a_star_answers_any_name():
+    AllowedHosts.of("127.0.0.1", ["*"]).admit("anything.example")
+
+
+# --- the content type ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"]
+)
+def test_json_is_taken(content_type: str):
+    check_json_content(content_type)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        None,
+        "",
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/jsonp",
+    ],
+)
+def test_anything_else_is_415(content_type: str | None):
+    error = refusal(check_json_content, content_type)
+    assert (error.status, error.code) == (415, "unsupported_media_type")
