@@ -54,6 +54,12 @@ def serve(
     queue: int = typer.Option(
         64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
     ),
+    read_timeout: float = typer.Option(
+        60.0,
+        "--read-timeout",
+        metavar="SECONDS",
+        help="Most time a client may take to send a request's headers, and again its body (408).",
+    ),
     *,
     sampling: SamplingParams,
     drafting: DraftOptions,
@@ -70,6 +76,8 @@ def serve(
         api_key = ""
     if api_key is not None and not api_key.strip():
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    if not read_timeout > 0:
+        raise OptionError(f"--read-timeout must be more than 0 seconds, got {read_timeout:g}")
     if any(not name.strip() for name in allowed_hosts):
         raise OptionError("--allowed-host is empty")
     # Bound before the models load: a port in use is one line now, not after a long load.
@@ -92,6 +100,7 @@ def serve(
                 api_key=api_key,
                 hosts=AllowedHosts.of(host, allowed_hosts),
                 queue=queue,
+                read_timeout=read_timeout,
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
             )
         finally:

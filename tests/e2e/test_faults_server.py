@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from specrun.server.requests import MAX_DEPTH
 from tests.support.server import Server
 
 CONTEXT = 256  # the strict server's --ctx, below the tiny model's trained context
+READ_TIMEOUT = 1  # the strict server's --read-timeout, in seconds
 FAIL_SAFE = 60  # seconds a socket or a command may wait: a limit on a broken test
 JSON = {"Content-Type": "application/json"}
 
@@ -28,6 +30,8 @@ def server(tiny_target: Path):
         str(tiny_target),
         "--ctx",
         str(CONTEXT),
+        "--read-timeout",
+        str(READ_TIMEOUT),
         "--allowed-host",
         "llm.lan",
         "--allowed-host",
@@ -55,6 +59,20 @@ def openai_error(response: httpx.Response, status: int) -> dict:
 def serves_on(server: Server) -> None:
     answer = post(server, "/v1/completions", {"prompt": "the sea", "max_tokens": 2})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] >= 1
+
+
+def connect(server: Server) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = socket.create_connection((host, int(port)))
+    connection.settimeout(FAIL_SAFE)
+    return connection
+
+
+def read_to_end(connection: socket.socket) -> bytes:
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    return received
 
 
 # --- text and structure, checked once when the body is parsed -----------------------------------
@@ -153,6 +171,45 @@ def test_json_with_a_charset_is_json(server):
     assert response.status_code == 200, response.text
 
 
+# --- deadlines ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sent, what",
+    [
+        (b"", "headers"),
+        (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n", "headers"),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+            "body",
+        ),
+    ],
+    ids=["nothing", "half the headers", "part of the body"],
+)
+def test_a_request_that_stops_coming_gets_a_408_and_is_let_go(server, sent, what):
+    connection = connect(server)
+    connection.sendall(sent)
+    answer = read_to_end(connection).decode()  # the server closes: the deadline, not ours
+    connection.close()
+    head, _, body = answer.partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 408 ") and "connection: close" in head.lower(), answer
+    error = json.loads(body)["error"]
+    assert error["code"] == "request_timeout"
+    assert error["message"] == f"the request's {what} did not arrive within {READ_TIMEOUT} seconds"
+    serves_on(server)
+
+
+def test_a_client_that_leaves_halfway_through_its_body_leaves_no_trace(server):
+    connection = connect(server)
+    connection.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"pro'
+    )
+    connection.close()
+    serves_on(server)  # and the module's teardown finds no traceback in the log
+
+
 # --- the context, in a client's terms -----------------------------------------------------------
 
 
@@ -198,8 +255,8 @@ def test_an_empty_api_key_is_refused_however_it_is_given(tiny_target, options, e
 
 @pytest.mark.parametrize(
     "options, flag",
-    [(["--allowed-host", ""], "--allowed-host")],
+    [(["--read-timeout", "0"], "--read-timeout"), (["--allowed-host", ""], "--allowed-host")],
 )
-def test_an_empty_host_name_is_a_one_line_usage_error(tiny_target, options, flag):
+def test_bad_deadlines_and_host_names_are_one_line_usage_errors(tiny_target, options, flag):
     line = serve_fails(tiny_target, *options)
     assert line.startswith("specrun: error: ") and flag in line
