@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ CONTEXT = 256  # the strict server's --ctx, below the tiny model's trained conte
 READ_TIMEOUT = 1  # the strict server's --read-timeout, in seconds
 FAIL_SAFE = 60  # seconds a socket or a command may wait: a limit on a broken test
 JSON = {"Content-Type": "application/json"}
+COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"  # the demo model counts on for hundreds of tokens
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,14 @@ def server(tiny_target: Path):
     assert running.stop() == 0
     log = "".join(running.lines)
     assert "Traceback" not in log and "Exception" not in log, log
+
+
+@pytest.fixture(scope="module")
+def demo_server(demo_pair: tuple[Path, Path]):
+    """The real pair: slow enough that a generation is still running while a test acts."""
+    running = Server("-t", str(demo_pair[0]), "-d", str(demo_pair[1]))
+    yield running
+    assert running.stop() == 0
 
 
 def post(server: Server, path: str, body: bytes | dict, headers: dict | None = None):
@@ -66,6 +76,14 @@ def connect(server: Server) -> socket.socket:
     connection = socket.create_connection((host, int(port)))
     connection.settimeout(FAIL_SAFE)
     return connection
+
+
+def raw_request(body: dict, *, host: str = "127.0.0.1") -> bytes:
+    payload = json.dumps(body).encode()
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(payload), payload)
+    )
 
 
 def read_to_end(connection: socket.socket) -> bytes:
@@ -208,6 +226,45 @@ def test_a_client_that_leaves_halfway_through_its_body_leaves_no_trace(server):
     )
     connection.close()
     serves_on(server)  # and the module's teardown finds no traceback in the log
+
+
+# --- a half-closed client is still a client -----------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_half_closes_after_its_request_gets_its_answer(server, stream):
+    body = {"prompt": "the sea", "max_tokens": 8, "temperature": 0}
+    expected = post(server, "/v1/completions", body).json()["choices"][0]["text"]
+    connection = connect(server)
+    connection.sendall(raw_request({**body, "stream": stream}))
+    connection.shutdown(socket.SHUT_WR)  # nothing more to say, but still listening
+    answer = read_to_end(connection).decode()
+    connection.close()
+    assert "HTTP/1.1 200 OK" in answer, answer
+    if stream:
+        events = re.findall(r"data: (.*)\n\n", answer)  # each event is one chunk
+        assert events[-1] == "[DONE]"
+        text = "".join(json.loads(event)["choices"][0]["text"] for event in events[:-1])
+    else:
+        text = json.loads(answer.rsplit("\r\n\r\n", 1)[1])["choices"][0]["text"]
+    assert text == expected
+
+
+def test_a_half_closed_client_that_then_leaves_cancels_its_generation(demo_server):
+    server = demo_server
+    before = server.stats()["totals"]["cancelled"]
+    connection = connect(server)
+    body = {"prompt": COUNTING, "max_tokens": 2000, "temperature": 0, "stream": True}
+    connection.sendall(raw_request(body))
+    connection.shutdown(socket.SHUT_WR)
+    received = b""
+    while received.count(b'"text": "') < 3:  # the answer streams on after the half-close
+        chunk = connection.recv(4096)
+        assert chunk, received
+        received += chunk
+    connection.close()
+    totals = server.wait_for(lambda s: s["running"] is None)["totals"]
+    assert totals["cancelled"] == before + 1 and totals["completion_tokens"] < 2000
 
 
 # --- the context, in a client's terms -----------------------------------------------------------
