@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 
 import typer
@@ -43,8 +44,21 @@ def serve(
         show_envvar=True,
         help="Require `Authorization: Bearer KEY` (all but /health).",
     ),
+    allowed_hosts: list[str] = typer.Option(
+        [],
+        "--allowed-host",
+        metavar="NAME",
+        help="Also answer requests for this Host name (repeatable; .example.com: it and its"
+        " subdomains; *: any). Without it: localhost, --host and IP addresses.",
+    ),
     queue: int = typer.Option(
         64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
+    ),
+    read_timeout: float = typer.Option(
+        60.0,
+        "--read-timeout",
+        metavar="SECONDS",
+        help="Most time a client may take to send a request's headers, and again its body (408).",
     ),
     *,
     sampling: SamplingParams,
@@ -53,12 +67,19 @@ def serve(
     models: ModelRequest,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
-    from specrun.server.app import (
-        serve as run_server,
-    )  # here: `specrun run` need not import the HTTP stack
+    # here: `specrun run` need not import the HTTP stack
+    from specrun.server.app import serve as run_server
+    from specrun.server.requests import AllowedHosts
 
-    if api_key == "":
+    # click reads an empty variable as unset; an empty key is a mistake either way, not "no key"
+    if api_key is None and os.environ.get(API_KEY_ENV) == "":
+        api_key = ""
+    if api_key is not None and not api_key.strip():
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
+    if not read_timeout > 0:
+        raise OptionError(f"--read-timeout must be more than 0 seconds, got {read_timeout:g}")
+    if any(not name.strip() for name in allowed_hosts):
+        raise OptionError("--allowed-host is empty")
     # Bound before the models load: a port in use is one line now, not after a long load.
     with listen(host, port) as listener:
         address, port = listener.getsockname()[:2]
@@ -77,7 +98,9 @@ def serve(
                 listener,
                 model=choice.target.stem,
                 api_key=api_key,
+                hosts=AllowedHosts.of(host, allowed_hosts),
                 queue=queue,
+                read_timeout=read_timeout,
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
             )
         finally:

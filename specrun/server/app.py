@@ -1,11 +1,13 @@
 """`specrun serve`'s HTTP side: the Starlette routes of an OpenAI-compatible API (chat and
 text completions, answered whole or streamed as server-sent events, with models, stats and
-health) over a `Worker`, the bearer-key middleware, every error in OpenAI's shape, and uvicorn
-under the command's signal policy. A response's `specrun` object is its job's
+health) over a `Worker`, the middleware before them (the Host and content-type gate, the bearer
+key), the body read against its deadline, every error in OpenAI's shape, and uvicorn on
+`Connection` under the command's signal policy. A response's `specrun` object is its job's
 `Stats.as_dict()`, the figures of `run --json`."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import socket
@@ -20,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -28,11 +30,22 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
-from specrun.server.requests import ApiError, GenerationRequest, chat_request, completion_request
+from specrun.server.connection import connection_type, late
+from specrun.server.requests import (
+    AllowedHosts,
+    ApiError,
+    GenerationRequest,
+    chat_request,
+    check_json_content,
+    completion_request,
+    parse_body,
+)
 from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
+READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
+LOOPBACK = AllowedHosts.of("127.0.0.1")
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
@@ -71,25 +84,30 @@ COMPLETION = Endpoint(
 )
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
+async def _json_body(request: Request, deadline: float) -> dict[str, Any]:
+    """The body, read within `deadline` seconds and at most MAX_BODY_BYTES, as checked JSON."""
     declared = request.headers.get("content-length", "")
     too_large = ApiError(
         413, f"the body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large"
     )
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise too_large
-    body = bytearray()
-    async for chunk in request.stream():  # a chunked body declares no length
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise too_large
+
+    async def read() -> bytes:
+        body = bytearray()
+        async for chunk in request.stream():  # a chunked body declares no length
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise too_large
+        return bytes(body)
+
     try:
-        value = json.loads(body)
-    except ValueError as error:
-        raise ApiError(400, f"the body is not valid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    return value
+        body = await asyncio.wait_for(read(), deadline)
+    except asyncio.TimeoutError:
+        raise late("body", deadline) from None
+    except ClientDisconnect:  # nobody reads the answer; an error keeps it out of the log
+        raise ApiError(400, "the client left before its body was sent") from None
+    return parse_body(body)
 
 
 # --- responses -------------------------------------------------------------------------------
@@ -114,8 +132,9 @@ class Api:
     worker: Worker
     model: str  # the one model id served
     started: int = field(default_factory=lambda: int(time.time()))
+    read_timeout: float = READ_TIMEOUT_SECONDS  # for a request's body, once its headers are in
 
-    def app(self, api_key: str | None) -> Starlette:
+    def app(self, api_key: str | None, hosts: AllowedHosts = LOOPBACK) -> Starlette:
         routes = [
             Route("/health", self.health),
             Route("/v1/models", self.models),
@@ -125,7 +144,10 @@ class Api:
         ]
         return Starlette(
             routes=routes,
-            middleware=[Middleware(BearerAuth, key=api_key)] if api_key else [],
+            middleware=[
+                Middleware(Gate, hosts=hosts),
+                *([Middleware(BearerAuth, key=api_key)] if api_key else []),
+            ],
             exception_handlers={
                 ApiError: _api_error,
                 HTTPException: _http_error,
@@ -161,7 +183,7 @@ class Api:
         return await self._generation(request, COMPLETION)
 
     async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
-        body = await _json_body(request)
+        body = await _json_body(request, self.read_timeout)
         generation = endpoint.request(body, self.model, self.worker.defaults)
         job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         await job.next()  # the prompt is in, or the request's error comes before any header is sent
@@ -231,6 +253,27 @@ class Api:
         except ApiError as error:  # the answer had begun: the error is the stream's last word
             yield _sse(error.body())
         yield "data: [DONE]\n\n"
+
+
+class Gate:
+    """Before routing: a request must name this server by a Host it answers to, and a POST's
+    body must be declared JSON. Together they keep web pages out: a page may send a plain-text
+    POST anywhere unasked, and one whose name is rebound to this machine sends its own name."""
+
+    def __init__(self, app: ASGIApp, hosts: AllowedHosts) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            try:
+                self.hosts.admit(headers.get("host"))
+                if scope["method"] == "POST":
+                    check_json_content(headers.get("content-type"))
+            except ApiError as error:
+                await error.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class BearerAuth:
@@ -305,14 +348,17 @@ def serve(
     *,
     model: str,
     api_key: str | None,
+    hosts: AllowedHosts,
     queue: int,
+    read_timeout: float,
     ready: Callable[[], None],
 ) -> None:
     """Serve until SIGINT, SIGTERM or SIGHUP; `ready` hears when requests are taken. Return
     once the engine is free to close."""
     worker = Worker(engine, queue=queue)
     config = uvicorn.Config(
-        Api(worker, model).app(api_key),
+        Api(worker, model, read_timeout=read_timeout).app(api_key, hosts),
+        http=connection_type(read_timeout),
         lifespan="off",
         ws="none",
         log_level="warning",

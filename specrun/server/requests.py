@@ -1,13 +1,16 @@
-"""Request checking for `specrun serve`: a JSON body's fields into a typed `GenerationRequest`
-(the prompt as chat messages or as text, the sampling over the server's own settings, the
-token limit, the stop strings), or into an `ApiError`, OpenAI's error shape, which names the
-field at fault."""
+"""Request checking for `specrun serve`: which Host names and content types reach the API, a
+body's bytes into JSON that holds only text and numbers a handler can use, and that JSON's
+fields into a typed `GenerationRequest` (the prompt as chat messages or as text, the sampling
+over the server's own settings, the token limit, the stop strings); or an `ApiError`, OpenAI's
+error shape, which names the field at fault."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -20,6 +23,8 @@ from specrun.prompt import Message, render
 
 ROLES = ("system", "user", "assistant")
 NUMBER = (int, float)
+MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
 # OpenAI's error `type`: the client's mistake, or the server's.
 ErrorKind = Literal["invalid_request_error", "server_error"]
 # The body field that holds the prompt: chat messages, or a completion's text.
@@ -66,6 +71,126 @@ def bad_value(error: OptionError) -> ApiError:
     """The library names the option in backquotes, as the API names the field."""
     named = re.search(r"`(\w+)`", str(error))
     return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
+
+
+# --- what reaches the API -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AllowedHosts:
+    """The Host names a request may carry. A page whose name is rebound to this machine
+    (DNS rebinding) sends its own name, so names are refused unless listed, as Vite and Django
+    do: `localhost` and names under `.localhost`, the name the server listens on, and those the
+    user adds (`name`, `.domain` for it and its subdomains, `*` for any). An IP address is
+    always accepted: it cannot be rebound."""
+
+    names: frozenset[str]
+
+    @classmethod
+    def of(cls, listening_on: str, added: Iterable[str] = ()) -> AllowedHosts:
+        return cls(frozenset(_bare(name) for name in (".localhost", listening_on, *added)))
+
+    def admit(self, host: str | None) -> None:
+        """Raise the 403 for a Host header naming this server by a name it was not given. No
+        Host, or an empty one, is admitted: a browser always sends the page's name."""
+        name = _bare(host or "")
+        if not name or "*" in self.names or name in self.names:
+            return
+        try:
+            ipaddress.ip_address(name)
+            return
+        except ValueError:
+            pass
+        labels = name.split(".")
+        if any("." + ".".join(labels[i:]) in self.names for i in range(len(labels))):
+            return  # under a `.domain` given
+        raise ApiError(
+            403,
+            f"the Host `{name}` is not a name this server answers to; start it with "
+            f"--allowed-host {name} to allow it",
+            code="host_not_allowed",
+        )
+
+
+def _bare(host: str) -> str:
+    """A Host header's name, without its port, brackets or final dot, in lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):  # an IPv6 address, maybe with a port: [::1]:8080
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:  # a name or IPv4 address with a port; more colons: a bare IPv6
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def check_json_content(content_type: str | None) -> None:
+    """Raise the 415 for a body sent as anything but JSON. A web page may send any site a
+    `text/plain` POST without asking first; `application/json` needs the server's consent."""
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise ApiError(
+            415,
+            "the body must be JSON, sent with `Content-Type: application/json`"
+            + (f"; got `{media}`" if media else ""),
+            code="unsupported_media_type",
+        )
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """A body's bytes as a JSON object whose text is all Unicode, whose numbers are all finite
+    and whose nesting is bounded: checked once here, so no handler meets what it cannot use."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:  # json's own recursion: nested far beyond MAX_DEPTH
+        raise ApiError(400, f"the body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise ApiError(400, f"the body is not valid JSON: {error}") from None
+    _check_values(value)
+    if not isinstance(value, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return value
+
+
+def _check_values(body: Any) -> None:
+    """Refuse a lone surrogate in any text (a key included), a number beyond a float's range
+    (NaN, Infinity, -Infinity, 1e400), and nesting deeper than MAX_DEPTH, naming where."""
+    pending: list[tuple[Any, str, int]] = [(body, "", 0)]  # a value, its path, its depth
+    while pending:
+        value, path, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth == MAX_DEPTH:
+                raise ApiError(400, f"the body nests deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    _check_text(key, f"a key in `{path}`" if path else "a key of the body", path)
+                    inner = f"{path}.{key}" if path else key
+                else:
+                    inner = f"{path}[{key}]"
+                pending.append((item, inner, depth + 1))
+        elif isinstance(value, str):
+            _check_text(value, f"`{path}`" if path else "the body", path)
+        elif isinstance(value, float) and not math.isfinite(value):
+            shown = {"inf": "Infinity", "-inf": "-Infinity"}.get(str(value), "NaN")
+            raise ApiError(
+                400,
+                f"`{path}` must be a finite number, got {shown}",
+                param=path or None,
+                code="invalid_value",
+            )
+
+
+def _check_text(text: str, where: str, path: str) -> None:
+    if found := LONE_SURROGATE.search(text):
+        raise ApiError(
+            400,
+            f"{where} is not valid Unicode: it holds the lone surrogate "
+            f"\\u{ord(found.group()):04x}, half of a pair",
+            param=path or None,
+            code="invalid_value",
+        )
+
+
+# --- generation requests ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -176,13 +176,17 @@ class Worker:
             return ApiError(500, str(error), kind="server_error")
         if isinstance(error, OptionError):
             return bad_value(error)
-        too_long = prompt_length >= self.engine.target.n_ctx
-        return ApiError(
-            400,
-            str(error),
-            param=request.prompt_field,
-            code="context_length_exceeded" if too_long else None,
-        )
+        n_ctx = self.engine.target.n_ctx
+        if prompt_length >= n_ctx:  # the library's words name its options, which no client sets
+            return ApiError(
+                400,
+                f"the prompt is {prompt_length} tokens, but this server's context is {n_ctx} "
+                "tokens, for the prompt and the answer together: send a prompt shorter than "
+                f"{n_ctx} tokens; the answer gets the rest, up to max_tokens",
+                param=request.prompt_field,
+                code="context_length_exceeded",
+            )
+        return ApiError(400, str(error), param=request.prompt_field)
 
     def _count(self, job: Job) -> None:
         self.totals[job.outcome()] += 1

@@ -62,8 +62,8 @@ def open_stream(server: Server, body: dict) -> socket.socket:
     connection = socket.create_connection((host, int(port)))
     payload = json.dumps({**body, "stream": True}).encode()
     connection.sendall(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+        b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (host.encode(), len(payload), payload)
     )
     received = b""
     while b'"text": "' not in received:
@@ -255,7 +255,9 @@ def test_each_request_samples_with_its_own_settings_and_leaves_the_engines(tiny_
         async def one_after_the_other() -> list[str]:
             transport = httpx.ASGITransport(Api(worker, "target").app(None))
             answers = []
-            async with httpx.AsyncClient(transport=transport, base_url="http://specrun") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://localhost"
+            ) as client:
                 for fields in requests:
                     body = {"prompt": "the cat is", "max_tokens": 24, **fields}
                     response = await client.post("/v1/completions", json=body)
@@ -395,7 +397,11 @@ def test_a_chunked_body_over_the_limit_is_refused(server):
         for _ in range(5):
             yield b" " * 2**20
 
-    response = httpx.post(f"{server.url}{COMPLETIONS_PATH}", content=chunks())
+    response = httpx.post(
+        f"{server.url}{COMPLETIONS_PATH}",
+        content=chunks(),
+        headers={"Content-Type": "application/json"},
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
 
 
@@ -423,8 +429,8 @@ def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo
     )  # a queued request whose client then leaves
     payload = json.dumps({"prompt": "hi", "max_tokens": 4}).encode()
     waiting.sendall(
-        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-        % (len(payload), payload)
+        b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload)
     )
     server.wait_for(lambda s: s["queued"] == 1)
 
