@@ -55,8 +55,8 @@ ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completio
 class Endpoint:
     """What differs between /v1/chat/completions and /v1/completions."""
 
-    object: ObjectName
-    chunk_object: ObjectName
+    object_name: ObjectName  # a response's "object"
+    chunk_object_name: ObjectName  # a streamed chunk's
     id_prefix: Literal["chatcmpl-", "cmpl-"]  # of the ids of its answers
     request: Callable[[dict[str, Any], str, SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
@@ -186,7 +186,8 @@ class Api:
         body = await _json_body(request, self.read_timeout)
         generation = endpoint.request(body, self.model, self.worker.defaults)
         job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
-        await job.next()  # the prompt is in, or the request's error comes before any header is sent
+        await job.next()  # the Prefill: the prompt is in, or the request's error comes before
+        # any header is sent
         if generation.stream:
             return StreamingResponse(
                 self._chunks(job, endpoint),
@@ -200,7 +201,7 @@ class Api:
     ) -> dict[str, object]:
         return {
             "id": job.id,
-            "object": endpoint.chunk_object if chunk else endpoint.object,
+            "object": endpoint.chunk_object_name if chunk else endpoint.object_name,
             "created": job.created,
             "model": self.model,
             "choices": [{"index": 0, **choice}],
@@ -208,7 +209,7 @@ class Api:
 
     async def _answer(self, job: Job, endpoint: Endpoint) -> Response:
         text = []
-        while (event := await job.next()) is not None:
+        while (event := await job.next_round()) is not None:
             text.append(event.text)
         choice: dict[str, object] = {
             **endpoint.whole("".join(text)),
@@ -233,7 +234,7 @@ class Api:
                         job, endpoint, {**endpoint.opening, "finish_reason": None}, chunk=True
                     )
                 )
-            while (event := await job.next()) is not None:
+            while (event := await job.next_round()) is not None:
                 if event.text:
                     yield _sse(
                         self._record(
@@ -303,7 +304,8 @@ async def _api_error(request: Request, error: Exception) -> Response:
 
 async def _http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)  # an unknown path or method
-    return ApiError(error.status_code, error.detail, headers=error.headers).response()
+    headers = dict(error.headers) if error.headers else None
+    return ApiError(error.status_code, error.detail, headers=headers).response()
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:

@@ -308,7 +308,8 @@ def _stop(body: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _text(body: dict[str, Any]) -> str:
-    return _field(body, "prompt", (str,), "a string", required=True)
+    text: str = _field(body, "prompt", (str,), "a string", required=True)
+    return text
 
 
 def _messages(body: dict[str, Any]) -> list[Message]:

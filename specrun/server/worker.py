@@ -49,8 +49,8 @@ class Job:
     created: int = field(default_factory=lambda: int(time.time()))
     cancel: threading.Event = field(default_factory=threading.Event)
     stats: Stats = field(default_factory=Stats)
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)
-    task: asyncio.Task | None = None
+    events: asyncio.Queue[Event | Exception | None] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
     ended: bool = False  # its error or its end was delivered
 
     def deliver(self, item: Event | Exception | None) -> None:
@@ -65,6 +65,12 @@ class Job:
         if isinstance(item, Exception):
             raise item
         return item
+
+    async def next_round(self) -> Round | None:
+        """After the Prefill, which the handler awaits first, every event is a Round."""
+        event = await self.next()
+        assert not isinstance(event, Prefill)
+        return event
 
     def outcome(self) -> Outcome:
         """stop, length, cancelled (the client left, or the server stopped) or failed."""
@@ -123,7 +129,10 @@ class Worker:
             async with self._turn:
                 if not job.cancel.is_set():
                     self.running = job
-                    hand = lambda item: loop.call_soon_threadsafe(job.deliver, item)  # noqa: E731
+
+                    def hand(item: Event | Exception | None) -> None:
+                        loop.call_soon_threadsafe(job.deliver, item)
+
                     await loop.run_in_executor(self._thread, self._generate, job, hand)
         finally:
             watcher.cancel()
@@ -140,7 +149,7 @@ class Worker:
         while (await receive())["type"] != "http.disconnect":
             pass  # the body was read already; nothing else arrives before the disconnect
         job.cancel.set()
-        if job is not self.running:
+        if job is not self.running and job.task is not None:
             job.task.cancel()
 
     def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
@@ -214,7 +223,8 @@ class Worker:
         self.stopping = True
         for job in self.jobs:
             job.cancel.set()
-        await asyncio.gather(*(job.task for job in list(self.jobs)), return_exceptions=True)
+        tasks = [job.task for job in list(self.jobs) if job.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
         """After the event loop: the engine may be closed once the worker thread is done."""
