@@ -1,6 +1,6 @@
 """What the AMX guard costs: one GGUF loaded as llama.cpp likes (extra buffer types: REPACK,
-and AMX where built) and as the guard loads it on an AMX build (extra buffer types off, REPACK by tensor overrides),
-and with the extra types off alone, measured interleaved in one process.
+and AMX where built) and as the guard loads it on an AMX build (extra buffer types off, REPACK by
+tensor overrides), and with the extra types off alone, measured interleaved in one process.
 
     .venv/bin/python bench/cpu_layouts.py [MODEL.gguf] [--repeat 5] [--threads N]
 

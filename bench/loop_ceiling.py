@@ -137,7 +137,8 @@ def main() -> None:
     print(f"sampling: {'compiled' if sampling.compiled() else 'numpy'}")
     vocabs, contexts = ((152_064,), (4096,)) if args.quick else (VOCABS, CONTEXTS)
     print(
-        f"median of {args.repeats} generations of {args.tokens} tokens; rounds only: the prefill and the prompt pass's token excluded"
+        f"median of {args.repeats} generations of {args.tokens} tokens; rounds only: "
+        "the prefill and the prompt pass's token excluded"
     )
     print(
         f"{'vocab':>7} {'context':>7} {'sampling':>8} {'γ':>2} {'µs/round':>9} {'µs/token':>9} "

@@ -301,7 +301,10 @@ def paired(runs: dict[tuple[str, int, int, str], float], f: str, row: str) -> st
     if len(logs) < 2:
         return "too few runs"
     mean, half = statistics.mean(logs), 2 * statistics.stdev(logs) / math.sqrt(len(logs))
-    return f"{math.exp(mean):.3f}x ({math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}), {len(logs)} pairs"
+    return (
+        f"{math.exp(mean):.3f}x ({math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}), "
+        f"{len(logs)} pairs"
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """`specrun bench`: every drafting mode and γ policy on the same prompts, measured in one run.
 
 Per prompt class and mode it reports the median tokens/s over repetitions, the speedup
-against plain decoding and what --stats estimated it to be, acceptance, mean accepted length and mean γ; it measures the
-cost curve (draft time per token, target time per verify width) and the γ the cost
-model predicts; and at temperature 0 it checks that every mode produced the same text.
+against plain decoding and what --stats estimated it to be, acceptance, mean accepted length and
+mean γ; it measures the cost curve (draft time per token, target time per verify width) and the γ
+the cost model predicts; and at temperature 0 it checks that every mode produced the same text.
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ TableRow = TypedDict(
 BUILTIN_PROMPTS: list[BenchPrompt] = [
     {
         "class": "code",
-        "prompt": "Write a Python function that checks whether a number is prime. Include a docstring.",
+        "prompt": (
+            "Write a Python function that checks whether a number is prime. Include a docstring."
+        ),
     },
     {
         "class": "code",
@@ -67,14 +69,16 @@ BUILTIN_PROMPTS: list[BenchPrompt] = [
     {
         "class": "extraction",
         "prompt": (
-            'Copy this JSON and change the city to Berlin:\n{"id": 1042, "name": "Bob Smith", "city": "London", '
+            "Copy this JSON and change the city to Berlin:\n"
+            '{"id": 1042, "name": "Bob Smith", "city": "London", '
             '"email": "bob.smith@example.org", "active": true, "roles": ["admin", "editor"]}'
         ),
     },
     {
         "class": "extraction",
         "prompt": (
-            "Copy this CSV and add a row for Dave, 41, Rome:\nname,age,city\nAlice,30,Paris\nBob,25,London\nCarol,35,Berlin"
+            "Copy this CSV and add a row for Dave, 41, Rome:\n"
+            "name,age,city\nAlice,30,Paris\nBob,25,London\nCarol,35,Berlin"
         ),
     },
 ]
@@ -395,14 +399,15 @@ def render_text(result: BenchResult) -> str:
         "",
     ]
     header = (
-        f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'est.':>6} {'accept':>7} {'mean len':>9} "
-        f"{'mean γ':>7}"
+        f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'est.':>6} {'accept':>7} "
+        f"{'mean len':>9} {'mean γ':>7}"
     )
     lines += [header, "-" * len(header)]
     for row in result.table:
         lines.append(
             f"{row['class']:<12} {row['mode']:<10} {row['tokens_per_second']:>7.1f} "
-            f"{format_or_dash(row['speedup'], '.2f'):>7}x {format_or_dash(row['estimated_speedup'], '.2f'):>5}x "
+            f"{format_or_dash(row['speedup'], '.2f'):>7}x "
+            f"{format_or_dash(row['estimated_speedup'], '.2f'):>5}x "
             f"{format_or_dash(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
             f"{row['mean_accepted_length']:>9.2f} {row['mean_gamma']:>7.2f}"
         )
@@ -411,20 +416,30 @@ def render_text(result: BenchResult) -> str:
     costs = result.costs
     lines += [
         "",
-        "speedup: against plain in the same repetition; est.: what --stats estimated in the same runs",
+        (
+            "speedup: against plain in the same repetition; "
+            "est.: what --stats estimated in the same runs"
+        ),
         "",
         "cost curve (medians)",
         # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
         f"  placement        {result.placement.text()}",
-        f"  draft per token  {format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms",
-        f"  loop overhead    {format_or_dash(costs.overhead and costs.overhead * 1000, '.2f')} ms per round",
+        (
+            "  draft per token  "
+            f"{format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms"
+        ),
+        (
+            "  loop overhead    "
+            f"{format_or_dash(costs.overhead and costs.overhead * 1000, '.2f')} ms per round"
+        ),
         "  target verify    "
         + "  ".join(f"{w}:{t * 1000:.1f}" for w, t in costs.verify_by_width.items())
         + "  (width:ms)",
     ]
     if result.predicted_gamma is not None:
         lines.append(
-            f"  α = {result.alpha:.2f} (fixed-γ runs): the cost model predicts γ = {result.predicted_gamma} "
+            f"  α = {result.alpha:.2f} (fixed-γ runs): the cost model predicts "
+            f"γ = {result.predicted_gamma} "
             f"({result.predicted_rates[result.predicted_gamma]:.1f} tok/s)"
         )
     if result.identical is None:
@@ -449,7 +464,8 @@ def auto_verdicts(result: BenchResult) -> list[str]:
         fixed = {m: v for m, v in rows.items() if m == "plain" or m.startswith("γ=")}
         best = max(fixed, key=fixed.__getitem__)
         verdicts.append(
-            f"{prompt_class}: auto {rows['auto']:.1f} tok/s = {rows['auto'] / fixed[best]:.0%} of the best "
+            f"{prompt_class}: auto {rows['auto']:.1f} tok/s = "
+            f"{rows['auto'] / fixed[best]:.0%} of the best "
             f"fixed ({best}, {fixed[best]:.1f}), {rows['auto'] / rows['plain']:.0%} of plain"
         )
     return verdicts

@@ -44,7 +44,8 @@ class Conversation:
                 self.turns.pop()
                 raise SpecrunError(
                     f"the message is {len(tokens)} tokens; with {reserve} reserved for the answer "
-                    f"it does not fit the context ({self.model.n_ctx}); use a larger `n_ctx` or a smaller `max_tokens`"
+                    f"it does not fit the context ({self.model.n_ctx}); "
+                    "use a larger `n_ctx` or a smaller `max_tokens`"
                 )
             del self.turns[:2]
             self.dropped_turns += 1

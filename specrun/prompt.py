@@ -53,7 +53,8 @@ def render(model: Model, messages: list[Message]) -> list[int]:
         if any(_has_special_text(model, m.content) for m in messages):
             raise SpecrunError(
                 f"{model.name}'s chat template rewrites the messages, so specrun cannot keep a "
-                "special token's text in one of them from acting as markup; remove it or send the text `raw`"
+                "special token's text in one of them from acting as markup; "
+                "remove it or send the text `raw`"
             )
         pieces = [(prompt, True)]  # nothing in the messages could act as markup anyway
     tokens = ([model.bos] if model.add_bos else []) + _tokenize(model, pieces)

@@ -1,1 +1,2 @@
-"""Tests in three tiers: unit (pure), integration (models in process), e2e (the commands as processes)."""
+"""Tests in three tiers: unit (pure), integration (models in process), e2e (the commands as
+processes)."""

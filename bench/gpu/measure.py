@@ -40,8 +40,12 @@ from specrun.llama.devices import accelerator_name, build_info
 from specrun.llama.model import Model
 
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
-ALPHA_SOURCES = [  # where acceptance rates of real pairs come from; the measured one is read at run time
-    "Leviathan et al. 2023 (Table 3) report α from about 0.5 to 0.9 across their target/draft pairs",
+# where acceptance rates of real pairs come from; the measured one is read at run time
+ALPHA_SOURCES = [
+    (
+        "Leviathan et al. 2023 (Table 3) report α from about 0.5 to 0.9 "
+        "across their target/draft pairs"
+    ),
 ]
 DEMO_RESULTS = Path(__file__).resolve().parents[1] / "results" / "demo.txt"
 GREEDY = SamplingParams(temperature=0.0)
@@ -56,7 +60,8 @@ def measured_alpha() -> str | None:
     except OSError:
         return None
     return (
-        f"SmolLM2-135M F16 target / Q4_0 draft on the CPU: α = {match.group(1)} ({DEMO_RESULTS.name})"
+        f"SmolLM2-135M F16 target / Q4_0 draft on the CPU: α = {match.group(1)} "
+        f"({DEMO_RESULTS.name})"
         if match
         else None
     )
@@ -321,7 +326,8 @@ def render(results: dict) -> str:
             else f"models written in {r['models_seconds']:.0f} s, "
         )
         lines += [
-            f"## {name} ({r['file']}, {r['size_gib']:.2f} GiB, {written}loaded in {r['load_seconds']:.1f} s) "
+            f"## {name} ({r['file']}, {r['size_gib']:.2f} GiB, "
+            f"{written}loaded in {r['load_seconds']:.1f} s) "
             f"with draft {results['draft']}",
             "",
         ]
@@ -364,7 +370,8 @@ def render(results: dict) -> str:
             "|---|---|---|---|",
         ]
         lines += [
-            f"| {p['alpha']:.1f} | {p['gamma']} | {p['tokens_per_second']:.1f} | {p['speedup']:.2f}× |"
+            f"| {p['alpha']:.1f} | {p['gamma']} | {p['tokens_per_second']:.1f} "
+            f"| {p['speedup']:.2f}× |"
             for p in r["prediction"]
         ]
         lines.append("")

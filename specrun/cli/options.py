@@ -197,7 +197,8 @@ def _load(
             note(in_flag_terms(capped))
     if (gpu_layers or draft_gpu_layers) and not gpu_offload_supported() and not rpc:
         note(
-            "--gpu-layers is ignored: this llama.cpp build has no GPU backend (see `specrun doctor`)"
+            "--gpu-layers is ignored: this llama.cpp build has no GPU backend "
+            "(see `specrun doctor`)"
         )
     if fit not in ("on", "off"):
         raise OptionError(f"--fit must be on or off, got {fit!r}")
@@ -303,7 +304,8 @@ SAMPLING = OptionGroup(
             int,
             typer.Option(SamplingParams.top_k, "--top-k", min=0, help="Top-k (0 = off)."),
         ),
-        # Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams checks them.
+        # Ranges of top-p and min-p are open at one end, which Typer cannot say: SamplingParams
+        # checks them.
         "top_p": (
             float,
             typer.Option(SamplingParams.top_p, "--top-p", help="Top-p, 0 < p <= 1 (1 = off)."),
@@ -463,11 +465,13 @@ def load_notes(model: Model, requested: LoadOptions) -> None:
     asked = requested.n_ctx
     if asked is not None and model.n_ctx < asked:
         note(
-            f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); using {model.n_ctx}"
+            f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); "
+            f"using {model.n_ctx}"
         )
     elif asked is not None and model.n_ctx > asked:
         note(
-            f"--ctx {asked}: llama.cpp allocates the context in steps of 256 tokens; using {model.n_ctx}"
+            f"--ctx {asked}: llama.cpp allocates the context in steps of 256 tokens; "
+            f"using {model.n_ctx}"
         )
     if model.invariance is not None:
         note(f"--reproducible: {model.invariance.describe()}")

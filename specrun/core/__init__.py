@@ -1,1 +1,2 @@
-"""The round loop and everything it needs that is not llama.cpp: sequences, drafts, sampling, γ, statistics."""
+"""The round loop and everything it needs that is not llama.cpp: sequences, drafts, sampling, γ,
+statistics."""

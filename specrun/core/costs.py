@@ -193,6 +193,7 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 def expected_rate(
     alpha: float, gamma: int, t_draft: float, t_verify: float, t_overhead: float
 ) -> float:
-    """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured costs)."""
+    """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured
+    costs)."""
     seconds = gamma * t_draft + t_verify + t_overhead
     return expected_tokens(alpha, gamma) / seconds if seconds > 0 else math.inf

@@ -68,7 +68,8 @@ class ModelDraft:
             self.model.logits(ctx.but_last(), 0)
             proposal.catch_up_seconds = time.perf_counter() - start
         for _ in range(n):
-            # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never proposed.
+            # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never
+            # proposed.
             logits = self.model.logits(ctx.then(proposal.tokens), 1, view=True)[
                 0, : self.target_vocab
             ]

@@ -150,7 +150,8 @@ class LookupDraft:
         return Proposal(draft, [None] * len(draft))  # point masses
 
     def _match_length(self, start: int) -> int:
-        """How many tokens before `start` equal the last ones of the sequence (at most MATCH_CAP)."""
+        """How many tokens before `start` equal the last ones of the sequence (at most
+        MATCH_CAP)."""
         tokens = self._tokens
         length = 0
         while length < min(start, MATCH_CAP) and tokens[start - 1 - length] == tokens[-1 - length]:

@@ -35,7 +35,8 @@ class _CompiledChain(Protocol):
         probs: npt.NDArray[np.float64],
         /,
     ) -> int:
-        """The chain on a row: writes the first `keep` of `ids` and `probs` (k each), returns keep."""
+        """The chain on a row: writes the first `keep` of `ids` and `probs` (k each), returns
+        keep."""
         ...
 
 

@@ -76,7 +76,8 @@ class Stats:
     first_round_seconds: float | None = None
     finish_reason: ReportedFinishReason | None = None
     gamma_trace: list[int] = field(default_factory=list)
-    # position i (0-based): rounds that drafted at least i+1 tokens / of those, accepted at least i+1
+    # position i (0-based): rounds that drafted at least i+1 tokens / of those,
+    # accepted at least i+1
     position_drafted: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     costs: CostModel = field(default_factory=lambda: CostModel(decay=None))
@@ -221,7 +222,8 @@ class Stats:
         }
 
     def summary_lines(self, extra: Sequence[tuple[str, str]] = ()) -> list[str]:
-        """Aligned human-readable figures for `--stats` (stderr), `extra` (name, value) rows last."""
+        """Aligned human-readable figures for `--stats` (stderr), `extra` (name, value) rows
+        last."""
         rows = [
             (
                 "prompt",
@@ -236,7 +238,8 @@ class Stats:
             ),
             (
                 "generated",
-                f"{self.generated} tokens, {format_or_dash(self.tokens_per_second, '.1f', ' tok/s')}",
+                f"{self.generated} tokens, "
+                f"{format_or_dash(self.tokens_per_second, '.1f', ' tok/s')}",
             ),
             ("rounds", str(self.rounds)),
             ("drafted", str(self.drafted)),

@@ -1,1 +1,2 @@
-"""llama.cpp: loading a GGUF, its devices and placement, RPC, the native build, crashes explained."""
+"""llama.cpp: loading a GGUF, its devices and placement, RPC, the native build, crashes
+explained."""

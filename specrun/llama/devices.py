@@ -229,7 +229,8 @@ def devices() -> list[Device]:
 
 
 def gpu_handles() -> list[int]:
-    """The handles of this machine's GPUs, in llama.cpp's order: for a model's own list of devices."""
+    """The handles of this machine's GPUs, in llama.cpp's order: for a model's own list of
+    devices."""
     return [dev for dev in _handles() if DEVICE_TYPES.get(_dev_type(dev)) in ("GPU", "iGPU")]
 
 
@@ -261,7 +262,8 @@ def gpu_free_bytes() -> int:
 
 
 def system_memory_available() -> int:
-    """Bytes the system can give without swapping: MemAvailable, else the CPU device's free memory."""
+    """Bytes the system can give without swapping: MemAvailable, else the CPU device's free
+    memory."""
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
@@ -353,5 +355,6 @@ def repack_buffer_type() -> int | None:
 
 
 def gpu_offload_supported() -> bool:
-    """A GPU on this machine (llama.cpp's own answer is yes wherever its RPC backend is built in)."""
+    """A GPU on this machine (llama.cpp's own answer is yes wherever its RPC backend is built
+    in)."""
     return bool(gpu_handles())

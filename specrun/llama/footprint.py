@@ -8,7 +8,8 @@ Attention enabled"), measured on SmolLM2-135M F16 and Q4_0, Gemma3-270M Q4_K_M a
 written with n_embd 64..2048 and n_ff 128..5632, at n_ctx 256..8192 and n_ubatch 32..512:
 
 - It grows linearly with n_ubatch (the reserved graph makes every token of a ubatch an output).
-- It is the larger of two phases of the graph, as the allocator reuses the first's memory in the second:
+- It is the larger of two phases of the graph, as the allocator reuses the first's memory in
+  the second:
   output: the f32 logits (n_vocab a token) and the last hidden state and its norm (2 n_embd f32).
       SmolLM2 98.25 MiB = 512 * (4*49152 + 8*576); Gemma3 514.5 MiB = 512 * (4*262144 + 8*640).
   layers: the f16 attention mask (n_ctx a token), the FFN's gate, up and their product
@@ -41,7 +42,8 @@ class Footprint:
     name: str  # file name
     n_layer: int  # repeating layers (block_count)
     layer_weights: tuple[int, ...]  # bytes of each repeating layer's tensors (blk.N.*), index N
-    input_weights: int  # token_embd and whatever else is outside the blocks and the output: kept in host memory
+    # token_embd and whatever else is outside the blocks and the output: kept in host memory
+    input_weights: int
     output_weights: (
         int  # output_norm + output (absent when tied): offloaded when n_gpu_layers > n_layer
     )

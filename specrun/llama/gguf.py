@@ -154,7 +154,8 @@ _SCALAR_FORMATS: dict[int, str] = {  # by GGUFValueType, as the header has it: a
 
 
 class _Header:
-    """A cursor over a GGUF header (format: ggml's docs/gguf.md): metadata, tensor infos, where the data ends."""
+    """A cursor over a GGUF header (format: ggml's docs/gguf.md): metadata, tensor infos, where the
+    data ends."""
 
     def __init__(self, buffer: mmap.mmap) -> None:
         self.buffer, self.offset = buffer, len(GGUF_MAGIC)

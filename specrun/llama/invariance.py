@@ -39,7 +39,16 @@ class Invariance:
         if self.mode == "batch":
             return "batches and lone positions give identical logits: verifying in batches"
         if self.mode == "padded":
-            return f"{differ}, batches of 2 or more agree: every target pass spans at least 2 positions"
+            return (
+                f"{differ}, batches of 2 or more agree: "
+                "every target pass spans at least 2 positions"
+            )
         if self.mode == "chunked":
-            return f"{differ}, passes of up to {self.width} positions do not: verifying {self.width} per pass"
-        return f"{differ}: verifying one position per pass, so a draft saves nothing (--gamma 0 is fastest)"
+            return (
+                f"{differ}, passes of up to {self.width} positions do not: "
+                f"verifying {self.width} per pass"
+            )
+        return (
+            f"{differ}: verifying one position per pass, "
+            "so a draft saves nothing (--gamma 0 is fastest)"
+        )

@@ -369,7 +369,8 @@ class Model:
         return bool(llama.llama_vocab_get_attr(self._vocab, token) & SPECIAL_ATTRIBUTES)
 
     def strips_spaces(self, token: int) -> tuple[bool, bool]:
-        """Whether the special token swallows the whitespace before it, and after it (Phi-3's do)."""
+        """Whether the special token swallows the whitespace before it, and after it (Phi-3's
+        do)."""
         attributes = llama.llama_vocab_get_attr(self._vocab, token)
         return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(
             attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP

@@ -94,8 +94,8 @@ def place_layers(
         if need > budgets[main.name]:
             raise PlacementError(
                 f"the draft {draft.name} needs {gigabytes(need)} GB on the GPU and {main.name} has "
-                f"{gigabytes(main.free_bytes)} GB free ({gigabytes(margin)} GB kept free): use a smaller "
-                "draft, or run the draft on the CPU with `draft_gpu_layers` 0"
+                f"{gigabytes(main.free_bytes)} GB free ({gigabytes(margin)} GB kept free): "
+                "use a smaller draft, or run the draft on the CPU with `draft_gpu_layers` 0"
             )
         budgets[main.name] -= need
         draft_layers = all_layers(draft)
@@ -143,7 +143,8 @@ def describe(
     main: Gpu | None,
     split: tuple[float, ...] | None,
 ) -> str:
-    """e.g. `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`;
+    """e.g.
+    `target: 52/80 layers on CUDA0 (23.1 of 24.0 GB free), 28 on CPU; draft: 16/16 on CUDA0`;
     a remote device shows its server, `RPC0@10.0.0.2:50052`."""
     if not gpus:
         return "no GPU: everything runs on the CPU"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def format_or_dash(value: object, spec: str = "", unit: str = "") -> str:
-    """`value` formatted with `spec` and followed by `unit`; "-" for a figure that does not exist (None)."""
+    """`value` formatted with `spec` and followed by `unit`; "-" for a figure that does not exist
+    (None)."""
     return "-" if value is None else f"{format(value, spec)}{unit}"
 
 

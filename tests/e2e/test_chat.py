@@ -89,7 +89,8 @@ def test_piped_chat_answers_each_line_in_order_with_the_conversation_so_far(
     assert first and second
     assert result.stdout == f"{first}\n\n{second}\n\n"
 
-    # --stats: one summary per turn; the second evaluates only what the first did not leave in the cache.
+    # --stats: one summary per turn; the second evaluates only what the first did not leave in the
+    # cache.
     (n1, m1), (n2, m2) = [(int(n), int(m)) for n, m in PROMPT_LINE.findall(result.stderr)]
     assert m1 == n1  # the whole prompt, in one pass that also gives the first token
     assert m2 <= n2 - n1

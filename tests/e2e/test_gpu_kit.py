@@ -21,7 +21,8 @@ KIT = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 @pytest.mark.parametrize(
     "shape, file_type, published_gb",
     [
-        # Sizes of the published GGUF files on Hugging Face (Llama 3 8B and 70B Instruct, 3.2 1B Instruct).
+        # Sizes of the published GGUF files on Hugging Face (Llama 3 8B and 70B Instruct, 3.2 1B
+        # Instruct).
         ("llama3-8b", "q4_k_m", 4.92),
         ("llama3-8b", "f16", 16.1),
         ("llama3-70b", "q4_k_m", 42.5),

@@ -221,7 +221,8 @@ def test_metal_shows_as_metal():
 def supervised(body: str) -> subprocess.CompletedProcess:
     """`body` run as the work of a supervised process, the way the `specrun` command runs."""
     program = (
-        "import ctypes, os, signal, sys\nfrom specrun.llama.supervise import supervise\ndef work():\n"
+        "import ctypes, os, signal, sys\n"
+        "from specrun.llama.supervise import supervise\ndef work():\n"
         + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ")
         + "    return 0\nsys.exit(supervise(work))\n"
     )

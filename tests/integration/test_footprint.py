@@ -1,4 +1,5 @@
-"""The memory estimate (specrun/llama/footprint.py) against llama.cpp's own log and hand arithmetic."""
+"""The memory estimate (specrun/llama/footprint.py) against llama.cpp's own log and hand
+arithmetic."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ BUFFER_LINE = re.compile(r"(\S+) (model|KV|compute) buffer size =\s+([\d.]+) MiB
 
 
 def logged_buffers(path: Path, n_ctx: int) -> dict[str, float]:
-    """MiB by kind (model, KV, compute) that llama.cpp logs while loading `path`, summed over buffers,
-    leaving out CPU_REPACK: its tensors are copies of ones the mapped buffer's range spans too."""
+    """MiB by kind (model, KV, compute) that llama.cpp logs while loading `path`, summed over
+    buffers, leaving out CPU_REPACK: its tensors are copies of ones the mapped buffer's range spans
+    too."""
     log = subprocess.run(
         [sys.executable, "-c", LOAD_AND_LOG, str(path), str(n_ctx)],
         capture_output=True,
@@ -89,7 +91,8 @@ def test_llama_70b_q4_k_m_by_hand() -> None:
     k = n_embd * n_kv // 256 * Q4_K
     gate_and_up = 2 * n_embd * n_ff // 256 * Q4_K
     norms = 2 * n_embd * 4
-    # use_more_bits: layers 0-9, 70-79 and every third from 12 to 69 take Q6_K for attn_v and ffn_down.
+    # use_more_bits: layers 0-9, 70-79 and every third from 12 to 69 take Q6_K for attn_v and
+    # ffn_down.
     more_bits = (
         q_and_o
         + k

@@ -43,7 +43,8 @@ def test_greedy_speculative_equals_target_alone(pair, prompt, policy):
     )
     outcome = assert_greedy_identical(target, tokens, plain, speculative, EPSILON)
     print(
-        f"{policy.name}: {outcome}; accepted {sum(r.accepted for r in rounds)}/{sum(r.drafted for r in rounds)}"
+        f"{policy.name}: {outcome}; accepted "
+        f"{sum(r.accepted for r in rounds)}/{sum(r.drafted for r in rounds)}"
     )
     if policy.name.startswith("fixed"):
         assert sum(r.accepted for r in rounds) > 0

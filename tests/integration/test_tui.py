@@ -244,7 +244,8 @@ async def test_draft_colours_toggle(engine):
 
 @pytest.mark.asyncio
 async def test_a_long_answer_renders_only_its_last_line_per_refresh(engine):
-    """Lines up to the last line break are rendered once, so new text costs the same at any length."""
+    """Lines up to the last line break are rendered once, so new text costs the same at any
+    length."""
     app = SpecrunApp(engine)
     async with app.run_test(size=(120, 40)) as pilot:
         transcript = (await loaded(pilot)).transcript

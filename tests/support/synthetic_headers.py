@@ -13,7 +13,8 @@ Tensor = tuple[str, str, tuple[int, ...]]
 
 
 def use_more_bits(i: int, n: int) -> bool:
-    """llama.cpp's choice of the layers that keep more bits: the first and last eighth, every third between."""
+    """llama.cpp's choice of the layers that keep more bits: the first and last eighth, every third
+    between."""
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 

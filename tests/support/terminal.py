@@ -52,7 +52,8 @@ class Terminal:
         self.close()
 
     def close(self) -> None:
-        """Kill whatever is left of the command: its whole session (`specrun` runs its work in a child)."""
+        """Kill whatever is left of the command: its whole session (`specrun` runs its work in a
+        child)."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:

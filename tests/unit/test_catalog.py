@@ -83,8 +83,10 @@ def test_user_file_adds_and_overrides_entries(hf_cache, tmp_path, monkeypatch):
     user_file = tmp_path / "config" / "specrun" / "models.toml"
     user_file.parent.mkdir(parents=True)
     user_file.write_text(
-        '[[model]]\nalias = "my-draft"\nfamily = "llama3"\nrepo = "me/tiny-GGUF"\nfile = "tiny.gguf"\n\n'
-        '[[model]]\nalias = "llama-1b-q4"\nfamily = "llama3"\nrepo = "me/other-GGUF"\nquant = "Q5_K_M"\n'
+        '[[model]]\nalias = "my-draft"\nfamily = "llama3"\nrepo = "me/tiny-GGUF"\n'
+        'file = "tiny.gguf"\n\n'
+        '[[model]]\nalias = "llama-1b-q4"\nfamily = "llama3"\nrepo = "me/other-GGUF"\n'
+        'quant = "Q5_K_M"\n'
     )
     catalog = load_catalog()
     assert catalog.get("my-draft").repo == "me/tiny-GGUF"

@@ -132,21 +132,25 @@ def test_the_margin_is_a_gib():
 
 # --- the headline pair: Llama-3.3-70B Q4_K_M and Llama-3.2-1B Q4_K_M, n_ctx 4096 -------------
 #
-# From the synthetic headers (tests/support/synthetic_headers.py, checked in tests/integration/test_footprint.py):
+# From the synthetic headers (tests/support/synthetic_headers.py, checked in
+# tests/integration/test_footprint.py):
 #   a 70B layer with Q6_K attn_v/ffn_down ("big"): 544,079,872 B + 16,777,216 B KV = 560,857,088 B
-#   the other 70B layers ("small", Q5_K attn_v, Q4_K ffn_down): 482,410,496 + 16,777,216 = 499,187,712 B
+#   the other 70B layers ("small", Q5_K attn_v, Q4_K ffn_down): 482,410,496 + 16,777,216
+#       = 499,187,712 B
 #   big layers: 0-9, 70-79 and every third between (12, 15, ..., 69); compute 296,222,720 B;
 #   output 861,913,088 B. The 1B draft, whole on the GPU: 989,667,328 B.
 # Offloading runs from layer 79 down: 10 big layers, then (big, small, small) groups of
 # 1,559,232,512 B.
-#   8 GB:   room 8e9 - 2^30 - 989,667,328 = 5,936,590,848; 296,222,720 + 10 big = 5,904,793,600 fits,
-#           an 11th big layer (6,465,650,688) does not                                   -> 10 layers
+#   8 GB:   room 8e9 - 2^30 - 989,667,328 = 5,936,590,848; 296,222,720 + 10 big = 5,904,793,600
+#           fits, an 11th big layer (6,465,650,688) does not                    -> 10 layers
 #   24 GB:  room 21,936,590,848; after compute and 10 big: 16,031,797,248 = 10 groups
-#           (15,592,325,120) + 439,472,128, less than a big layer                        -> 40 layers
-#   48 GB:  room 45,936,590,848 >= compute + 40 big + 40 small + output = 43,559,927,808  -> all + output
+#           (15,592,325,120) + 439,472,128, less than a big layer               -> 40 layers
+#   48 GB:  room 45,936,590,848 >= compute + 40 big + 40 small + output
+#           = 43,559,927,808                                                    -> all + output
 #   2 x 8:  room 2 (8e9 - 2^30) - 989,667,328 = 12,862,849,024; after compute and 10 big:
-#           6,958,055,424 = 4 groups (6,236,930,048) + one big layer, then 160,268,288   -> 23 layers
-#   2 x 24: room 45,862,849,024 >= 43,559,927,808                                        -> all + output
+#           6,958,055,424 = 4 groups (6,236,930,048) + one big layer,
+#           then 160,268,288                                                    -> 23 layers
+#   2 x 24: room 45,862,849,024 >= 43,559,927,808                               -> all + output
 GB_70B_TABLE = [([8], 10), ([24], 40), ([48], 81), ([80], 81), ([8, 8], 23), ([24, 24], 81)]
 
 

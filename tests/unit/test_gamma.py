@@ -289,7 +289,8 @@ def test_parse_policy_rejects_bad_values(spec):
 
 
 def test_the_first_round_after_the_prompt_is_not_measured():
-    """It pays one-time costs; taken as plain decoding's cost it would make speculation look good."""
+    """It pays one-time costs; taken as plain decoding's cost it would make speculation look
+    good."""
     policy = AdaptiveGamma(8)
     policy.observe(SimRound(0, 0, 0, 0.0, 0.050, 0.0))  # slow: first decode after the prompt
     policy.observe(SimRound(0, 0, 0, 0.0, 0.010, 0.0))

@@ -161,10 +161,16 @@ def test_the_rules_catch_an_import_upward_beside_or_of_a_framework():
         edges, {"specrun.core", "specrun.llama", "specrun.server", "specrun.cli"}
     ) == [
         "specrun.core.loop (specrun.core) imports llama_cpp",
-        "specrun.core.loop (specrun.core) imports specrun.llama.model (specrun.llama), a layer above it",
+        (
+            "specrun.core.loop (specrun.core) imports specrun.llama.model (specrun.llama), "
+            "a layer above it"
+        ),
         "specrun.engine (specrun) imports specrun.server.app (specrun.server), a layer above it",
         "specrun.engine (specrun) imports textual",
-        "specrun.server.app (specrun.server) imports specrun_tui.app (specrun_tui), a layer beside it",
+        (
+            "specrun.server.app (specrun.server) imports specrun_tui.app (specrun_tui), "
+            "a layer beside it"
+        ),
     ]
     assert cycle(edges) is not None
 
@@ -184,7 +190,10 @@ def test_a_planted_bad_import_in_a_real_tree_fails(tmp_path):
     packages = {"specrun": tmp_path / "specrun"}
     found = violations(graph(packages), subpackages_of(packages))
     assert found == [
-        "specrun.core.loop (specrun.core) imports specrun.llama.model (specrun.llama), a layer above it",
+        (
+            "specrun.core.loop (specrun.core) imports specrun.llama.model (specrun.llama), "
+            "a layer above it"
+        ),
         "specrun.extras is in no layer: give its package a place in LAYERS",
         "specrun.extras.thing is in no layer: give its package a place in LAYERS",
     ]

@@ -79,7 +79,8 @@ def test_list_json(llama_1b):
 def test_catalog_option_adds_aliases(hf_cache, tmp_path):
     extra = tmp_path / "extra.toml"
     extra.write_text(
-        '[[model]]\nalias = "mine"\nfamily = "llama3"\nrepo = "me/x-GGUF"\nfile = "x.gguf"\nparams = "9B"\n'
+        '[[model]]\nalias = "mine"\nfamily = "llama3"\nrepo = "me/x-GGUF"\n'
+        'file = "x.gguf"\nparams = "9B"\n'
     )
     result = invoke("--catalog", str(extra), "list")
     assert result.exit_code == 0, result.output
