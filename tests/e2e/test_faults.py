@@ -480,7 +480,7 @@ def test_a_busy_machine_is_one_warning():
     )
 
 
-# --- an unreachable Hub: one line within seconds ----------------------------------------------------
+# --- an unreachable Hub: one line within seconds --------------------------------------------------
 
 
 def closed_port() -> int:
@@ -509,7 +509,7 @@ def test_an_unreachable_hub_fails_fast_in_one_line(offline_home):
     ]
 
 
-# --- words that say what is really wrong -----------------------------------------------------------
+# --- words that say what is really wrong ----------------------------------------------------------
 
 
 def test_paths_that_are_not_model_files_say_what_they_are(tmp_path):

@@ -117,7 +117,10 @@ def test_a_split_gguf_comes_down_part_by_part(hub, hf_cache, tiny_draft):
 def next_run(size: str) -> str:
     """What the failure line says the next run fetches: huggingface_hub before 1.0 keeps the
     partial file and resumes from it; later releases delete it."""
-    return rf"the next run (starts over and fetches all {size} again|resumes from [\d.]+ [kM]B of {size})$"
+    return (
+        rf"the next run (starts over and fetches all {size} again|"
+        rf"resumes from [\d.]+ [kM]B of {size})$"
+    )
 
 
 def test_a_connection_dropped_mid_file_resumes(hub):
@@ -178,7 +181,8 @@ def test_a_corrupted_download_is_refused(llama_1b, hub):
     hub.served[f"{LLAMA_1B}/{Q4_K_M}"] = bytes(corrupted)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
     assert (
-        f"has sha256 {hashlib.sha256(corrupted).hexdigest()}, not {hashlib.sha256(llama_1b).hexdigest()} "
+        f"has sha256 {hashlib.sha256(corrupted).hexdigest()}, "
+        f"not {hashlib.sha256(llama_1b).hexdigest()} "
         "(the Hub's LFS hash); it is not used" in line
     )
     with pytest.raises(Exception, match="it is not used"):  # a later run refuses it as well
@@ -215,13 +219,15 @@ def test_verify_hashes_again_and_a_changed_file_is_refused(llama_1b, hub):
         (
             401,
             "GatedRepo",
-            f"{LLAMA_1B} is gated: accept its terms on http://127.0.0.1:PORT/{LLAMA_1B} and set HF_TOKEN "
-            "or run `hf auth login` (`huggingface-cli login` before huggingface_hub 1.0)",
+            f"{LLAMA_1B} is gated: accept its terms on http://127.0.0.1:PORT/{LLAMA_1B} "
+            "and set HF_TOKEN or run `hf auth login` "
+            "(`huggingface-cli login` before huggingface_hub 1.0)",
         ),
         (
             401,
             None,
-            f"{LLAMA_1B}: the Hub refused access (HTTP 401 Unauthorized); set HF_TOKEN or run `hf auth login`",
+            f"{LLAMA_1B}: the Hub refused access (HTTP 401 Unauthorized); "
+            "set HF_TOKEN or run `hf auth login`",
         ),
         (
             404,
@@ -240,8 +246,8 @@ def test_refusals_of_the_listing(llama_1b, hub, status, code, expected):
 def test_a_file_the_repo_lacks(llama_1b, hub):
     line = one_error_line(invoke("pull", f"{LLAMA_1B}/Llama-3.2-1B-Instruct-Q8_0.gguf"))
     assert (
-        line
-        == f"specrun: error: {LLAMA_1B} has no file Llama-3.2-1B-Instruct-Q8_0.gguf; its GGUF files: {Q4_K_M}"
+        line == f"specrun: error: {LLAMA_1B} has no file Llama-3.2-1B-Instruct-Q8_0.gguf; "
+        f"its GGUF files: {Q4_K_M}"
     )
 
 
@@ -251,7 +257,8 @@ def test_a_file_the_repo_lacks(llama_1b, hub):
         (403, "the Hub refused access (HTTP 403 Forbidden); set HF_TOKEN or run `hf auth login`"),
         (
             400,
-            "the Hub answered HTTP 400 Bad Request; the next run starts over and fetches all 513.70 kB again",
+            "the Hub answered HTTP 400 Bad Request; "
+            "the next run starts over and fetches all 513.70 kB again",
         ),  # nothing partial
     ],
 )
@@ -269,7 +276,8 @@ def test_a_connection_lost_for_good_says_the_next_run_starts_over(llama_1b, hub)
     hub.faults[f"/{LLAMA_1B}/resolve/"] = Fault(cut_after=len(llama_1b) // 2)
     line = one_error_line(invoke("pull", "llama-1b-q4"))
     assert line.startswith(
-        f"specrun: error: {LLAMA_1B}: {Q4_K_M}: the download from {os.environ['HF_ENDPOINT']} failed ("
+        f"specrun: error: {LLAMA_1B}: {Q4_K_M}: "
+        f"the download from {os.environ['HF_ENDPOINT']} failed ("
     )
     assert re.search(next_run(f"{len(llama_1b) / 1e3:.2f} kB"), line)
     with pytest.raises(NotCached):  # whatever partial file huggingface_hub kept is never used
@@ -293,7 +301,8 @@ def test_a_failure_of_xet_storage_names_the_switch_to_plain_https(llama_1b, hub)
     )  # what the download asks
     if not xet_available():
         pytest.skip(
-            "this huggingface_hub downloads without Xet (hf_xet not installed, or a release before Xet)"
+            "this huggingface_hub downloads without Xet "
+            "(hf_xet not installed, or a release before Xet)"
         )
     hub.xet = True
     line = one_error_line(invoke("pull", "llama-1b-q4"))
