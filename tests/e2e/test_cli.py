@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 from specrun.llama.model import Model
-from tests.support.cli import specrun
+from tests.support.cli import long_generation, specrun
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, pattern: str, code: int = 1) -> None:
@@ -151,30 +149,6 @@ def test_prompt_longer_than_the_context(tiny_target):
 )
 def test_invalid_option_values(tiny_target, option):
     assert_one_line_error(specrun("run", "-t", str(tiny_target), *option, "hi"), "", code=2)
-
-
-def long_generation(target) -> subprocess.Popen:
-    """A greedy count that goes on for thousands of tokens (seconds on the real model)."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specrun",
-            "run",
-            "-t",
-            str(target),
-            "--raw",
-            "--temp",
-            "0",
-            "-n",
-            "3000",
-            "1, 2, 3, 4, 5, 6,",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
 
 
 def test_closed_pipe_ends_quietly(demo_pair):

@@ -19,6 +19,7 @@ from specrun import doctor
 from specrun.llama import devices, install
 from specrun.llama import model as runtime
 from specrun.llama.params import load_params
+from tests.support.cli import long_generation
 from tests.support.tinymodels import write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -266,31 +267,6 @@ def test_a_llama_cpp_assertion_is_one_line_and_no_backtrace(tmp_path):
 # --- signals: Ctrl-C, SIGTERM and SIGHUP end the same clean way --------------------------
 
 
-def long_json_generation(target: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specrun",
-            "run",
-            "-t",
-            str(target),
-            "--raw",
-            "--temp",
-            "0",
-            "-n",
-            "3000",
-            "--json",
-            "1, 2, 3, 4, 5, 6,",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        text=True,
-    )
-
-
 def wait_for_generation(process: subprocess.Popen, seconds: float = 4.0) -> None:
     """--json writes nothing until the end: give loading and the first tokens time."""
     time.sleep(seconds)
@@ -299,7 +275,7 @@ def wait_for_generation(process: subprocess.Popen, seconds: float = 4.0) -> None
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_signal_mid_generation_keeps_the_json_object(demo_pair, signum):
-    process = long_json_generation(demo_pair[0])
+    process = long_generation(demo_pair[0], "--json", text=True, cwd=ROOT)
     wait_for_generation(process)
     process.send_signal(signum)  # to the parent's pid alone, as `kill` or `timeout` do
     out, err = process.communicate(timeout=60)
@@ -312,7 +288,7 @@ def test_a_signal_mid_generation_keeps_the_json_object(demo_pair, signum):
 
 
 def test_two_ctrl_c_in_quick_succession(demo_pair):
-    process = long_json_generation(demo_pair[0])
+    process = long_generation(demo_pair[0], "--json", text=True, cwd=ROOT)
     wait_for_generation(process)
     process.send_signal(signal.SIGINT)
     time.sleep(0.01)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def specrun(
@@ -18,4 +19,21 @@ def specrun(
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+    )
+
+
+def long_generation(
+    target: Path, *options: str, text: bool = False, cwd: Path | None = None
+) -> subprocess.Popen:
+    """`specrun run` on a greedy count that goes on for thousands of tokens (seconds on the
+    real model), its output piped and unbuffered, for signals and closed pipes to meet."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "specrun", "run", "-t", str(target), "--raw", "--temp", "0"]
+        + ["-n", "3000", *options, "1, 2, 3, 4, 5, 6,"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        text=text,
+        cwd=cwd,
     )
