@@ -220,7 +220,9 @@ def bench(
         None, "--json", help="Write every run and figure to this file."
     ),
     plot_path: Path | None = typer.Option(
-        None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."
+        None,
+        "--plot",
+        help="Draw tokens/s against γ to this file: .png, .pdf, .svg, ... (needs matplotlib).",
     ),
     *,
     lookup: LookupOptions,
@@ -241,6 +243,7 @@ def bench(
     # Before the benchmark runs, not after: its results must have somewhere to go.
     json_file = check_output_file(json_path, "--json") if json_path else None
     plot_file = check_output_file(plot_path, "--plot") if plot_path else None
+    plot_format = benchmark.plot_format(plot_path) if plot_path else None
     prompt_set = benchmark.load_prompts(prompts)
     # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model.
     choice = replace(models, draft=None if models.draft == LOOKUP else models.draft).resolve()
@@ -273,17 +276,24 @@ def bench(
             progress=lambda line: note(f"bench: {line}"),
         )
     # The files first: they hold every run, stdout only the summary (and may be a closed pipe).
+    # A plot that fails still leaves the table printed; its error comes after.
     if json_file:
         with replaced_atomically(json_file) as partial:
             partial.write_text(result.to_json(), encoding="utf-8")
         note(f"wrote {json_path}")
+    plot_failure = None
     if plot_file:
-        with replaced_atomically(plot_file) as partial:
-            benchmark.plot(result, partial)
-        note(f"wrote {plot_path}")
+        try:
+            with replaced_atomically(plot_file) as partial:
+                benchmark.plot(result, partial, plot_format)
+            note(f"wrote {plot_path}")
+        except SpecrunError as error:
+            plot_failure = error
     print(benchmark.render_text(result))
     for verdict in benchmark.auto_verdicts(result):
         print(verdict)
+    if plot_failure is not None:
+        raise plot_failure
 
 
 @app.command()

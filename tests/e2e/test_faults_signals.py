@@ -1,0 +1,64 @@
+"""Signals and the processes specrun starts (issue 33): the real command in subprocesses and
+pseudo-terminals, signals sent as a terminal, `kill`, `nohup` or a shell send them.
+
+- `bench --plot` checks its format before it runs; a plot that fails leaves the table.
+
+Linux only where a test reads /proc (the signal masks, a process's children, what it waits
+on): the waits poll it with a generous limit, a fail-safe, never a measurement.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+LIMIT = 60.0  # seconds: a fail-safe for what is waited on
+COUNTING = "1, 2, 3, 4, 5, 6,"  # the demo model counts on for thousands of tokens
+ONE_LONG_LINE = "Write the numbers from 1 to 300 on one line, separated by commas."
+PROMPT_BOX = "Message, or /help"
+CTRL_C = "\x03"  # a key to the TUI, which reads the terminal raw
+
+
+# --- bench --plot -----------------------------------------------------------------------------
+
+
+def test_bench_checks_the_plot_format_before_it_runs(tiny_target, tmp_path):
+    for name, problem in [
+        ("plot.xyz", "matplotlib cannot write .xyz files"),
+        ("plot", "the name has no extension"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, "-m", "specrun", "bench", "-t", str(tiny_target), "-r", "1"]
+            + ["--plot", str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+            timeout=LIMIT,
+        )
+        assert result.returncode == 2 and result.stdout == ""  # was: the whole bench, then 1
+        (line,) = result.stderr.splitlines()  # one line: no "bench:" progress, nothing ran
+        assert line.startswith(
+            f"specrun: error: --plot {tmp_path / name}: {problem}; name a file ending in one of "
+        )
+        assert ".pdf, " in line and ".png, " in line and ".svg, " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plot_that_fails_at_the_end_leaves_the_table(tiny_target, tmp_path):
+    if shutil.which("xelatex"):
+        pytest.skip("xelatex is installed, so matplotlib draws the pgf plot")
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", "bench", "-t", str(tiny_target), "-r", "1", "-n", "4"]
+        + ["--modes", "plain", "--threads", "1", "--plot", str(tmp_path / "plot.pgf")],
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "cost curve" in result.stdout  # the table, printed all the same
+    assert result.stderr.splitlines()[-1].startswith(
+        "specrun: error: --plot: matplotlib could not draw the plot: "
+    )
+    assert list(tmp_path.iterdir()) == []  # no partial file left behind
