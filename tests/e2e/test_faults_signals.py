@@ -1,6 +1,7 @@
 """Signals and the processes specrun starts (issue 33): the real command in subprocesses and
 pseudo-terminals, signals sent as a terminal, `kill`, `nohup` or a shell send them.
 
+- Ctrl-C in the TUI stops the answer, as everywhere in specrun.
 - `bench --plot` checks its format before it runs; a plot that fails leaves the table.
 
 Linux only where a test reads /proc (the signal masks, a process's children, what it waits
@@ -9,17 +10,50 @@ on): the waits poll it with a generous limit, a fail-safe, never a measurement.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests.support.terminal import Terminal
 
 LIMIT = 60.0  # seconds: a fail-safe for what is waited on
 COUNTING = "1, 2, 3, 4, 5, 6,"  # the demo model counts on for thousands of tokens
 ONE_LONG_LINE = "Write the numbers from 1 to 300 on one line, separated by commas."
 PROMPT_BOX = "Message, or /help"
 CTRL_C = "\x03"  # a key to the TUI, which reads the terminal raw
+
+
+# --- the TUI ----------------------------------------------------------------------------------
+
+
+def chat_terminal(target: Path, *options: str) -> Terminal:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    return Terminal(
+        [sys.executable, "-m", "specrun", "chat", "-t", str(target), "--temp", "0", *options],
+        size=(120, 40),
+        env=env,
+    )
+
+
+def test_ctrl_c_in_the_tui_stops_the_answer_and_twice_with_none_quits(demo_pair):
+    target, draft = demo_pair
+    with chat_terminal(target, "-d", str(draft), "-n", "900") as terminal:
+        terminal.wait_for(PROMPT_BOX, timeout=LIMIT)
+        terminal.type(f"{ONE_LONG_LINE}\r")
+        terminal.wait_for(re.compile(r"tok/s now\s+\d").search, timeout=LIMIT)  # under way
+        terminal.type(CTRL_C)
+        # Was: the text box's copy, which with nothing selected did nothing.
+        terminal.wait_for(re.compile(r"^\s*stopped\s*(│|$)", re.M).search, timeout=LIMIT)
+        terminal.type(CTRL_C)
+        terminal.wait_for("Ctrl-C again quits")
+        terminal.type(CTRL_C)
+        assert terminal.wait_exit() == 0
 
 
 # --- bench --plot -----------------------------------------------------------------------------
