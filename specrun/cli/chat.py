@@ -109,12 +109,17 @@ def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, s
         if turn.dropped:
             note(turn.dropped_notice)
         ends_with_newline = True  # an empty answer still gets its blank line
-        for event in turn.events:
-            figures.add(event)
-            if isinstance(event, Round) and event.text:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-                ends_with_newline = event.text.endswith("\n")
+        try:
+            for event in turn.events:
+                figures.add(event)
+                if isinstance(event, Round) and event.text:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                    ends_with_newline = event.text.endswith("\n")
+        except KeyboardInterrupt:  # the reply so far stays, as a whole line
+            if not ends_with_newline:
+                sys.stdout.write("\n")
+            raise
         sys.stdout.write("\n" if ends_with_newline else "\n\n")
         sys.stdout.flush()
         if stats:

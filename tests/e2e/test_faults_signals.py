@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,58 @@ COUNTING = "1, 2, 3, 4, 5, 6,"  # the demo model counts on for thousands of toke
 ONE_LONG_LINE = "Write the numbers from 1 to 300 on one line, separated by commas."
 PROMPT_BOX = "Message, or /help"
 CTRL_C = "\x03"  # a key to the TUI, which reads the terminal raw
+
+
+def start(
+    *args: str, stdin: int = subprocess.DEVNULL, ignoring: int | None = None
+) -> subprocess.Popen[bytes]:
+    """`specrun ARGS` in a session of its own (a group to signal, as a terminal does);
+    `ignoring`: started with that signal ignored, as `nohup` or a shell's background job is."""
+
+    def ignore() -> None:
+        if ignoring is not None:
+            signal.signal(ignoring, signal.SIG_IGN)
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "specrun", *args],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=ignore,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def lines(data: bytes) -> list[str]:
+    return data.decode().splitlines()
+
+
+def test_piped_chat_stopped_mid_reply_ends_the_reply_with_a_newline(demo_pair):
+    process = start(
+        "chat",
+        "-t",
+        str(demo_pair[0]),
+        "-d",
+        "none",
+        "--temp",
+        "0",
+        "-n",
+        "3000",
+        "--threads",
+        "1",
+        stdin=subprocess.PIPE,
+    )
+    process.stdin.write(f"{ONE_LONG_LINE}\n".encode())
+    process.stdin.flush()  # and left open: the next turn never comes
+    first = process.stdout.read(8)  # the reply is under way
+    process.send_signal(signal.SIGTERM)
+    rest, stderr = process.stdout.read(), process.stderr.read()
+    code = process.wait(timeout=LIMIT)
+    process.stdin.close()
+    assert code == 128 + signal.SIGTERM and lines(stderr)[-1] == "specrun: interrupted"
+    reply = first + rest
+    assert reply.endswith(b"\n") and not reply.endswith(b"\n\n")  # was: no newline at all
 
 
 # --- the TUI ----------------------------------------------------------------------------------
