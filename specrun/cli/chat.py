@@ -81,16 +81,18 @@ def chat(
             raise typer.Exit(app.return_code)
         return
 
-    engine = load_engine(choice, load, params=sampling, drafting=drafting)
-    load_notes(engine.target, load)  # not in the TUI: it would garble the screen
-    try:
+    engine = None
+    try:  # a signal while loading ends the chat as one during a reply does
+        engine = load_engine(choice, load, params=sampling, drafting=drafting)
+        load_notes(engine.target, load)  # not in the TUI: it would garble the screen
         _chat_through_pipe(engine, system=system, max_tokens=max_tokens, stats=stats)
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
         raise typer.Exit(exit_status(stop)) from None
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
 
 
 def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, stats: bool) -> None:

@@ -11,6 +11,7 @@ server, `specrun.llama.rpc`) reaches the parent as the line itself.
 
 Signals: the terminal sends Ctrl-C, a hangup or Ctrl-\\ to both processes; one that a
 program sends to the parent's pid alone (`kill`, `timeout`) is passed on to the child.
+One that the parent was started with ignored is left alone: the child ignores it too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+from specrun.system import interrupts
 
 SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -110,15 +113,20 @@ def supervise(work: Callable[[], int]) -> int:
     os.environ["GGML_NO_BACKTRACE"] = "1"  # a C++ terminate prints no backtrace either
     if sys.stdout is not None:  # None when stdout is closed (`>&-`)
         sys.stdout.flush()  # nothing buffered may be written twice after the fork
+    watched = interrupts.stop_signals()
     read_end, write_end = os.pipe()
+    # Blocked before the fork, so that no signal finds the parent between the fork and
+    # its wait; the child takes its signals from where it unblocks them.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*watched, signal.SIGCHLD})
     pid = os.fork()
     if pid == 0:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(read_end)
         _abort_channel = write_end
         install_abort_reporter()
         return work()
     os.close(write_end)
-    status = _wait(pid)
+    status = _wait(pid, watched)
     message = _read_all(read_end)
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
@@ -130,20 +138,21 @@ def supervise(work: Callable[[], int]) -> int:
     return 128 + signum
 
 
-def _wait(pid: int) -> int:
+def _wait(pid: int, watched: Sequence[int]) -> int:
     """Wait for the child, passing on the signals a program sent to this process alone."""
     if not hasattr(signal, "sigwaitinfo"):  # macOS: forward what a terminal does not send to both
-        for signum in (signal.SIGTERM, signal.SIGHUP):
+        for signum in {signal.SIGTERM, signal.SIGHUP} & set(watched):
             signal.signal(signum, lambda s, _f: os.kill(pid, s))
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if signal.SIGINT in watched:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {*watched, signal.SIGCHLD})
         return os.waitpid(pid, 0)[1]  # retried across the forwarding handlers (PEP 475)
-    watched = {*FORWARDED, signal.SIGCHLD}
-    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    waited = {*watched, signal.SIGCHLD}
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
-        info = signal.sigwaitinfo(watched)
+        info = signal.sigwaitinfo(waited)
         if info.si_signo in FORWARDED and info.si_pid not in (0, pid):
             os.kill(pid, info.si_signo)  # sent by a program to us alone; a terminal's went to both
 

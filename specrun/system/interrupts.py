@@ -12,11 +12,15 @@ keeps the text and ends the JSON object serves all three), and the exit status i
 - A second signal while the first one's answer is being written out is ignored for a
   moment, so the text and the JSON object are not cut off; after that it ends the
   process at once, for a wrap-up that hangs.
+
+A signal the parent set to be ignored stays ignored (`nohup` ignores SIGHUP, a shell
+ignores SIGINT in a script's background jobs): the policy covers only the others.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -45,6 +49,19 @@ def exit_status(interrupt: BaseException) -> int:
     return 128 + getattr(interrupt, "signum", signal.SIGINT)
 
 
+def interrupted(interrupt: BaseException) -> int:
+    """The line a stopped command ends with, on stderr; returns its exit status."""
+    # On a terminal the line follows the echoed ^C.
+    newline = "\n" if sys.stderr is not None and sys.stderr.isatty() else ""
+    print(f"{newline}specrun: interrupted", file=sys.stderr, flush=True)
+    return exit_status(interrupt)
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The stop signals this process takes: those its parent did not set to be ignored."""
+    return tuple(s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN)
+
+
 def native_callback(function: F) -> F:
     """Mark a function that llama.cpp calls: a signal arriving in it is deferred, not lost."""
     _callback_codes.add(function.__code__)
@@ -70,6 +87,14 @@ def _stop(signum: int) -> NoReturn:
     raise Stop(signum)
 
 
+def exiting() -> None:
+    """The work is done and the process is about to exit: a signal from now on is a repeat,
+    ignored for a moment and then the end at once (a hang at exit), never a traceback."""
+    global _stopping_since
+    if _stopping_since is None:
+        _stopping_since = time.monotonic()
+
+
 def _handle(signum: int, frame: FrameType | None) -> None:
     global _pending
     if _stopping_since is not None:
@@ -85,8 +110,9 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only)."""
-    for signum in STOP_SIGNALS:
+    """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only),
+    but for those the parent set to be ignored."""
+    for signum in stop_signals():
         signal.signal(signum, _handle)
 
 
@@ -101,7 +127,7 @@ def routed_to(stop: Callable[[], None]) -> Iterator[list[int]]:
         received.append(signum)
         stop()
 
-    previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
+    previous = {signum: signal.signal(signum, handle) for signum in stop_signals()}
     try:
         yield received
     finally:

@@ -1,6 +1,10 @@
 """Signals and the processes specrun starts (issue 33): the real command in subprocesses and
 pseudo-terminals, signals sent as a terminal, `kill`, `nohup` or a shell send them.
 
+- A signal the parent set to be ignored stays ignored, in the supervisor and the worker.
+- From the moment the policy is installed, a stop signal ends every command the same way:
+  128 + the signal, the `interrupted` line, `--json`'s object, never a traceback; a piped
+  chat's reply cut short still ends its line.
 - Ctrl-C in the TUI stops the answer, as everywhere in specrun.
 - `bench --plot` checks its format before it runs; a plot that fails leaves the table.
 
@@ -10,16 +14,21 @@ on): the waits poll it with a generous limit, a fail-safe, never a measurement.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.support.server import SERVING
 from tests.support.terminal import Terminal
 
 LIMIT = 60.0  # seconds: a fail-safe for what is waited on
@@ -50,8 +59,167 @@ def start(
     )
 
 
+def wait_until(
+    condition: Callable[[], object], what: str, state: Callable[[], object] = lambda: ""
+) -> None:
+    """Poll `condition`; past the limit, fail saying `what` never came, and `state()`."""
+    deadline = time.monotonic() + LIMIT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what} {state()}")
+        time.sleep(0.05)
+
+
+def signals_in(pid: int, field: str) -> set[int]:
+    """The signals /proc lists for the process in `field`: SigIgn, SigCgt (caught), SigBlk."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            mask = int(line.split()[1], 16)
+            return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def worker_of(pid: int) -> int:
+    """The child that `specrun` (the supervisor, `pid`) runs the command in."""
+    wait_until(lambda: children(pid), f"{pid} has forked its worker")
+    return children(pid)[0]
+
+
+def waits_on_a_pipe(pid: int) -> bool:
+    try:
+        return "pipe" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+def policy_installed(pid: int) -> Callable[[], bool]:
+    """SIGTERM is caught once specrun installed its signal policy, its first act."""
+    return lambda: signal.SIGTERM in signals_in(pid, "SigCgt")
+
+
 def lines(data: bytes) -> list[str]:
     return data.decode().splitlines()
+
+
+# --- signals the parent set to be ignored -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGHUP, signal.SIGINT], ids=["nohup-hangup", "background-job-ctrl-c"]
+)
+def test_a_signal_the_parent_ignored_stays_ignored(demo_pair, signum):
+    process = start(
+        "run",
+        "-t",
+        str(demo_pair[0]),
+        "--raw",
+        "--temp",
+        "0",
+        "-n",
+        "120",
+        "--threads",
+        "1",
+        COUNTING,
+        ignoring=signum,
+    )
+    first = process.stdout.read(4)  # generation is under way
+    for pid in process.pid, worker_of(process.pid):
+        assert signum in signals_in(pid, "SigIgn"), pid  # was: the worker took it again
+    process.send_signal(signum)  # `kill`: to specrun alone
+    os.killpg(process.pid, signum)  # a hangup or Ctrl-C at the terminal: to every process
+    rest, stderr = process.stdout.read(), process.stderr.read()
+    assert process.wait(timeout=LIMIT) == 0, stderr  # was: 129 and 130, the answer cut short
+    assert stderr == b"" and len(first + rest) > 4 and rest.endswith(b"\n")
+
+
+def test_serve_under_nohup_serves_on_through_a_hangup(tiny_target):
+    process = subprocess.Popen(
+        ["nohup", sys.executable, "-m", "specrun", "serve", "--port", "0", "--threads", "1"]
+        + ["-t", str(tiny_target)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        url = ""
+        while not url and (line := process.stderr.readline()):
+            url = match[2] if (match := SERVING.match(line)) else ""
+        assert url, "the server did not start"
+        for pid in process.pid, worker_of(process.pid):
+            assert signal.SIGHUP in signals_in(pid, "SigIgn"), pid
+        os.killpg(process.pid, signal.SIGHUP)  # the end of the login session
+        answer = httpx.post(
+            f"{url}/v1/completions", json={"prompt": "the sea", "max_tokens": 4}, timeout=LIMIT
+        )
+        assert answer.status_code == 200, answer.text
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=LIMIT) == 0
+        assert process.stderr.read().strip() == "specrun: stopped"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+# --- a stop signal from the first moment on -----------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_at_any_moment_ends_run_as_the_policy_says(demo_pair, signum):
+    """Wherever the signal lands, from the policy's installation on (imports, parsing, the
+    fork, loading, generating): 128 + the signal, the one line, no traceback, and any JSON
+    object an interrupted one. Was: a traceback in the first half second, and 130 for any
+    signal while loading."""
+    for delay in (0.0, 0.2, 0.5, 1.0):  # where the signal lands; the outcome must not depend on it
+        process = start(
+            "run",
+            "-t",
+            str(demo_pair[0]),
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "3000",
+            "--threads",
+            "1",
+            "--json",
+            COUNTING,
+        )
+        wait_until(policy_installed(process.pid), "the policy is in")
+        time.sleep(delay)
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=LIMIT)
+        assert process.returncode == 128 + signum, (delay, stderr)
+        assert lines(stderr) == ["specrun: interrupted"], (delay, stderr)
+        if stdout:
+            assert json.loads(stdout)["finish_reason"] == "interrupted", (delay, stdout)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_while_starting_writes_the_json_object(tiny_target, signum):
+    # The run waits for its prompt on stdin, which stays open: a start-up that does not end.
+    process = start(
+        "run", "-t", str(tiny_target), "--threads", "1", "--json", stdin=subprocess.PIPE
+    )
+    worker = worker_of(process.pid)
+    wait_until(lambda: waits_on_a_pipe(worker), "the worker reads stdin")
+    process.send_signal(signum)
+    stdout, stderr = process.stdout.read(), process.stderr.read()
+    code = process.wait(timeout=LIMIT)
+    process.stdin.close()
+    assert code == 128 + signum and lines(stderr) == ["specrun: interrupted"], stderr
+    record = json.loads(stdout)  # was: nothing, and 130 for any signal
+    assert record["finish_reason"] == "interrupted" and record["text"] == ""
+    assert record["target"] == str(tiny_target) and record["generated_tokens"] == 0
 
 
 def test_piped_chat_stopped_mid_reply_ends_the_reply_with_a_newline(demo_pair):
