@@ -33,6 +33,7 @@ REPEAT_GRACE_SECONDS = 2.0
 _callback_codes: set[CodeType] = set()
 _pending: int | None = None
 _stopping_since: float | None = None
+_observers: list[Callable[[int], None]] = []
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -60,6 +61,17 @@ def interrupted(interrupt: BaseException) -> int:
 def stop_signals() -> tuple[int, ...]:
     """The stop signals this process takes: those its parent did not set to be ignored."""
     return tuple(s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN)
+
+
+def on_signal(observer: Callable[[int], None]) -> None:
+    """Call `observer(signum)` whenever a stop signal reaches Python code here (the
+    supervisor learns from it that the process is not stuck in a native call)."""
+    _observers.append(observer)
+
+
+def _observe(signum: int) -> None:
+    for observer in _observers:
+        observer(signum)
 
 
 def native_callback(function: F) -> F:
@@ -97,6 +109,7 @@ def exiting() -> None:
 
 def _handle(signum: int, frame: FrameType | None) -> None:
     global _pending
+    _observe(signum)
     if _stopping_since is not None:
         if time.monotonic() - _stopping_since < REPEAT_GRACE_SECONDS:
             return  # the answer is being written out
@@ -124,6 +137,7 @@ def routed_to(stop: Callable[[], None]) -> Iterator[list[int]]:
     received: list[int] = []
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        _observe(signum)
         received.append(signum)
         stop()
 

@@ -5,6 +5,8 @@ pseudo-terminals, signals sent as a terminal, `kill`, `nohup` or a shell send th
 - From the moment the policy is installed, a stop signal ends every command the same way:
   128 + the signal, the `interrupted` line, `--json`'s object, never a traceback; a piped
   chat's reply cut short still ends its line.
+- The supervisor and its worker, and the TUI and its engine, do not outlive each other.
+- A peer that answers the RPC handshake and then stalls yields to Ctrl-C and SIGTERM.
 - Ctrl-C in the TUI stops the answer, as everywhere in specrun.
 - `bench --plot` checks its format before it runs; a plot that fails leaves the table.
 
@@ -19,15 +21,21 @@ import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from specrun.errors import SpecrunError
+from specrun.llama import rpc
 from tests.support.server import SERVING
 from tests.support.terminal import Terminal
 
@@ -90,6 +98,14 @@ def worker_of(pid: int) -> int:
     """The child that `specrun` (the supervisor, `pid`) runs the command in."""
     wait_until(lambda: children(pid), f"{pid} has forked its worker")
     return children(pid)[0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
 
 
 def waits_on_a_pipe(pid: int) -> bool:
@@ -249,6 +265,143 @@ def test_piped_chat_stopped_mid_reply_ends_the_reply_with_a_newline(demo_pair):
     assert reply.endswith(b"\n") and not reply.endswith(b"\n\n")  # was: no newline at all
 
 
+# --- the supervisor and its worker end together ---------------------------------------------
+
+
+class RpcServer:
+    """`specrun rpc-server` on a free loopback port, ready once it answers the handshake."""
+
+    def __init__(self, log: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.endpoint = f"127.0.0.1:{port}"
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "specrun", "rpc-server", "--port", str(port)]
+                + ["--threads", "1"],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+        def ready() -> bool:
+            assert self.process.poll() is None, log.read_text()
+            try:
+                rpc.check(self.endpoint)
+                return True
+            except SpecrunError:
+                return False
+
+        wait_until(ready, f"rpc-server answers on {self.endpoint}")
+
+    def kill(self) -> None:
+        """Both processes at once, as a machine that dies."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=LIMIT)
+
+
+def test_a_worker_ends_with_its_supervisor(tmp_path):
+    server = RpcServer(tmp_path / "server.log")
+    try:
+        worker = worker_of(server.process.pid)
+        server.process.kill()  # SIGKILL to `specrun` alone, as the out-of-memory killer does
+        server.process.wait(timeout=LIMIT)
+
+        def refused() -> bool:
+            try:
+                rpc.check(server.endpoint)
+            except SpecrunError as error:
+                return "cannot reach" in str(error)
+            return False
+
+        wait_until(refused, "the port is closed")  # was: the worker served on, on its own
+        assert not alive(worker)
+    finally:
+        server.kill()
+
+
+class StallingPeer:
+    """Answers ggml's handshake (RPC_CMD_HELLO) on every connection, then never answers the
+    command that follows: a server that hangs, or a network gone silent, after the handshake."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.stalled = threading.Event()  # a command came and was left unanswered
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.connections.append(connection)
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        try:
+            hello = b""
+            while len(hello) < 1 + 8 + rpc.CAPS_SIZE:
+                chunk = connection.recv(1 + 8 + rpc.CAPS_SIZE - len(hello))
+                if not chunk:
+                    return
+                hello += chunk
+            version = bytes([*rpc.PROTOCOL, 0])
+            connection.sendall(
+                struct.pack("<Q", 4 + rpc.CAPS_SIZE) + version + bytes(rpc.CAPS_SIZE)
+            )
+            if connection.recv(1):  # specrun's own check hangs up here; ggml asks on
+                self.stalled.set()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.connections:
+            connection.close()
+
+
+@contextmanager
+def stalling_peer() -> Iterator[StallingPeer]:
+    peer = StallingPeer()
+    try:
+        yield peer
+    finally:
+        peer.close()
+
+
+@pytest.mark.parametrize(
+    "signum, to_every_process",
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c-at-the-terminal", "sigterm-to-specrun"],
+)
+def test_a_server_that_stalls_after_the_handshake_yields_to_a_signal(
+    tiny_target, signum, to_every_process
+):
+    with stalling_peer() as peer:
+        process = start(
+            "run", "-t", str(tiny_target), "--threads", "1", "--json", "--rpc", peer.endpoint, "hi"
+        )
+        assert peer.stalled.wait(LIMIT)  # loading waits on the peer, in ggml's RPC client
+        if to_every_process:
+            os.killpg(process.pid, signum)
+        else:
+            process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=LIMIT)  # was: no end but SIGKILL
+    assert process.returncode == 128 + signum, stderr
+    assert lines(stderr) == [
+        f"specrun: error: stopped while waiting for the RPC server {peer.endpoint}, which did "
+        "not answer (ggml's RPC client has no deadline); check that machine and the network, "
+        "and run again"
+    ]
+    assert stdout == b""
+
+
 # --- the TUI ----------------------------------------------------------------------------------
 
 
@@ -275,6 +428,20 @@ def test_ctrl_c_in_the_tui_stops_the_answer_and_twice_with_none_quits(demo_pair)
         terminal.wait_for("Ctrl-C again quits")
         terminal.type(CTRL_C)
         assert terminal.wait_exit() == 0
+
+
+def test_the_tui_engine_ends_with_the_tui(tiny_target):
+    # The engine process loads, stuck on a peer that stalls: it reads no pipe meanwhile.
+    with stalling_peer() as peer, chat_terminal(tiny_target, "--rpc", peer.endpoint) as terminal:
+        assert peer.stalled.wait(LIMIT)
+        tui = worker_of(terminal.process.pid)
+        os.kill(tui, signal.SIGKILL)
+        # Was: the engine process lived on, loading forever.
+        wait_until(
+            lambda: terminal.read(0.05) or not terminal.session(),  # read: the pty must not fill
+            "every process of the chat is gone",
+            lambda: [Path(f"/proc/{p}/cmdline").read_bytes() for p in terminal.session()],
+        )
 
 
 # --- bench --plot -----------------------------------------------------------------------------
