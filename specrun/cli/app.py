@@ -105,20 +105,23 @@ def run(
     models: ModelRequest,
 ) -> None:
     """Generate one answer, streamed to stdout."""
+    from specrun.llama.supervise import on_abort
+
     system, stop = (
         argument_text(system, "--system"),
         [argument_text(text, "--stop") for text in stop],
     )
     answer = _Answer(models, as_json=as_json, stats=stats)
     try:
-        text = read_prompt(prompt)
-        answer.choice = models.resolve()
-        engine = load_engine(answer.choice, load, params=sampling, drafting=drafting)
-        answer.loaded(engine)
-        load_notes(engine.target, load)
-        tokens = engine.prompt(text, system=system, raw=raw)
-        for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
-            answer.add(event)
+        with on_abort(answer.abandon):
+            text = read_prompt(prompt)
+            answer.choice = models.resolve()
+            engine = load_engine(answer.choice, load, params=sampling, drafting=drafting)
+            answer.loaded(engine)
+            load_notes(engine.target, load)
+            tokens = engine.prompt(text, system=system, raw=raw)
+            for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
+                answer.add(event)
     # Ctrl-C, SIGTERM, SIGHUP, from the start on: keep the text, end the JSON object.
     except (KeyboardInterrupt, Interrupted) as interrupt:
         answer.finish("interrupted")
@@ -160,7 +163,13 @@ class _Answer:
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
 
-    def finish(self, reason: str | None = None) -> None:
+    def abandon(self, error: str) -> None:
+        """A native abort ends the process (a lost RPC server): the JSON object still
+        comes, with the text so far, before the supervisor's error line."""
+        if self.as_json:
+            self.finish("error", error=error)
+
+    def finish(self, reason: str | None = None, *, error: str | None = None) -> None:
         from specrun.core.loop import more_room_hint
 
         if self._finished:
@@ -171,6 +180,8 @@ class _Answer:
         text = "".join(self.parts)
         if self.as_json:
             record = {"text": text, **self._models(), **self.figures.as_dict()}
+            if error is not None:
+                record["error"] = error
             sys.stdout.write(json.dumps(record) + "\n")
         elif text and not text.endswith("\n"):
             sys.stdout.write("\n")

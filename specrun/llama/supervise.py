@@ -31,7 +31,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from specrun.system import interrupts, lifeline
 
@@ -49,6 +50,7 @@ STUCK_SECONDS = 5.0  # after a stop signal, for a child that uses RPC servers to
 
 _abort_channel: int | None = None  # the child's end of the pipe to the parent
 _abort_callback = None  # kept alive: ggml holds only the function pointer
+_last_words: list[Callable[[str], None]] = []  # `on_abort`'s callbacks
 EXPLAINED = "specrun: error: "  # an abort message the child wrote as the whole line
 # Shared by the parent and the child: byte 0 is 1 once a stop signal reached the child's
 # Python code; from byte 1, the RPC servers it uses, comma-separated, ended by a NUL.
@@ -104,6 +106,16 @@ def install_abort_reporter() -> None:
         if separator:
             first_line = os.path.basename(location) + separator + text
         explained = _explain(first_line.decode("utf-8", errors="replace"))
+        line = (
+            EXPLAINED + explained
+            if explained
+            else crash_hint(signal.SIGABRT, first_line.decode("utf-8", errors="replace"))
+        )
+        for callback in tuple(_last_words):
+            try:
+                callback(line.removeprefix(EXPLAINED))
+            except BaseException:  # the parent must hear of the abort whatever happened here
+                pass
         os.write(
             _abort_channel, (EXPLAINED + explained).encode() if explained else first_line[:400]
         )
@@ -112,6 +124,18 @@ def install_abort_reporter() -> None:
     setter = libggml.ggml_set_abort_callback
     setter.restype, setter.argtypes = ctypes.c_void_p, [callback_type]
     setter(_abort_callback)
+
+
+@contextmanager
+def on_abort(callback: Callable[[str], None]) -> Iterator[None]:
+    """While the block runs, a native abort in the child first calls `callback` with its
+    error line (less `specrun: error: `), so that a command writes out what it has (the
+    `--json` object) before the process dies and the parent prints the line."""
+    _last_words.append(callback)
+    try:
+        yield
+    finally:
+        _last_words.remove(callback)
 
 
 def uses_servers(endpoints: Sequence[str]) -> None:

@@ -7,6 +7,7 @@ pseudo-terminals, signals sent as a terminal, `kill`, `nohup` or a shell send th
   chat's reply cut short still ends its line.
 - The supervisor and its worker, and the TUI and its engine, do not outlive each other.
 - A peer that answers the RPC handshake and then stalls yields to Ctrl-C and SIGTERM.
+- A server lost mid-generation still leaves `--json`'s object.
 - Ctrl-C in the TUI stops the answer, as everywhere in specrun.
 - `bench --plot` checks its format before it runs; a plot that fails leaves the table.
 
@@ -400,6 +401,34 @@ def test_a_server_that_stalls_after_the_handshake_yields_to_a_signal(
         "and run again"
     ]
     assert stdout == b""
+
+
+def test_json_keeps_the_text_when_a_server_is_lost(tmp_path, tiny_target):
+    args = ["run", "-t", str(tiny_target), "--raw", "--temp", "0", "-n", "900", "--threads", "1"]
+    local = subprocess.run(
+        [sys.executable, "-m", "specrun", *args, "--json", "the sea"],
+        capture_output=True,
+        timeout=LIMIT,
+        check=True,
+    )
+    whole = json.loads(local.stdout)["text"]
+    first, second = RpcServer(tmp_path / "first.log"), RpcServer(tmp_path / "second.log")
+    try:
+        client = start(*args, "--json", "--rpc", f"{first.endpoint},{second.endpoint}", "the sea")
+        placed = client.stderr.readline().decode()  # the layers are going to both servers
+        assert f"RPC1@{second.endpoint}" in placed, placed
+        second.kill()
+        stdout, stderr = client.communicate(timeout=LIMIT)
+    finally:
+        first.kill()
+        second.kill()
+    assert client.returncode != 0, stderr
+    error = lines(stderr)[-1]
+    assert error.startswith(f"specrun: error: lost the RPC server {second.endpoint}"), stderr
+    record = json.loads(stdout)  # was: nothing on stdout
+    assert record["finish_reason"] == "error"
+    assert record["error"] == error.removeprefix("specrun: error: ")
+    assert whole.startswith(record["text"]) and len(record["text"]) < len(whole)
 
 
 # --- the TUI ----------------------------------------------------------------------------------
