@@ -44,7 +44,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # first on PYTHONPATH (set by tui()), so `specrun_tui` is its tui/; all else is as checked out.
 WITH_OLD_FRONT_END = (
     "import sys, specrun.cli; specrun.cli.__path__.insert(0, sys.argv.pop(1)); "
-    "from specrun.cli.app import entry; sys.exit(entry())"
+    "from specrun.__main__ import entry; entry()"
 )
 
 

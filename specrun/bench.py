@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Literal, TypedDict
 
 from specrun.core.costs import expected_rate
@@ -23,7 +24,7 @@ from specrun.core.gamma import GAMMA_MAX, parse_policy
 from specrun.core.loop import generate
 from specrun.core.sampling import NEAR_TIE, SamplingParams
 from specrun.core.stats import Stats, StatsRecord
-from specrun.errors import SpecrunError
+from specrun.errors import OptionError, SpecrunError
 from specrun.llama.model import Model
 from specrun.llama.placement import Placement
 from specrun.options import LookupOptions
@@ -471,8 +472,25 @@ def auto_verdicts(result: BenchResult) -> list[str]:
     return verdicts
 
 
-def plot(result: BenchResult, path: Path) -> None:
-    """tokens/s against γ per class, with the adaptive and heuristic policies marked."""
+def plot_format(path: Path) -> str:
+    """The format `plot` writes `path` in, its extension, checked before the benchmark runs:
+    one that matplotlib cannot write would otherwise fail only at the end."""
+    from matplotlib.figure import Figure
+
+    _pyplot()
+    formats = sorted(Figure().canvas.get_supported_filetypes())
+    suffix = path.suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        problem = (
+            f"matplotlib cannot write .{suffix} files" if suffix else "the name has no extension"
+        )
+        raise OptionError(
+            f"--plot {path}: {problem}; name a file ending in one of .{', .'.join(formats)}"
+        )
+    return suffix
+
+
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
 
@@ -480,6 +498,13 @@ def plot(result: BenchResult, path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SpecrunError("--plot needs matplotlib: pip install 'specrun[plot]'") from None
+    return plt
+
+
+def plot(result: BenchResult, path: Path, file_format: str | None = None) -> None:
+    """tokens/s against γ per class, with the adaptive and heuristic policies marked, in
+    `file_format` (`plot_format`'s), else the format of `path`'s extension."""
+    plt = _pyplot()
     figure, axes = plt.subplots(figsize=(8, 5))
     for index, prompt_class in enumerate([*result.classes, "all"]):
         rows = {
@@ -504,4 +529,9 @@ def plot(result: BenchResult, path: Path) -> None:
     )
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path)
+    try:
+        figure.savefig(path, format=file_format)
+    except (ValueError, RuntimeError) as error:  # a format it cannot draw here (pgf needs LaTeX)
+        raise SpecrunError(f"--plot: matplotlib could not draw the plot: {error}") from None
+    finally:
+        plt.close(figure)

@@ -18,9 +18,12 @@ class OptionError(SpecrunError):
 
 
 class Interrupted(SpecrunError):
-    """Ctrl-C during work that leaves nothing half-done behind (a download, say)."""
+    """A stop signal during work that leaves nothing half-done behind (a download, say);
+    the exit status is 128 + the signal, as for any stopped command."""
 
-    exit_code = 130
+    def __init__(self, message: str, exit_code: int = 130) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def report(error: SpecrunError, words: Callable[[str], str] = str) -> int:

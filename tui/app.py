@@ -8,6 +8,7 @@ import sys
 
 from textual.app import App
 from textual.binding import Binding
+from textual.widgets import Input
 
 from specrun_tui.engine_process import EngineProcess
 from specrun_tui.messages import Ended, Loaded, LoadFailed, SetSystem
@@ -18,6 +19,7 @@ from specrun_tui.screens import ChatScreen, LoadingScreen
 # text comes in 5 batches a second (the figures are redrawn once a second).
 RECEIVE_SECONDS = 1 / 5
 HANGUP_STATUS = 128 + signal.SIGHUP
+QUIT_ASK_SECONDS = 3.0  # how long a first Ctrl-C with no answer under way waits for a second
 
 
 class SpecrunApp(App[None]):
@@ -29,8 +31,10 @@ class SpecrunApp(App[None]):
     CSS_PATH = "specrun.tcss"
     TITLE = "specrun"
     BINDINGS = [
-        Binding("ctrl+q", "quit", "Quit", priority=True)
-    ]  # the default, shown in the footer
+        Binding("ctrl+q", "quit", "Quit", priority=True),  # the default, shown in the footer
+        # Before the text box's copy: Ctrl-C stops the answer, as everywhere in specrun.
+        Binding("ctrl+c", "interrupt", "Stop", show=False, priority=True),
+    ]
 
     def __init__(
         self,
@@ -46,10 +50,31 @@ class SpecrunApp(App[None]):
         self.system = system
         self.max_tokens = max_tokens
         self.chat: ChatScreen | None = None  # once loaded; it takes the replies even under the help
+        self._quit_asked = False  # Ctrl-C with no answer under way: the next one quits
 
     def on_mount(self) -> None:
         self.push_screen(LoadingScreen(self.loading))
         self.set_interval(RECEIVE_SECONDS, self.receive)
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C: stop the answer under way; with none, copy the text box's selection, or
+        else ask once and quit at the second, as Ctrl-Q does."""
+        if self.chat is not None and self.chat.generating:
+            self.chat.action_stop()
+            return
+        focused = self.focused
+        if isinstance(focused, Input) and focused.selected_text:
+            focused.action_copy()
+            return
+        if self._quit_asked:
+            self.exit()
+            return
+        self._quit_asked = True
+        self.notify("Ctrl-C again quits (so does Ctrl-Q).", timeout=QUIT_ASK_SECONDS)
+        self.set_timer(QUIT_ASK_SECONDS, self._forget_quit)
+
+    def _forget_quit(self) -> None:
+        self._quit_asked = False
 
     def receive(self) -> None:
         """Take what the engine process sent; quit if the terminal has gone."""

@@ -9,7 +9,9 @@ process reads the pipe at its own pace. Commands (ask, stop, the slash commands)
 the other way and are taken between rounds, where the loop polls `cancelled`.
 
 The engine process ignores the stop signals a terminal sends its whole process group:
-the TUI decides, and the engine stops when its pipe closes (the TUI quit or died).
+the TUI decides, and the engine stops when its pipe closes (the TUI quit or died). A
+TUI killed outright takes the engine with it at once (specrun.system.lifeline): while
+loading, or waiting on an RPC server, the engine would not look at its pipe for long.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from specrun.core.gamma import parse_policy
 from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
 from specrun.llama.supervise import crash_hint
+from specrun.system.lifeline import die_with_parent
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 from specrun_tui.messages import (
     Ask,
@@ -71,7 +74,7 @@ class EngineProcess:
         context = multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
         self._process = context.Process(
-            target=serve, args=(load, child_end), name="specrun-engine", daemon=True
+            target=serve, args=(load, child_end, os.getpid()), name="specrun-engine", daemon=True
         )
         self._process.start()
         child_end.close()
@@ -148,8 +151,9 @@ class EngineProcess:
 # --- the engine's end --------------------------------------------------------------------
 
 
-def serve(load: Callable[[], Engine], connection: Connection) -> None:
+def serve(load: Callable[[], Engine], connection: Connection, parent: int) -> None:
     """The engine process: load, then carry out commands until the pipe closes."""
+    die_with_parent(parent)
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
     _quiet_terminal()

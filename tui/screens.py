@@ -42,6 +42,7 @@ FINISH_NOTICES = {
 KEYS = [
     ("Enter", "send the message or command"),
     ("Escape", "stop the answer being generated"),
+    ("ctrl+c", "stop the answer too; with none under way, twice quits"),
     ("ctrl+o", "colour the tokens that came from accepted drafts"),
     ("F1", "this help"),
     ("ctrl+q", "quit"),
@@ -149,7 +150,7 @@ class ChatScreen(Screen[None]):
     def send(self, text: str) -> None:
         """Ask the engine process to answer `text`."""
         if self.generation is not None:
-            self.notify("Still answering: Escape stops it.", severity="warning")
+            self.notify("Still answering: Escape or Ctrl-C stops it.", severity="warning")
             return
         self.transcript.add_user(text)
         try:

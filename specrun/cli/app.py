@@ -40,14 +40,16 @@ from specrun.cli.options import (
 from specrun.cli.rpc import rpc_server
 from specrun.cli.serve import serve
 from specrun.core.sampling import SamplingParams
-from specrun.errors import OptionError, SpecrunError, report
+from specrun.errors import Interrupted, OptionError, SpecrunError, report
 from specrun.options import DraftOptions, LoadOptions, LookupOptions
-from specrun.system.interrupts import exit_status
+from specrun.system.interrupts import exit_status, interrupted
 from specrun.system.textio import StdoutClosed, argument_text, guarded_stdout
 
 if TYPE_CHECKING:
-    from specrun.core.stats import Stats
+    from specrun.core.loop import Event
+    from specrun.core.stats import ReportedFinishReason
     from specrun.engine import Engine
+    from specrun.llama.placement import Placement
 
 app = typer.Typer(
     name="specrun",
@@ -107,54 +109,109 @@ def run(
     models: ModelRequest,
 ) -> None:
     """Generate one answer, streamed to stdout."""
-    from specrun.core.stats import Stats
+    from specrun.llama.supervise import on_abort
 
     system, stop = (
         argument_text(system, "--system"),
         [argument_text(text, "--stop") for text in stop],
     )
-    text = read_prompt(prompt)
-    choice = models.resolve()
-    engine = load_engine(choice, load, params=sampling, drafting=drafting)
-    load_notes(engine.target, load)
-    figures = Stats()
-    answer: list[str] = []
+    answer = _Answer(models, as_json=as_json, stats=stats)
     try:
-        tokens = engine.prompt(text, system=system, raw=raw)
-        for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
-            figures.add(event)
-            chunk = getattr(event, "text", "")
-            if chunk:
-                answer.append(chunk)
-                if not as_json:
-                    sys.stdout.write(chunk)
-                    sys.stdout.flush()
-    except (
-        KeyboardInterrupt
-    ) as interrupt:  # Ctrl-C, SIGTERM, SIGHUP: keep the text, end the JSON object
-        figures.finish_reason = "interrupted"
-        _finish_output(answer, figures, engine, choice, as_json=as_json, stats=stats)
+        with on_abort(answer.abandon):
+            text = read_prompt(prompt)
+            answer.choice = models.resolve()
+            engine = load_engine(answer.choice, load, params=sampling, drafting=drafting)
+            answer.loaded(engine)
+            load_notes(engine.target, load)
+            tokens = engine.prompt(text, system=system, raw=raw)
+            for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
+                answer.add(event)
+    # Ctrl-C, SIGTERM, SIGHUP, from the start on: keep the text, end the JSON object.
+    except (KeyboardInterrupt, Interrupted) as interrupt:
+        answer.finish("interrupted")
+        if isinstance(interrupt, Interrupted):
+            raise  # its own line says what was stopped (a download) and what the next run does
         note("interrupted")
         raise typer.Exit(exit_status(interrupt)) from None
     finally:
-        engine.close()
-    _finish_output(answer, figures, engine, choice, as_json=as_json, stats=stats)
+        if answer.engine is not None:
+            answer.engine.close()
+    answer.finish()
 
 
-def _finish_output(
-    answer: list[str],
-    figures: Stats,
-    engine: Engine,
-    choice: ModelChoice,
-    *,
-    as_json: bool,
-    stats: bool,
-) -> None:
-    from specrun.core.loop import more_room_hint
+class _Answer:
+    """What `run` has so far, written out once however the run ends: the answer's last
+    newline or the `--json` object, then the notes and `--stats`."""
 
-    threads = engine.target.threads
-    where = engine.placement()
-    if as_json:
+    def __init__(self, request: ModelRequest, *, as_json: bool, stats: bool) -> None:
+        from specrun.core.stats import Stats
+
+        self.request = request
+        self.as_json, self.stats = as_json, stats
+        self.choice: ModelChoice | None = None
+        self.engine: Engine | None = None
+        self.where: Placement | None = None
+        self.parts: list[str] = []
+        self.figures = Stats()
+        self._finished = False
+
+    def loaded(self, engine: Engine) -> None:
+        self.engine, self.where = engine, engine.placement()
+
+    def add(self, event: Event) -> None:
+        self.figures.add(event)
+        chunk = getattr(event, "text", "")
+        if chunk:
+            self.parts.append(chunk)
+            if not self.as_json:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+
+    def abandon(self, error: str) -> None:
+        """A native abort ends the process (a lost RPC server): the JSON object still
+        comes, with the text so far, before the supervisor's error line."""
+        if self.as_json:
+            self.finish("error", error=error)
+
+    def finish(
+        self, reason: ReportedFinishReason | None = None, *, error: str | None = None
+    ) -> None:
+        from specrun.core.loop import more_room_hint
+
+        if self._finished:
+            return
+        self._finished = True
+        if reason is not None:
+            self.figures.finish_reason = reason
+        text = "".join(self.parts)
+        if self.as_json:
+            record = {"text": text, **self._models(), **self.figures.as_dict()}
+            if error is not None:
+                record["error"] = error
+            sys.stdout.write(json.dumps(record) + "\n")
+        elif text and not text.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+        engine = self.engine
+        if engine is None:
+            return
+        if self.figures.finish_reason == "context" and not self.as_json:
+            note(
+                in_flag_terms(
+                    f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
+                    f"{more_room_hint(engine.target)}"
+                )
+            )
+        if self.stats and self.where is not None:
+            extra = [("threads", str(engine.target.threads)), placement_row(self.where)]
+            for line in self.figures.summary_lines(extra=extra):
+                print(line, file=sys.stderr)
+
+    def _models(self) -> dict[str, object]:
+        """The record's model fields: the files, threads and placement, as far as known."""
+        choice = self.choice
+        if choice is None:  # stopped before the models were resolved: as they were asked for
+            return {"target": self.request.target, "draft": self.request.draft}
         draft = (
             str(choice.draft)
             if isinstance(choice.draft, Path)
@@ -162,28 +219,10 @@ def _finish_output(
             if choice.draft
             else None
         )
-        record = {
-            "text": "".join(answer),
-            "target": str(choice.target),
-            "draft": draft,
-            "threads": threads,
-            **where.as_dict(),
-            **figures.as_dict(),
-        }
-        sys.stdout.write(json.dumps(record) + "\n")
-    elif answer and not "".join(answer).endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
-    if figures.finish_reason == "context" and not as_json:
-        note(
-            in_flag_terms(
-                f"the answer was cut at the end of the context ({engine.target.n_ctx} tokens)"
-                f"{more_room_hint(engine.target)}"
-            )
-        )
-    if stats:
-        for line in figures.summary_lines(extra=[("threads", str(threads)), placement_row(where)]):
-            print(line, file=sys.stderr)
+        record: dict[str, object] = {"target": str(choice.target), "draft": draft}
+        if self.engine is not None and self.where is not None:
+            record |= {"threads": self.engine.target.threads, **self.where.as_dict()}
+        return record
 
 
 @app.command()
@@ -223,7 +262,9 @@ def bench(
         None, "--json", help="Write every run and figure to this file."
     ),
     plot_path: Path | None = typer.Option(
-        None, "--plot", help="Draw tokens/s against γ to this PNG (needs matplotlib)."
+        None,
+        "--plot",
+        help="Draw tokens/s against γ to this file: .png, .pdf, .svg, ... (needs matplotlib).",
     ),
     *,
     lookup: LookupOptions,
@@ -244,6 +285,7 @@ def bench(
     # Before the benchmark runs, not after: its results must have somewhere to go.
     json_file = check_output_file(json_path, "--json") if json_path else None
     plot_file = check_output_file(plot_path, "--plot") if plot_path else None
+    plot_format = benchmark.plot_format(plot_path) if plot_path else None
     prompt_set = benchmark.load_prompts(prompts)
     # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model.
     choice = replace(models, draft=None if models.draft == LOOKUP else models.draft).resolve()
@@ -276,17 +318,24 @@ def bench(
             progress=lambda line: note(f"bench: {line}"),
         )
     # The files first: they hold every run, stdout only the summary (and may be a closed pipe).
+    # A plot that fails still leaves the table printed; its error comes after.
     if json_file:
         with replaced_atomically(json_file) as partial:
             partial.write_text(result.to_json(), encoding="utf-8")
         note(f"wrote {json_path}")
+    plot_failure = None
     if plot_file:
-        with replaced_atomically(plot_file) as partial:
-            benchmark.plot(result, partial)
-        note(f"wrote {plot_path}")
+        try:
+            with replaced_atomically(plot_file) as partial:
+                benchmark.plot(result, partial, plot_format)
+            note(f"wrote {plot_path}")
+        except SpecrunError as error:
+            plot_failure = error
     print(benchmark.render_text(result))
     for verdict in benchmark.auto_verdicts(result):
         print(verdict)
+    if plot_failure is not None:
+        raise plot_failure
 
 
 @app.command()
@@ -311,27 +360,19 @@ app.command("rpc-server")(rpc_server)
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
 
 
-# --- entry point ---------------------------------------------------------------------------
-
-
-def entry() -> None:
-    """The `specrun` command: `main` in a supervised child, so a native crash explains itself."""
-    from specrun.llama.supervise import supervise
-    from specrun.system import interrupts
-
-    def work() -> int:
-        interrupts.install()
-        return main()
-
-    sys.exit(supervise(work))
+# --- the command line, in the supervised child (specrun.__main__) ----------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and turn every failure into one line and an exit status."""
     command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else argv
     try:
         with guarded_stdout():  # specrun.system.textio's output policy, Typer's own output included
-            result = command.main(args=argv, prog_name="specrun", standalone_mode=False)
+            # Not `command.main`: it turns a KeyboardInterrupt (any stop signal) into exit
+            # status 130 and returns a command's Exit as a value, so none of them reached here.
+            with command.make_context("specrun", list(args)) as context:
+                result = command.invoke(context)
         return result if isinstance(result, int) else 0
     except typer.TyperException as error:  # click's usage errors (typer vendors click)
         ctx = getattr(error, "ctx", None)
@@ -346,7 +387,6 @@ def main(argv: list[str] | None = None) -> int:
     except SpecrunError as error:
         return report(error, in_flag_terms)
     except (KeyboardInterrupt, typer.Abort) as stop:
-        print("\nspecrun: interrupted", file=sys.stderr)
-        return exit_status(stop.__cause__ or stop)  # click turns a KeyboardInterrupt into Abort
+        return interrupted(stop.__cause__ or stop)  # click turns a KeyboardInterrupt into Abort
     except StdoutClosed:  # the reader went away (`| head`): it has what it wanted
         return 0

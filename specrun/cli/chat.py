@@ -81,16 +81,18 @@ def chat(
             raise typer.Exit(app.return_code)
         return
 
-    engine = load_engine(choice, load, params=sampling, drafting=drafting)
-    load_notes(engine.target, load)  # not in the TUI: it would garble the screen
-    try:
+    engine = None
+    try:  # a signal while loading ends the chat as one during a reply does
+        engine = load_engine(choice, load, params=sampling, drafting=drafting)
+        load_notes(engine.target, load)  # not in the TUI: it would garble the screen
         _chat_through_pipe(engine, system=system, max_tokens=max_tokens, stats=stats)
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
         raise typer.Exit(exit_status(stop)) from None
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
 
 
 def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, stats: bool) -> None:
@@ -109,12 +111,17 @@ def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, s
         if turn.dropped:
             note(turn.dropped_notice)
         ends_with_newline = True  # an empty answer still gets its blank line
-        for event in turn.events:
-            figures.add(event)
-            if isinstance(event, Round) and event.text:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-                ends_with_newline = event.text.endswith("\n")
+        try:
+            for event in turn.events:
+                figures.add(event)
+                if isinstance(event, Round) and event.text:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+                    ends_with_newline = event.text.endswith("\n")
+        except KeyboardInterrupt:  # the reply so far stays, as a whole line
+            if not ends_with_newline:
+                sys.stdout.write("\n")
+            raise
         sys.stdout.write("\n" if ends_with_newline else "\n\n")
         sys.stdout.flush()
         if stats:

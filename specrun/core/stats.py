@@ -16,9 +16,9 @@ from specrun.core.loop import Event, FinishReason, Prefill, Round
 from specrun.core.sampling import NEAR_TIE
 from specrun.system.formatting import format_or_dash
 
-# Why a generation ended, as its figures report it: the loop's reasons, or "interrupted",
-# which the CLI sets where a signal stopped it.
-ReportedFinishReason = FinishReason | Literal["interrupted"]
+# Why a generation ended, as its figures report it: the loop's reasons, or what the CLI sets
+# where a signal stopped it ("interrupted") or a native abort ended it ("error").
+ReportedFinishReason = FinishReason | Literal["interrupted", "error"]
 
 
 class StatsRecord(TypedDict):

@@ -9,7 +9,10 @@ ggml aborts the process when a server cannot be reached, speaks another protocol
 version, or drops the connection (GGML_ABORT in ggml-rpc.cpp). So each server is
 checked first with the protocol's own handshake, here, where a failure is a one-line
 error; a connection lost later still aborts, and `explain_abort` (called from the
-supervisor's abort callback) turns ggml's message into a line naming the server.
+supervisor's abort callback) turns ggml's message into a line naming the server. A server
+that stops answering without closing the connection is waited on for ever: ggml's client
+has no deadline and no way to set one. `connect` tells the supervisor which servers are in
+use, so that a stop signal still ends such a wait, naming them (specrun.llama.supervise).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specrun.errors import OptionError, SpecrunError
+from specrun.llama import supervise
 from specrun.llama.devices import (
     Device,
     backend_function,
@@ -165,6 +169,8 @@ def connect(endpoints: Sequence[str]) -> list[Remote]:
         check(endpoint)
         if endpoint not in _connected:
             _connected.append(endpoint)
+        # From here ggml may wait on the server with no deadline: the supervisor names it.
+        supervise.uses_servers(_connected)
         reg = add(endpoint.encode())
         handles = registry_devices(reg) if reg else []
         if not handles:

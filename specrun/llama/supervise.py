@@ -11,15 +11,30 @@ server, `specrun.llama.rpc`) reaches the parent as the line itself.
 
 Signals: the terminal sends Ctrl-C, a hangup or Ctrl-\\ to both processes; one that a
 program sends to the parent's pid alone (`kill`, `timeout`) is passed on to the child.
+One that the parent was started with ignored is left alone: the child ignores it too.
+
+The two end together. The child dies with the parent (`specrun.system.lifeline`), and
+the parent steps in where the child cannot take a stop signal, stuck in a native call:
+ggml's RPC client waits with no deadline on a server that took the connection and then
+stopped answering, and offers no way to set one. The child tells the parent, in a page
+of shared memory, which RPC servers it uses and whether a stop signal reached its Python
+code. With servers in use and no such word `STUCK_SECONDS` after a signal, or at a second
+signal once the first is `REPEAT_GRACE_SECONDS` old, the parent kills the child, names
+the servers, and exits 128 + the first signal.
 """
 
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from specrun.system import interrupts, lifeline
 
 SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -31,9 +46,16 @@ NATIVE_FAULTS: dict[int, str] = {  # by signal number
     signal.SIGABRT: "an abort",
 }
 
+STUCK_SECONDS = 5.0  # after a stop signal, for a child that uses RPC servers to take it
+
 _abort_channel: int | None = None  # the child's end of the pipe to the parent
 _abort_callback: ctypes._CFunctionType | None = None  # kept alive: ggml holds only the pointer
+_last_words: list[Callable[[str], None]] = []  # `on_abort`'s callbacks
 EXPLAINED = "specrun: error: "  # an abort message the child wrote as the whole line
+# Shared by the parent and the child: byte 0 is 1 once a stop signal reached the child's
+# Python code; from byte 1, the RPC servers it uses, comma-separated, ended by a NUL.
+_shared: mmap.mmap | None = None
+_SHARED_BYTES = 4096
 
 
 def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
@@ -84,6 +106,16 @@ def install_abort_reporter() -> None:
         if separator:
             first_line = os.path.basename(location) + separator + text
         explained = _explain(first_line.decode("utf-8", errors="replace"))
+        line = (
+            EXPLAINED + explained
+            if explained
+            else crash_hint(signal.SIGABRT, first_line.decode("utf-8", errors="replace"))
+        )
+        for callback in tuple(_last_words):
+            try:
+                callback(line.removeprefix(EXPLAINED))
+            except BaseException:  # the parent must hear of the abort whatever happened here
+                pass
         os.write(
             _abort_channel, (EXPLAINED + explained).encode() if explained else first_line[:400]
         )
@@ -92,6 +124,52 @@ def install_abort_reporter() -> None:
     setter = libggml.ggml_set_abort_callback
     setter.restype, setter.argtypes = ctypes.c_void_p, [callback_type]
     setter(_abort_callback)
+
+
+@contextmanager
+def on_abort(callback: Callable[[str], None]) -> Iterator[None]:
+    """While the block runs, a native abort in the child first calls `callback` with its
+    error line (less `specrun: error: `), so that a command writes out what it has (the
+    `--json` object) before the process dies and the parent prints the line."""
+    _last_words.append(callback)
+    try:
+        yield
+    finally:
+        _last_words.remove(callback)
+
+
+def uses_servers(endpoints: Sequence[str]) -> None:
+    """In the child: native calls may wait on these RPC servers from now on."""
+    if _shared is not None:
+        text = ",".join(endpoints).encode()[: _SHARED_BYTES - 2] + b"\0"
+        _shared[1 : 1 + len(text)] = text
+
+
+def _took_signal(signum: int) -> None:
+    if _shared is not None:
+        _shared[0] = 1
+
+
+def _signal_taken() -> bool:
+    return _shared is not None and _shared[0] == 1
+
+
+def _servers() -> list[str]:
+    text = _shared[1:].split(b"\0", 1)[0] if _shared is not None else b""
+    return text.decode(errors="replace").split(",") if text else []
+
+
+def stuck_line(servers: Sequence[str]) -> str:
+    """The error line of a child killed while it waited on RPC servers."""
+    which = (
+        f"the RPC server {servers[0]}, which"
+        if len(servers) == 1
+        else f"the RPC servers {', '.join(servers)}, one of which"
+    )
+    return (
+        f"specrun: error: stopped while waiting for {which} did not answer "
+        "(ggml's RPC client has no deadline); check that machine and the network, and run again"
+    )
 
 
 def _explain(message: str) -> str | None:
@@ -104,22 +182,35 @@ def _explain(message: str) -> str | None:
 
 def supervise(work: Callable[[], int]) -> int:
     """Run `work` in a child process; return its exit status, explaining a native crash."""
-    global _abort_channel
+    global _abort_channel, _shared
     if not hasattr(os, "fork") or os.environ.get(SUPERVISE_ENV):
         return work()
     os.environ["GGML_NO_BACKTRACE"] = "1"  # a C++ terminate prints no backtrace either
     if sys.stdout is not None:  # None when stdout is closed (`>&-`)
         sys.stdout.flush()  # nothing buffered may be written twice after the fork
+    watched = interrupts.stop_signals()
     read_end, write_end = os.pipe()
+    _shared = mmap.mmap(-1, _SHARED_BYTES)
+    parent = os.getpid()
+    # Blocked before the fork, so that no signal finds the parent between the fork and
+    # its wait; the child takes its signals from where it unblocks them.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*watched, signal.SIGCHLD})
     pid = os.fork()
     if pid == 0:
+        lifeline.die_with_parent(parent)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(read_end)
         _abort_channel = write_end
+        interrupts.on_signal(_took_signal)
         install_abort_reporter()
         return work()
     os.close(write_end)
-    status = _wait(pid)
+    status, killed_for = _wait(pid, watched)
     message = _read_all(read_end)
+    if killed_for is not None:  # stuck in a native call: the child said nothing
+        servers = _servers()
+        print(stuck_line(servers) if servers else "specrun: interrupted", file=sys.stderr)
+        return 128 + killed_for
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     signum = os.WTERMSIG(status)
@@ -130,22 +221,53 @@ def supervise(work: Callable[[], int]) -> int:
     return 128 + signum
 
 
-def _wait(pid: int) -> int:
-    """Wait for the child, passing on the signals a program sent to this process alone."""
+def _wait(pid: int, watched: Sequence[int]) -> tuple[int, int | None]:
+    """Wait for the child, passing on the signals a program sent to this process alone.
+    Returns its wait status, and the stop signal it was killed for if it was killed here."""
     if not hasattr(signal, "sigwaitinfo"):  # macOS: forward what a terminal does not send to both
-        for signum in (signal.SIGTERM, signal.SIGHUP):
+        for signum in {signal.SIGTERM, signal.SIGHUP} & set(watched):
             signal.signal(signum, lambda s, _f: os.kill(pid, s))
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return os.waitpid(pid, 0)[1]  # retried across the forwarding handlers (PEP 475)
-    watched = {*FORWARDED, signal.SIGCHLD}
-    signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+        if signal.SIGINT in watched:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {*watched, signal.SIGCHLD})
+        return os.waitpid(pid, 0)[1], None  # retried across the forwarding handlers (PEP 475)
+    waited = {*watched, signal.SIGCHLD}
+    first: tuple[int, float] | None = None  # the first stop signal, and when it came
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return status
-        info = signal.sigwaitinfo(watched)
-        if info.si_signo in FORWARDED and info.si_pid not in (0, pid):
+            return status, None
+        deadline = _stuck_deadline(first)
+        if deadline is None:
+            info = signal.sigwaitinfo(waited)
+        else:
+            timed = signal.sigtimedwait(waited, max(0.0, deadline - time.monotonic()))
+            if timed is None:  # the child did not take the signal in time
+                if _signal_taken() or first is None:
+                    continue
+                return _kill(pid), first[0]
+            info = timed
+        if info.si_signo not in FORWARDED:  # SIGCHLD
+            continue
+        if info.si_pid not in (0, pid):
             os.kill(pid, info.si_signo)  # sent by a program to us alone; a terminal's went to both
+        if first is None:
+            first = info.si_signo, time.monotonic()
+        elif not _signal_taken() and time.monotonic() - first[1] >= interrupts.REPEAT_GRACE_SECONDS:
+            return _kill(pid), first[0]  # a second signal, as the child's own policy has it
+
+
+def _stuck_deadline(first: tuple[int, float] | None) -> float | None:
+    """When to stop waiting for the child to take a stop signal: only where it uses RPC
+    servers, whose native waits have no end of their own; other native calls do."""
+    if first is None or _signal_taken() or not _servers():
+        return None
+    return first[1] + STUCK_SECONDS
+
+
+def _kill(pid: int) -> int:
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
 
 
 def _read_all(fd: int) -> str:

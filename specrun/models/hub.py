@@ -50,6 +50,7 @@ from huggingface_hub.utils.tqdm import (  # where they are defined: utils export
 from specrun.errors import Interrupted, SpecrunError
 from specrun.system.files import replaced_atomically
 from specrun.system.formatting import format_size
+from specrun.system.interrupts import exit_status
 
 # HfHubHTTPError derives from its HTTP client's base error (requests' is an OSError, httpx's
 # is not); transport failures raise that base, the disk raises OSError and hf_xet raises
@@ -546,8 +547,10 @@ def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]
         ) from None
     except EntryNotFoundError:
         raise ModelNotFound(f"{what}: no such file in the repo") from None
-    except KeyboardInterrupt:
-        raise Interrupted(f"download of {what} interrupted; {_next_run(repo, planned)}") from None
+    except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM or SIGHUP (specrun.system.interrupts)
+        raise Interrupted(
+            f"download of {what} interrupted; {_next_run(repo, planned)}", exit_status(stop)
+        ) from None
     except _HUB_FAILURES as exc:
         raise DownloadError(_failure_line(exc, repo, planned)) from None
 

@@ -12,11 +12,15 @@ keeps the text and ends the JSON object serves all three), and the exit status i
 - A second signal while the first one's answer is being written out is ignored for a
   moment, so the text and the JSON object are not cut off; after that it ends the
   process at once, for a wrap-up that hangs.
+
+A signal the parent set to be ignored stays ignored (`nohup` ignores SIGHUP, a shell
+ignores SIGINT in a script's background jobs): the policy covers only the others.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +33,7 @@ REPEAT_GRACE_SECONDS = 2.0
 _callback_codes: set[CodeType] = set()
 _pending: int | None = None
 _stopping_since: float | None = None
+_observers: list[Callable[[int], None]] = []
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -43,6 +48,30 @@ class Stop(KeyboardInterrupt):
 
 def exit_status(interrupt: BaseException) -> int:
     return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+def interrupted(interrupt: BaseException) -> int:
+    """The line a stopped command ends with, on stderr; returns its exit status."""
+    # On a terminal the line follows the echoed ^C.
+    newline = "\n" if sys.stderr is not None and sys.stderr.isatty() else ""
+    print(f"{newline}specrun: interrupted", file=sys.stderr, flush=True)
+    return exit_status(interrupt)
+
+
+def stop_signals() -> tuple[int, ...]:
+    """The stop signals this process takes: those its parent did not set to be ignored."""
+    return tuple(s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN)
+
+
+def on_signal(observer: Callable[[int], None]) -> None:
+    """Call `observer(signum)` whenever a stop signal reaches Python code here (the
+    supervisor learns from it that the process is not stuck in a native call)."""
+    _observers.append(observer)
+
+
+def _observe(signum: int) -> None:
+    for observer in _observers:
+        observer(signum)
 
 
 def native_callback(function: F) -> F:
@@ -70,8 +99,17 @@ def _stop(signum: int) -> NoReturn:
     raise Stop(signum)
 
 
+def exiting() -> None:
+    """The work is done and the process is about to exit: a signal from now on is a repeat,
+    ignored for a moment and then the end at once (a hang at exit), never a traceback."""
+    global _stopping_since
+    if _stopping_since is None:
+        _stopping_since = time.monotonic()
+
+
 def _handle(signum: int, frame: FrameType | None) -> None:
     global _pending
+    _observe(signum)
     if _stopping_since is not None:
         if time.monotonic() - _stopping_since < REPEAT_GRACE_SECONDS:
             return  # the answer is being written out
@@ -85,8 +123,9 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 
 
 def install() -> None:
-    """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only)."""
-    for signum in STOP_SIGNALS:
+    """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only),
+    but for those the parent set to be ignored."""
+    for signum in stop_signals():
         signal.signal(signum, _handle)
 
 
@@ -98,10 +137,11 @@ def routed_to(stop: Callable[[], None]) -> Iterator[list[int]]:
     received: list[int] = []
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        _observe(signum)
         received.append(signum)
         stop()
 
-    previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
+    previous = {signum: signal.signal(signum, handle) for signum in stop_signals()}
     try:
         yield received
     finally:
