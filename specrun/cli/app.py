@@ -295,7 +295,8 @@ def bench(
         unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
         if unknown:
             raise OptionError(
-                f"unknown mode(s) {', '.join(unknown)}; available: {', '.join(m.name for m in chosen)}"
+                f"unknown mode(s) {', '.join(unknown)}; "
+                f"available: {', '.join(m.name for m in chosen)}"
             )
         chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
     with load_engine(choice, load) as engine:

@@ -51,8 +51,9 @@ def rpc_server(
     ).close()  # a port in use is one line here, not ggml's message after its banner
     if not address.is_loopback:
         note(
-            f"warning: listening on {host}:{port}: the RPC protocol has no authentication, so anyone who "
-            "reaches this port can use these devices and their memory; keep it on a trusted network"
+            f"warning: listening on {host}:{port}: the RPC protocol has no authentication, "
+            "so anyone who reaches this port can use these devices and their memory; "
+            "keep it on a trusted network"
         )
     server = start_server(host, port, handles, threads or physical_cores())
     note(f"RPC server on {host}:{port}, protocol {'.'.join(map(str, PROTOCOL))} (Ctrl-C stops)")

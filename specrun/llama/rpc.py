@@ -192,8 +192,8 @@ def explain_abort(message: str) -> str | None:
     gone = [endpoint for endpoint in _connected if not _accepts(endpoint)]
     if gone:
         return (
-            f"lost the RPC server {', '.join(gone)}: it stopped or cannot be reached (the text so far "
-            "was kept); restart `specrun rpc-server` there and run again"
+            f"lost the RPC server {', '.join(gone)}: it stopped or cannot be reached "
+            "(the text so far was kept); restart `specrun rpc-server` there and run again"
         )
     detail = re.sub(r"^ggml-rpc\.cpp:\d+: ", "", message).strip()
     return (
@@ -231,7 +231,8 @@ def server_devices(names: Sequence[str]) -> list[int]:
 
 
 def start_server(host: str, port: int, handles: Sequence[int], threads: int) -> threading.Thread:
-    """ggml's RPC server on HOST:PORT in a thread of its own; it returns only if it cannot listen."""
+    """ggml's RPC server on HOST:PORT in a thread of its own; it returns only if it cannot
+    listen."""
     start = _function("ggml_backend_rpc_start_server", _StartServer)
     array = (ctypes.c_void_p * len(handles))(*handles)
     endpoint = f"{host}:{port}".encode()

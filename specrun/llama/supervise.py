@@ -62,21 +62,21 @@ def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
     """The one line that replaces a bare 'Segmentation fault'."""
     if signum == signal.SIGKILL:
         return (
-            "specrun: error: the process was killed (SIGKILL): most often the system ran out of memory; "
-            "try a smaller model or --ctx, or see `specrun doctor`"
+            "specrun: error: the process was killed (SIGKILL): most often the system ran out of "
+            "memory; try a smaller model or --ctx, or see `specrun doctor`"
         )
     if message.startswith(EXPLAINED):
         return message
     what = NATIVE_FAULTS.get(signum, f"signal {signum}")
     if "mem_buffer != NULL" in message:  # ggml_init's allocation failed
         return (
-            f"specrun: error: llama.cpp ran out of memory ({message}): lower --gpu-layers or --ctx, "
-            f"or use a smaller model"
+            f"specrun: error: llama.cpp ran out of memory ({message}): "
+            "lower --gpu-layers or --ctx, or use a smaller model"
         )
     if message:
         return (
-            f"specrun: error: llama.cpp stopped on an internal check ({message}): the model file may be "
-            f"malformed or need a newer llama.cpp; see `specrun doctor`"
+            f"specrun: error: llama.cpp stopped on an internal check ({message}): "
+            "the model file may be malformed or need a newer llama.cpp; see `specrun doctor`"
         )
     if signum == signal.SIGILL:
         tries = (
@@ -86,12 +86,16 @@ def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
     elif amx_on:
         tries = "AMX is on (SPECRUN_AMX): unset it; or try --gpu-layers 0, or see `specrun doctor`"
     else:
-        tries = "try --gpu-layers 0 (or --draft-gpu-layers 0), or see `specrun doctor` for the build and devices"
+        tries = (
+            "try --gpu-layers 0 (or --draft-gpu-layers 0), "
+            "or see `specrun doctor` for the build and devices"
+        )
     return f"specrun: error: llama.cpp crashed with {what}: {tries}"
 
 
 def install_abort_reporter() -> None:
-    """In the child: send ggml's abort message to the parent instead of a backtrace on the terminal."""
+    """In the child: send ggml's abort message to the parent instead of a backtrace on the
+    terminal."""
     global _abort_callback
     if _abort_channel is None or _abort_callback is not None:
         return
@@ -101,7 +105,8 @@ def install_abort_reporter() -> None:
 
     def report(message: bytes | None) -> None:
         first_line = (message or b"").split(b"\n", 1)[0]
-        # "/tmp/pip-wheel-.../src/llama-vocab.cpp:2544: GGML_ASSERT(...)": the build path says nothing
+        # "/tmp/pip-wheel-.../src/llama-vocab.cpp:2544: GGML_ASSERT(...)": the build path says
+        # nothing
         location, separator, text = first_line.partition(b": ")
         if separator:
             first_line = os.path.basename(location) + separator + text
