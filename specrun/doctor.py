@@ -19,7 +19,7 @@ from specrun.core import sampling
 from specrun.llama import devices, install
 from specrun.llama.devices import BuildInfo, BuildRecord, Device
 from specrun.models import demo
-from specrun.models.hub import hub_cache_dir
+from specrun.models.cache import hub_cache_dir
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
 CUDA_WHEEL_INDEXES = ["cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132"]

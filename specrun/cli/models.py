@@ -25,13 +25,8 @@ from specrun.models.catalog import (
     remove_cached,
     verify_model,
 )
-from specrun.models.hub import (
-    IntegrityError,
-    ModelNotFound,
-    NotCached,
-    hub_offline,
-    plan_fetch,
-)
+from specrun.models.hub import ModelNotFound, NotCached, hub_offline, plan_fetch
+from specrun.models.lock import IntegrityError
 from specrun.system.formatting import format_or_dash, format_size
 
 app = typer.Typer(

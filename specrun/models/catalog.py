@@ -23,19 +23,9 @@ else:  # the same parser before it joined the standard library (a dependency the
 
 from specrun.errors import SpecrunError
 from specrun.models import demo
-from specrun.models.hub import (
-    HubRef,
-    IntegrityError,
-    InvalidName,
-    LockRecord,
-    ModelNotFound,
-    NotCached,
-    check_hub_names,
-    delete_cached,
-    fetch_files,
-    split_parts,
-    verify_cached,
-)
+from specrun.models.cache import HubRef, InvalidName, check_hub_names, split_parts
+from specrun.models.hub import ModelNotFound, NotCached, delete_cached, fetch_files, verify_cached
+from specrun.models.lock import IntegrityError, LockRecord
 from specrun.system.files import MISSING, REGULAR_FILE, what_is
 from specrun.system.textio import read_text
 

@@ -11,8 +11,6 @@ This module knows repos and files, not the catalog: callers pass the name the us
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import logging
 import os
 import re
@@ -24,13 +22,13 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, TypedDict
+from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 from huggingface_hub import constants as hf_constants
-from huggingface_hub import hf_hub_download, try_to_load_from_cache
+from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
@@ -48,7 +46,15 @@ from huggingface_hub.utils.tqdm import (  # where they are defined: utils export
 )
 
 from specrun.errors import Interrupted, SpecrunError
-from specrun.system.files import replaced_atomically
+from specrun.models.cache import (
+    HubRef,
+    cached_file,
+    cached_names,
+    hub_cache_dir,
+    repo_dir,
+    split_parts,
+)
+from specrun.models.lock import IntegrityError, LockRecord, check_integrity, forget, read_lock
 from specrun.system.formatting import format_size
 from specrun.system.interrupts import exit_status
 
@@ -65,16 +71,6 @@ _LOGIN = "set HF_TOKEN or run `hf auth login` (`huggingface-cli login` before hu
 HUB_PROBE_SECONDS = 3  # an unreachable Hub fails within this, not after the client's retries
 
 
-class LockRecord(TypedDict, total=False):
-    """A file's record in the lock file (`check_integrity`). Written whole; read back as the
-    file on disk has it, so each key may be missing."""
-
-    sha256: str
-    source: str  # where the expected digest came from: a pin, an earlier check, the Hub
-    size: int
-    mtime_ns: int
-
-
 class ModelNotFound(SpecrunError):
     """The spec names nothing that exists: no such alias, file, repo or quant."""
 
@@ -85,90 +81,6 @@ class NotCached(SpecrunError):
 
 class DownloadError(SpecrunError):
     """The Hub could not deliver a file, or the download was interrupted."""
-
-
-class IntegrityError(SpecrunError):
-    """A model file whose sha256 is not the expected one: it is never loaded."""
-
-
-class InvalidName(SpecrunError):
-    """A repo id or a file name that could lead outside the repo's folder in the cache."""
-
-
-# huggingface_hub's rule for a repo id: a `--` would also make two repos share one cache folder
-# (models--a--b--c is a/b--c and a--b/c).
-_REPO_PART = re.compile(r"\w(?:[\w.-]{0,94}\w)?")
-
-
-def check_hub_names(repo: str, file: str | None = None) -> None:
-    """Refuse a repo id or a file in it that the cache's paths could not hold safely: every path
-    under the cache is built from these, so this is the one check between a name and a path."""
-    parts = repo.split("/")
-    if (
-        len(parts) != 2
-        or not all(_REPO_PART.fullmatch(part) for part in parts)
-        or "--" in repo
-        or ".." in repo
-    ):
-        raise InvalidName(
-            f"'{repo}' is not a Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and "
-            "'.', without '--' or '..'"
-        )
-    # Split on both separators, as huggingface_hub does: a name is also a path on Windows.
-    if file is not None and (
-        any(part in ("", ".", "..") for part in file.replace("\\", "/").split("/"))
-        or PureWindowsPath(file).drive
-        or "\0" in file
-    ):
-        raise InvalidName(
-            f"'{file}' is not a file in a repo: that is a relative path without '.', '..', "
-            "empty parts or a drive"
-        )
-
-
-@dataclass(frozen=True)
-class HubRef:
-    """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with
-    `quant`. `sha256` pins the content of each part, in order; empty where nothing could be
-    checked. Its names are checked when it is made, so every cache path built from it stays in the
-    cache."""
-
-    repo: str
-    file: str | None = None
-    quant: str | None = None
-    sha256: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_hub_names(self.repo, self.file)
-
-
-_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
-
-
-def split_parts(name: str) -> tuple[str, ...]:
-    """All parts of a split GGUF (`x-00001-of-00003.gguf` ...) from any one of them; else just
-    `name`."""
-    match = _SPLIT.match(name)
-    if match is None:
-        return (name,)
-    count = int(match["count"])
-    return tuple(
-        f"{match['stem']}-{i:05d}-of-{count:05d}{match['ext']}" for i in range(1, count + 1)
-    )
-
-
-def hub_cache_dir() -> Path:
-    """huggingface_hub's cache folder, from the environment as it is now.
-
-    huggingface_hub.constants are fixed when it is imported; the same variables, read at call
-    time and passed as cache_dir=, let a caller (or a test) change them afterwards.
-    """
-    env = os.environ
-    home = env.get("HF_HOME") or os.path.join(
-        env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface"
-    )
-    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
-    return Path(os.path.expandvars(cache)).expanduser()
 
 
 def hub_endpoint() -> str:
@@ -244,7 +156,7 @@ def verify_cached(ref: HubRef, label: str) -> list[tuple[str, LockRecord | Integ
     plan = plan_fetch(ref, label, network=False)
     if plan.missing:
         raise _not_cached(ref, label, [f.name for f in plan.missing])
-    _read_lock()  # a lock file that cannot be read is one error, not one per file
+    read_lock()  # a lock file that cannot be read is one error, not one per file
     pins = ref.sha256 or (None,) * len(plan.files)
     checked: list[tuple[str, LockRecord | IntegrityError]] = []
     for planned, pin in zip(plan.files, pins):
@@ -285,7 +197,7 @@ def plan_fetch(ref: HubRef, label: str, *, network: bool) -> FetchPlan:
     """Which files `ref` needs and which are cached; asks the Hub only if something is missing."""
     cache_dir = hub_cache_dir()
     names = (
-        split_parts(ref.file) if ref.file else _pick_quant(ref, _cached_names(cache_dir, ref.repo))
+        split_parts(ref.file) if ref.file else _pick_quant(ref, cached_names(cache_dir, ref.repo))
     )
     if names is not None:
         plan = _plan(ref.repo, names, cache_dir, sizes={})
@@ -313,25 +225,9 @@ def _plan(
 ) -> FetchPlan:
     files = []
     for name in names:
-        path = _cached_file(cache_dir, repo, name)
+        path = cached_file(cache_dir, repo, name)
         files.append(PlannedFile(name, path.stat().st_size if path else sizes.get(name), path))
     return FetchPlan(repo, tuple(files))
-
-
-def _cached_file(cache_dir: Path, repo: str, name: str) -> Path | None:
-    found = try_to_load_from_cache(repo, name, cache_dir=cache_dir)
-    return Path(found) if isinstance(found, str) else None
-
-
-def _cached_names(cache_dir: Path, repo: str) -> list[str]:
-    """Complete files of the repo's cached `main` snapshot (dangling links, i.e. unfinished blobs,
-    left out)."""
-    folder = repo_dir(cache_dir, repo)
-    ref = folder / "refs" / "main"
-    snapshot = folder / "snapshots" / ref.read_text().strip() if ref.is_file() else None
-    if snapshot is None or not snapshot.is_dir():
-        return []
-    return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
 
 
 def _pick_quant(ref: HubRef, names: Iterable[str]) -> tuple[str, ...] | None:
@@ -612,118 +508,6 @@ def _next_run(repo: str, planned: PlannedFile | None) -> str:
     return f"the next run starts over and fetches all {format_size(planned.size)} again"
 
 
-def repo_dir(cache_dir: Path, repo: str) -> Path:
-    return cache_dir / f"models--{repo.replace('/', '--')}"
-
-
-# --- integrity ----------------------------------------------------------------------------
-
-
-def lock_path() -> Path:
-    """The lock file, beside the Hugging Face cache (inside it, huggingface_hub's scan would
-    take it for a broken repo)."""
-    cache_dir = hub_cache_dir()
-    return cache_dir.parent / f"{cache_dir.name}.specrun-lock.json"
-
-
-def _read_lock() -> dict[str, LockRecord]:
-    try:
-        files: dict[str, LockRecord] = json.loads(lock_path().read_text(encoding="utf-8"))["files"]
-        return files
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise IntegrityError(
-            f"cannot read the lock file {lock_path()} ({exc}); move it away and run "
-            "`specrun models verify` to record the cached models again"
-        ) from None
-
-
-def _write_lock(files: Mapping[str, LockRecord]) -> None:
-    with replaced_atomically(lock_path()) as temporary:
-        temporary.write_text(
-            json.dumps(
-                {
-                    "about": "sha256 of each model file as specrun checked it: the pin in "
-                    "models.toml, else the Hub's hash at the first download",
-                    "files": dict(sorted(files.items())),
-                },
-                indent=1,
-            )
-            + "\n",
-            encoding="utf-8",
-        )
-
-
-def check_integrity(
-    repo: str, name: str, path: Path, label: str, *, pin: str | None, progress: bool, rehash: bool
-) -> LockRecord:
-    """Refuse `path` unless its sha256 is the expected one; returns its lock record.
-
-    Expected: the catalog's pin, else the lock file's record, else the Hub's LFS hash, which
-    huggingface_hub names the blob by. A file whose size and mtime are those recorded at the last
-    check is not hashed again (a 42 GB file takes minutes) unless `rehash`."""
-    blob = path.resolve()
-    stat = blob.stat()
-    key = f"{repo}/{name}"
-    lock = _read_lock()
-    recorded = lock.get(key, {})
-    expected, source = _expected_sha256(pin, recorded, blob.name)
-    unchanged = (recorded.get("size"), recorded.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns)
-    if not rehash and unchanged and recorded.get("sha256") == expected:
-        return recorded
-    if progress:
-        print(
-            f"Checking sha256 of {name} ({format_size(stat.st_size)})", file=sys.stderr, flush=True
-        )
-    actual = _sha256(blob)
-    if expected is not None and actual != expected:
-        where = f", as recorded in {lock_path()}" if not pin and recorded.get("sha256") else ""
-        raise IntegrityError(
-            f"{key} has sha256 {actual}, not {expected} ({source}{where}); it is not used: "
-            f"remove it with `specrun models rm {label}` and pull it again"
-        )
-    lock[key] = {
-        "sha256": actual,
-        "source": source,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-    }
-    _write_lock(lock)
-    return lock[key]
-
-
-def _expected_sha256(
-    pin: str | None, recorded: LockRecord, blob_name: str
-) -> tuple[str | None, str]:
-    """The digest the file must have, and where it came from (kept in the lock record)."""
-    if pin:
-        return pin.lower(), "the pin in models.toml"
-    if recorded.get("sha256"):
-        return recorded["sha256"], recorded.get("source", "an earlier check")
-    if re.fullmatch(
-        r"[0-9a-f]{64}", blob_name
-    ):  # an LFS file: huggingface_hub names it by its ETag, the sha256
-        return blob_name, "the Hub's LFS hash"
-    return None, "first download"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _forget(repo: str, names: Iterable[str]) -> None:
-    """Drop the lock's records of removed files, so the next download is trusted afresh."""
-    lock = _read_lock()
-    keys = [f"{repo}/{name}" for name in names if f"{repo}/{name}" in lock]
-    if keys:
-        _write_lock({key: value for key, value in lock.items() if key not in keys})
-
-
 # --- removal ------------------------------------------------------------------------------
 
 
@@ -738,7 +522,7 @@ def delete_cached(ref: HubRef, label: str) -> int:
     names = set(
         split_parts(ref.file)
         if ref.file
-        else _pick_quant(ref, _cached_names(cache_dir, ref.repo)) or ()
+        else _pick_quant(ref, cached_names(cache_dir, ref.repo)) or ()
     )
     snapshots = folder / "snapshots"
     # Resolved, so a linked folder on the way (the cache moved to another disk) is still inside.
@@ -763,5 +547,5 @@ def delete_cached(ref: HubRef, label: str) -> int:
     freed = sum(path.stat().st_size for path in [*blobs, *copies])
     for path in [*entries, *blobs]:
         path.unlink(missing_ok=True)
-    _forget(ref.repo, names)
+    forget(ref.repo, names)
     return freed

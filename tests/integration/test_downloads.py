@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from specrun.cli.models import app
 from specrun.errors import Interrupted
 from specrun.models.catalog import load_catalog, resolve_model
-from specrun.models.hub import NotCached, lock_path
+from specrun.models.hub import NotCached
+from specrun.models.lock import lock_path
 from tests.support.hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
 from tests.support.hubserver import Fault, HubServer
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from specrun.errors import SpecrunError
+from specrun.models.cache import HubRef, InvalidName
 from specrun.models.catalog import CatalogError, load_catalog, parse_spec
-from specrun.models.hub import HubRef, InvalidName, ModelNotFound
+from specrun.models.hub import ModelNotFound
 from specrun.system.files import replaced_atomically
 from tests.support.hfcache import LLAMA_1B
 
