@@ -32,6 +32,7 @@ REPEAT_GRACE_SECONDS = 2.0
 
 _callback_codes: set[CodeType] = set()
 _pending: int | None = None
+_raised: int | None = None  # the stop signal last raised as `Stop`
 _stopping_since: float | None = None
 _observers: list[Callable[[int], None]] = []
 
@@ -85,17 +86,23 @@ def stop_requested() -> bool:
 
 
 def raise_pending() -> None:
-    """After a native call: raise the signal that arrived during it, if any."""
+    """After a native call: raise the signal that arrived during it, if any, or again one
+    whose `Stop` never reached specrun: a library that swallows exceptions while it is
+    imported (seen at module level, registering a class) can eat it, and the work must not
+    go on as if no signal had come. Every handler of `Stop` ends the process, so no native
+    call follows one that was handled."""
     global _pending
-    if _pending is not None:
-        signum, _pending = _pending, None
+    signum = _pending if _pending is not None else _raised
+    _pending = None
+    if signum is not None:
         _stop(signum)
 
 
 def _stop(signum: int) -> NoReturn:
     """Raise the one `Stop` of this process; repeats are handled by `_handle` from now on."""
-    global _stopping_since
+    global _stopping_since, _raised
     _stopping_since = time.monotonic()
+    _raised = signum
     raise Stop(signum)
 
 
