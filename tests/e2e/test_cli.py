@@ -31,22 +31,9 @@ def test_run_streams_only_the_answer_and_matches_plain_decoding(tiny_target, tin
 
 
 def test_stats_and_json_report_the_figures(tiny_target, tiny_draft):
-    result = specrun(
-        "run",
-        "-t",
-        str(tiny_target),
-        "-d",
-        str(tiny_draft),
-        "--temp",
-        "0",
-        "-n",
-        "20",
-        "--gamma",
-        "4",
-        "--raw",
-        "--stats",
-        "the sea",
-    )
+    run = ("run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0", "-n", "20")
+    run += ("--gamma", "4", "--raw")
+    result = specrun(*run, "--stats", "the sea")
     assert result.returncode == 0
     for label in (
         "prompt",
@@ -58,24 +45,7 @@ def test_stats_and_json_report_the_figures(tiny_target, tiny_draft):
         "rounds",
     ):
         assert any(line.startswith(label) for line in result.stderr.splitlines()), label
-    record = json.loads(
-        specrun(
-            "run",
-            "-t",
-            str(tiny_target),
-            "-d",
-            str(tiny_draft),
-            "--temp",
-            "0",
-            "-n",
-            "20",
-            "--gamma",
-            "4",
-            "--raw",
-            "--json",
-            "the sea",
-        ).stdout
-    )
+    record = json.loads(specrun(*run, "--json", "the sea").stdout)
     assert record["generated_tokens"] == 20 and record["drafted"] > 0
     assert record["text"] == result.stdout.rstrip("\n")
     assert 0 <= record["acceptance_rate"] <= 1 and record["mean_accepted_length"] >= 1
