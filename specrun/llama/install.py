@@ -185,7 +185,12 @@ def main(argv: list[str]) -> None:
         return
     if len(argv) != 1:
         raise SystemExit(__doc__)
-    install(argv[0])
+    try:
+        install(argv[0])
+    except OSError as error:  # a cache folder that is a file, a read-only disk: one line
+        raise SystemExit(f"specrun: error: cannot build or install {PACKAGE}: {error}") from None
+    except subprocess.CalledProcessError as error:  # pip said why above
+        raise SystemExit(f"specrun: error: {error.cmd[1]} {PACKAGE} failed") from None
 
 
 if __name__ == "__main__":

@@ -124,6 +124,23 @@ def test_the_build_flags_decide_which_cached_wheel_is_used():
     assert install.build_key("0.3.36", cpu) == install.build_key("0.3.36", cpu)
 
 
+def test_a_wheel_cache_that_is_a_file_is_one_line(tmp_path):
+    """`make`'s first step, with SPECRUN_CACHE naming a file: no traceback."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a folder")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "specrun" / "llama" / "install.py"), str(tmp_path / "pip")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SPECRUN_CACHE": str(blocker)},
+        timeout=60,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith("specrun: error: cannot build or install")
+    assert len(result.stderr.strip().splitlines()) == 1 and str(blocker) in result.stderr
+    assert not (tmp_path / "pip").exists()
+
+
 def test_the_pinned_version_is_read_from_pyproject():
     assert (
         f'"llama-cpp-python=={install.pinned_version()}"' in (ROOT / "pyproject.toml").read_text()
