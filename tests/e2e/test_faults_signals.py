@@ -37,11 +37,11 @@ import pytest
 
 from specrun.errors import SpecrunError
 from specrun.llama import rpc
+from tests.support.cli import counting_run
 from tests.support.server import SERVING
 from tests.support.terminal import Terminal
 
 LIMIT = 60.0  # seconds: a fail-safe for what is waited on
-COUNTING = "1, 2, 3, 4, 5, 6,"  # the demo model counts on for thousands of tokens
 ONE_LONG_LINE = "Write the numbers from 1 to 300 on one line, separated by commas."
 PROMPT_BOX = "Message, or /help"
 CTRL_C = "\x03"  # a key to the TUI, which reads the terminal raw
@@ -132,20 +132,7 @@ def lines(data: bytes) -> list[str]:
     "signum", [signal.SIGHUP, signal.SIGINT], ids=["nohup-hangup", "background-job-ctrl-c"]
 )
 def test_a_signal_the_parent_ignored_stays_ignored(demo_pair, signum):
-    process = start(
-        "run",
-        "-t",
-        str(demo_pair[0]),
-        "--raw",
-        "--temp",
-        "0",
-        "-n",
-        "120",
-        "--threads",
-        "1",
-        COUNTING,
-        ignoring=signum,
-    )
+    process = start(*counting_run(demo_pair[0], "--threads", "1", tokens=120), ignoring=signum)
     first = process.stdout.read(4)  # generation is under way
     for pid in process.pid, worker_of(process.pid):
         assert signum in signals_in(pid, "SigIgn"), pid  # was: the worker took it again
@@ -197,20 +184,7 @@ def test_a_stop_signal_at_any_moment_ends_run_as_the_policy_says(demo_pair, sign
     object an interrupted one. Was: a traceback in the first half second, and 130 for any
     signal while loading."""
     for delay in (0.0, 0.2, 0.5, 1.0):  # where the signal lands; the outcome must not depend on it
-        process = start(
-            "run",
-            "-t",
-            str(demo_pair[0]),
-            "--raw",
-            "--temp",
-            "0",
-            "-n",
-            "3000",
-            "--threads",
-            "1",
-            "--json",
-            COUNTING,
-        )
+        process = start(*counting_run(demo_pair[0], "--threads", "1", "--json"))
         wait_until(policy_installed(process.pid), "the policy is in")
         time.sleep(delay)
         process.send_signal(signum)

@@ -56,6 +56,12 @@ def run_json(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
+def greedy_run_json(target: Path, draft: Path, tokens: int, *args: str) -> dict:
+    """`run --json` with the `server` fixture's pair and γ, greedy: the answer it must give."""
+    pair = ("-t", str(target), "-d", str(draft), "--gamma", "3", "--temp", "0")
+    return run_json(*pair, "-n", str(tokens), *args)
+
+
 def open_stream(server: Server, body: dict) -> socket.socket:
     """A streaming request on a raw socket, read up to its first text: a client that can vanish."""
     host, port = server.url.removeprefix("http://").split(":")
@@ -89,19 +95,7 @@ def test_models_and_health(server):
 
 
 def test_greedy_chat_is_the_answer_of_run_json(server, tiny_target, tiny_draft):
-    record = run_json(
-        "-t",
-        str(tiny_target),
-        "-d",
-        str(tiny_draft),
-        "--gamma",
-        "3",
-        "--temp",
-        "0",
-        "-n",
-        "24",
-        "the sea",
-    )
+    record = greedy_run_json(tiny_target, tiny_draft, 24, "the sea")
     response = chat(server, "the sea", temperature=0, max_tokens=24)
     assert response.choices[0].message.content == record["text"]
     assert response.choices[0].finish_reason == record["finish_reason"]
@@ -119,20 +113,7 @@ def test_greedy_chat_is_the_answer_of_run_json(server, tiny_target, tiny_draft):
 
 
 def test_completions_send_the_prompt_as_is(server, tiny_target, tiny_draft):
-    record = run_json(
-        "-t",
-        str(tiny_target),
-        "-d",
-        str(tiny_draft),
-        "--gamma",
-        "3",
-        "--temp",
-        "0",
-        "-n",
-        "20",
-        "--raw",
-        "the cat is",
-    )
+    record = greedy_run_json(tiny_target, tiny_draft, 20, "--raw", "the cat is")
     response = server.client().completions.create(
         model=server.model, prompt="the cat is", temperature=0, max_tokens=20
     )

@@ -22,14 +22,22 @@ def specrun(
     )
 
 
+COUNTING = "1, 2, 3, 4, 5, 6,"  # the demo model counts on for thousands of tokens
+
+
+def counting_run(target: Path, *options: str, tokens: int = 3000) -> list[str]:
+    """`specrun`'s arguments for a greedy count on `target`: a long answer whatever the
+    model, for signals, closed pipes and deadlines to meet."""
+    return ["run", "-t", str(target), "--raw", "--temp", "0", "-n", str(tokens), *options, COUNTING]
+
+
 def long_generation(
     target: Path, *options: str, text: bool = False, cwd: Path | None = None
 ) -> subprocess.Popen:
     """`specrun run` on a greedy count that goes on for thousands of tokens (seconds on the
     real model), its output piped and unbuffered, for signals and closed pipes to meet."""
     return subprocess.Popen(
-        [sys.executable, "-m", "specrun", "run", "-t", str(target), "--raw", "--temp", "0"]
-        + ["-n", "3000", *options, "1, 2, 3, 4, 5, 6,"],
+        [sys.executable, "-m", "specrun", *counting_run(target, *options)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
