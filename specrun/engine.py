@@ -19,14 +19,23 @@ import llama_cpp
 from specrun.core import learned
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
+from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, generate
 from specrun.core.sampling import SamplingParams
 from specrun.llama import rpc
 from specrun.llama.compat import check_compatible
 from specrun.llama.devices import gpu_free_bytes, gpu_handles
+from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
 from specrun.llama.model import DEFAULT_CTX, Model
 from specrun.llama.placement import Gpu, LayerPlan, Placement, plan_layers
-from specrun.options import DraftOptions, LoadOptions, PromptLookup
+from specrun.options import (
+    DraftChoice,
+    DraftOptions,
+    Eagle3Head,
+    LoadOptions,
+    MtpLayers,
+    PromptLookup,
+)
 from specrun.prompt import prompt_tokens
 
 
@@ -66,7 +75,7 @@ class Engine:
     def load(
         cls,
         target_path: str | Path,
-        draft: str | Path | PromptLookup | None = None,
+        draft: str | Path | DraftChoice | None = None,
         *,
         options: LoadOptions = LoadOptions(),
         params: SamplingParams = SamplingParams(),
@@ -75,14 +84,16 @@ class Engine:
     ) -> Engine:
         """Load the target and the draft and check that the draft can serve the target.
 
-        `draft` is a GGUF file, or `PROMPT_LOOKUP` for prompt lookup alone; a file with
-        `drafting.hybrid` gives the hybrid (lookup first, the model when nothing matches).
+        `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup alone, an
+        `Eagle3Head` made for the target, or `MTP_LAYERS` for the target's own MTP layers; a
+        model or a head with `drafting.hybrid` gives the hybrid (lookup first, the model or
+        head when nothing matches).
         With GPUs, the layers are placed by free memory first (`specrun.llama.placement`), and
         `announce` hears the one line that says where they went. `options.rpc` adds RPC
         servers' devices for the target, ahead of this machine's GPUs (specrun.llama.rpc).
         """
         n_ctx = options.n_ctx or DEFAULT_CTX
-        draft_file = None if draft is None or isinstance(draft, PromptLookup) else Path(draft)
+        draft_file = Path(draft) if isinstance(draft, str | Path) else None
         remotes = rpc.connect(options.rpc) if options.rpc else []
         remote_gpus = [
             Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint)
@@ -103,10 +114,22 @@ class Engine:
             split=placed.split if placed else None,
             reproducible=options.reproducible,
             devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
+            load_mtp=isinstance(draft, MtpLayers),
         )
         source: DraftSource | None = None
         if isinstance(draft, PromptLookup):
             source = drafting.lookup.draft()
+        elif isinstance(draft, Eagle3Head | MtpLayers):
+            try:
+                head, rows = (
+                    open_eagle3(draft.path, target)
+                    if isinstance(draft, Eagle3Head)
+                    else open_mtp(target)
+                )
+            except BaseException:
+                target.close()
+                raise
+            source = HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min)
         elif draft is not None:
             draft_model = None
             try:
@@ -127,8 +150,8 @@ class Engine:
                 target.close()
                 raise
             source = ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min)
-            if drafting.hybrid:
-                source = HybridDraft(drafting.lookup.draft(), source)
+        if drafting.hybrid and isinstance(source, ModelDraft | HeadDraft):
+            source = HybridDraft(drafting.lookup.draft(), source)
         engine = cls(
             target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max
         )
@@ -143,10 +166,12 @@ class Engine:
     def _learned_settings(self, draft: DraftSource) -> dict[str, object]:
         """What the costs and acceptance that auto learns depend on."""
         models = [self.target, *([self.draft_model] if self.draft_model else [])]
+        head = self.head
         return {
             "models": [
                 learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models
-            ],
+            ]
+            + ([learned.file_identity(head.path)] if head is not None and head.path else []),
             "draft": [draft.name, *_draft_settings(draft)],
             "gamma_max": self.gamma_max,
             "llama.cpp": llama_cpp.__version__,
@@ -200,6 +225,13 @@ class Engine:
         model = draft.model if isinstance(draft, ModelDraft) else None
         return model if isinstance(model, Model) else None
 
+    @property
+    def head(self) -> NativeHead | None:
+        """The EAGLE-3 head or MTP layers that draft, if a head does."""
+        draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
+        head = draft.head if isinstance(draft, HeadDraft) else None
+        return head if isinstance(head, NativeHead) else None
+
     def placement(self) -> Placement:
         """The device the models run on, the GPU layers of the target (and draft), and where
         layers were placed by free memory, the estimate beside what loading really took."""
@@ -216,6 +248,8 @@ class Engine:
             self.learned_path = None  # closing twice saves once
         if self.draft_model is not None:
             self.draft_model.close()
+        if self.head is not None:  # before the target, whose context and weights it uses
+            self.head.close()
         self.target.close()
 
     def __enter__(self) -> Engine:
@@ -234,6 +268,6 @@ def _draft_settings(source: DraftSource) -> list[object]:
     """The draft source's own settings: what changes its proposals."""
     if isinstance(source, HybridDraft):
         return _draft_settings(source.lookup) + _draft_settings(source.model)
-    if isinstance(source, ModelDraft):
+    if isinstance(source, ModelDraft | HeadDraft):
         return [source.p_min]
     return [getattr(source, name, None) for name in ("ngram_min", "ngram_max", "max_tokens")]

@@ -8,6 +8,7 @@ The defaults come from where each concept lives (`DEFAULT_CTX` from the runtime,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from specrun.core.gamma import GAMMA_MAX
 from specrun.core.lookup import LookupDraft
@@ -57,8 +58,35 @@ class DraftOptions:
 class PromptLookup:
     """The draft that is no model: prompt lookup alone. A sentinel no file name can collide with."""
 
+    spec = "lookup"  # as --draft names it
+
     def __repr__(self) -> str:
         return "PROMPT_LOOKUP"
 
 
 PROMPT_LOOKUP = PromptLookup()
+
+
+@dataclass(frozen=True)
+class Eagle3Head:
+    """An EAGLE-3 head: one decoder layer fed with three of the target's hidden states."""
+
+    path: Path
+
+    @property
+    def spec(self) -> str:
+        return f"eagle3:{self.path}"
+
+
+class MtpLayers:
+    """The draft that is the target's own MTP layers: a sentinel, as `PROMPT_LOOKUP`."""
+
+    spec = "mtp"
+
+    def __repr__(self) -> str:
+        return "MTP_LAYERS"
+
+
+MTP_LAYERS = MtpLayers()
+# What `Engine.load` takes for a draft besides a draft model's GGUF.
+DraftChoice = PromptLookup | Eagle3Head | MtpLayers

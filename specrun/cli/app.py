@@ -204,6 +204,8 @@ class _Answer:
             )
         if self.stats and self.where is not None:
             extra = [("threads", str(engine.target.threads)), placement_row(self.where)]
+            if engine.draft is not None:
+                extra.insert(0, ("draft", f"{engine.draft.name} ({engine.draft.kind})"))
             for line in self.figures.summary_lines(extra=extra):
                 print(line, file=sys.stderr)
 
@@ -215,11 +217,13 @@ class _Answer:
         draft = (
             str(choice.draft)
             if isinstance(choice.draft, Path)
-            else LOOKUP
+            else choice.draft.spec
             if choice.draft
             else None
         )
         record: dict[str, object] = {"target": str(choice.target), "draft": draft}
+        if self.engine is not None:
+            record["draft_kind"] = self.engine.draft.kind if self.engine.draft else None
         if self.engine is not None and self.where is not None:
             record |= {"threads": self.engine.target.threads, **self.where.as_dict()}
         return record

@@ -64,9 +64,7 @@ def chat(
             note("--verbose is ignored in the TUI; pipe the chat to see llama.cpp's log")
             load = replace(load, verbose=False)
 
-        loading = " and ".join(
-            getattr(p, "name", "prompt lookup") for p in (choice.target, choice.draft) if p
-        )
+        loading = " and ".join(name for name in (choice.target.name, choice.draft_label) if name)
         # The engine runs in a process of its own (see specrun_tui.engine_process), whose
         # output goes nowhere: the placement shows in the TUI's header instead.
         with EngineProcess(

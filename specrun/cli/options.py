@@ -27,7 +27,15 @@ from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
 from specrun.llama.model import DEFAULT_CTX
 from specrun.llama.placement import Placement
-from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions, PromptLookup
+from specrun.options import (
+    MTP_LAYERS,
+    PROMPT_LOOKUP,
+    DraftChoice,
+    DraftOptions,
+    Eagle3Head,
+    LoadOptions,
+    LookupOptions,
+)
 from specrun.system.textio import argument_text, read_stdin
 
 if TYPE_CHECKING:
@@ -38,6 +46,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the embedded pair
 LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
+MTP = "mtp"  # the --draft value for the target's own MTP layers
+EAGLE3_PREFIX = "eagle3:"  # --draft eagle3:HEAD, an EAGLE-3 head (alias or file) for the target
 
 # The library names its options in backquotes (`n_ctx`); the command line shows its flags.
 FLAGS = {
@@ -110,10 +120,19 @@ def takes(*groups: OptionGroup) -> Callable[[F], F]:
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """The files --target and --draft name (or prompt lookup for a draft)."""
+    """The files --target and --draft name (or prompt lookup, a head, MTP for a draft)."""
 
     target: Path
-    draft: Path | PromptLookup | None
+    draft: Path | DraftChoice | None
+
+    @property
+    def draft_label(self) -> str | None:
+        """The draft as a person reads it: the file's name, or `lookup`, `eagle3:FILE`, `mtp`."""
+        if isinstance(self.draft, Path):
+            return self.draft.name
+        if isinstance(self.draft, Eagle3Head):
+            return f"eagle3:{self.draft.path.name}"
+        return self.draft.spec if self.draft is not None else None
 
 
 @dataclass(frozen=True)
@@ -126,7 +145,8 @@ class ModelRequest:
 
     def resolve(self) -> ModelChoice:
         """Without --target: the embedded demo pair. Without --draft: the target alone.
-        `--draft lookup` is prompt lookup, which needs no file."""
+        `--draft lookup` is prompt lookup, which needs no file; `--draft mtp` the target's
+        own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file)."""
         from specrun.models.catalog import load_catalog, resolve_model, resolve_pair
 
         models = load_catalog(self.catalog)
@@ -139,9 +159,18 @@ class ModelRequest:
                 else "target (SmolLM2-135M-Instruct, F16)"
             )
             note(f"no --target given: using the demo {using}")
-        if draft in (None, "none", LOOKUP):
+        if draft in (None, "none", LOOKUP, MTP):
             resolved = resolve_model(target, catalog=models)
-            return ModelChoice(resolved.path, PROMPT_LOOKUP if draft == LOOKUP else None)
+            choices: dict[str | None, DraftChoice] = {LOOKUP: PROMPT_LOOKUP, MTP: MTP_LAYERS}
+            return ModelChoice(resolved.path, choices.get(draft))
+        if draft.startswith(EAGLE3_PREFIX):
+            head_spec = draft.removeprefix(EAGLE3_PREFIX)
+            if not head_spec:
+                raise OptionError("--draft eagle3: needs the head, as eagle3:ALIAS or eagle3:FILE")
+            # The head first: it is the smaller download, and a problem with it shows sooner.
+            head = resolve_model(head_spec, catalog=models)
+            resolved = resolve_model(target, catalog=models)
+            return ModelChoice(resolved.path, Eagle3Head(head.path))
         resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
         return ModelChoice(resolved_target.path, resolved_draft.path)
 
@@ -415,7 +444,8 @@ MODELS = OptionGroup(
                 "--draft",
                 "-d",
                 help="Draft model (alias, path, ...), `auto` for "
-                "the catalog's pick, `lookup` for prompt lookup, or `none`.",
+                "the catalog's pick, `lookup` for prompt lookup, `eagle3:HEAD` for an EAGLE-3 "
+                "head (alias or path), `mtp` for the target's own MTP layers, or `none`.",
             ),
         ),
         "catalog": (

@@ -10,13 +10,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import Distribution, SamplingParams, pick
 from specrun.core.sequence import Tokens
+
+# Where proposals come from: a draft model, prompt lookup, lookup then a model or head,
+# an EAGLE-3 head, or the target's own MTP layers.
+DraftKind = Literal["model", "lookup", "hybrid", "eagle3", "mtp"]
 
 
 @dataclass
@@ -30,6 +34,7 @@ class Proposal:
 
 class DraftSource(Protocol):
     name: str
+    kind: DraftKind
 
     def prefill(self, ctx: Sequence[int]) -> None:
         """Take in the prompt before the first round (may do nothing; `propose` catches up)."""
@@ -46,6 +51,8 @@ class ModelDraft:
     Stops a round early when its own confidence in the next token (the probability
     of its top choice) falls below `p_min`, as llama.cpp's speculative example does.
     """
+
+    kind: DraftKind = "model"
 
     def __init__(self, model: LanguageModel, target_vocab: int, p_min: float = 0.0) -> None:
         self.model = model
@@ -73,7 +80,7 @@ class ModelDraft:
             logits = self.model.logits(ctx.then(proposal.tokens), 1, view=True)[
                 0, : self.target_vocab
             ]
-            if self.p_min > 0 and _top_probability(logits) < self.p_min:
+            if self.p_min > 0 and top_probability(logits) < self.p_min:
                 break
             token, q = pick(logits, params, rng)
             proposal.tokens.append(token)
@@ -81,7 +88,7 @@ class ModelDraft:
         return proposal
 
 
-def _top_probability(logits: np.ndarray) -> float:
+def top_probability(logits: np.ndarray) -> float:
     """The top token's probability at temperature 1, 1 / sum(exp(x - max)), with no
     probability vector: one float32 pass, summed in float64."""
     shifted = logits - logits.max()
@@ -89,9 +96,11 @@ def _top_probability(logits: np.ndarray) -> float:
 
 
 class HybridDraft:
-    """Prompt lookup first, the draft model when the text offers no match."""
+    """Prompt lookup first, the draft model (or head) when the text offers no match."""
 
-    def __init__(self, lookup: DraftSource, model: ModelDraft) -> None:
+    kind: DraftKind = "hybrid"
+
+    def __init__(self, lookup: DraftSource, model: DraftSource) -> None:
         self.lookup = lookup
         self.model = model
         self.name = f"lookup+{model.name}"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specrun.core.drafting import Proposal
+from specrun.core.drafting import DraftKind, Proposal
 from specrun.core.sampling import SamplingParams
 from specrun.core.sequence import Continuation
 from specrun.errors import OptionError
@@ -43,6 +43,7 @@ class LookupDraft:
     """
 
     name = "lookup"
+    kind: DraftKind = "lookup"
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 2, max_tokens: int = 10) -> None:
         if not 1 <= ngram_min <= ngram_max:

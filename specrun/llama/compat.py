@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from specrun.errors import SpecrunError
-from specrun.llama.model import Model
+from specrun.llama.vocab import Vocabulary
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_COMPARED_TOKEN = 5
 
 
-def check_compatible(target: Model, draft: Model) -> None:
+def check_compatible(target: Vocabulary, draft: Vocabulary) -> None:
     """llama.cpp's test for a usable draft; the error names what differs."""
     differences = []
     if target.vocab_type != draft.vocab_type:

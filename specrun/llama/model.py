@@ -19,28 +19,25 @@ from pathlib import Path
 import llama_cpp as llama
 import numpy as np
 
+from specrun.core.heads import HiddenRows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
+from specrun.llama import ext
 from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
 from specrun.llama.diagnose import load_failure
 from specrun.llama.gguf import check_gguf_header, tensor_table
 from specrun.llama.invariance import CHUNK_WIDTHS, PROBE_POSITIONS, Invariance
 from specrun.llama.native import clear_log, set_verbose
 from specrun.llama.params import load_params
+from specrun.llama.vocab import Vocabulary
 from specrun.system.cpus import physical_cores
 from specrun.system.interrupts import raise_pending
 
 DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
-VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo2"}
-# What llama.cpp's parse_special splits out of text as tokens of their own (llama-vocab.cpp).
-SPECIAL_ATTRIBUTES = (
-    llama.LLAMA_TOKEN_ATTR_CONTROL
-    | llama.LLAMA_TOKEN_ATTR_USER_DEFINED
-    | llama.LLAMA_TOKEN_ATTR_UNKNOWN
-)
+HIDDEN_ROWS_BYTES = 256 << 20  # at most this much of a head's pending hidden rows is kept
 
 
-class Model:
+class Model(Vocabulary):
     """A GGUF model with one context, its KV cache holding `self.tokens`."""
 
     def __init__(
@@ -56,6 +53,7 @@ class Model:
         main_gpu: int | None = None,
         devices: Sequence[int] | None = None,
         reproducible: bool = False,
+        load_mtp: bool = False,
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
@@ -80,14 +78,17 @@ class Model:
             devices=devices,
             reproducible=reproducible,
         )
+        model_params.load_mtp = load_mtp  # the layers an MTP head drafts with, else skipped
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
         if not self._model:
             raise_pending()
             raise load_failure(f"cannot load {self.path}")
-        self._vocab = llama.llama_model_get_vocab(self._model)
-        self.n_vocab = llama.llama_vocab_n_tokens(self._vocab)
+        self._bind_vocabulary(llama.llama_model_get_vocab(self._model))
         self.n_ctx_train = llama.llama_model_n_ctx_train(self._model)
         self.n_layer = llama.llama_model_n_layer(self._model)
+        self.n_embd = llama.llama_model_n_embd(self._model)
+        self.n_layer_nextn = llama.llama_model_n_layer_nextn(self._model)
+        self.architecture = model_architecture(self._model)
 
         threads = threads or physical_cores()
         ctx_params = llama.llama_context_default_params()
@@ -119,6 +120,8 @@ class Model:
         np.ctypeslib.as_array(batch.n_seq_id, shape=(n_batch,))[:] = 1
         for j in range(n_batch):
             batch.seq_id[j][0] = 0
+        self.piece = lru_cache(maxsize=None)(self._piece)
+        self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
         self.tokens: list[int] = []  # what the KV cache holds, position by position
         # Positions the cache may hold: len(self.tokens), or more after a decode that failed
         # or was interrupted before `tokens` took it in.
@@ -135,11 +138,24 @@ class Model:
         self.max_width: int | None = (
             None  # positions with logits decoded at most this many per pass
         )
-        self.piece = lru_cache(maxsize=None)(self._piece)
-        self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
         self._logits_view: tuple[int, np.ndarray] | None = (
             None  # llama.cpp's output buffer: (address, view)
         )
+        self.hidden_rows: HiddenRows | None = None  # kept for a head (`keep_hidden`)
+        self._hidden_layers: tuple[int, ...] = ()  # whose inputs they are; () the last state
+        self._hidden_views: dict[int, np.ndarray] = {}  # llama.cpp's buffers, by address
+
+    @property
+    def model(self) -> llama.llama_model_p:
+        """The native `llama_model *` (an MTP head makes its context on it)."""
+        model: llama.llama_model_p = self._model
+        return model
+
+    @property
+    def context(self) -> llama.llama_context_p:
+        """The native `llama_context *` (an EAGLE-3 head borrows its embeddings through it)."""
+        context: llama.llama_context_p = self._ctx
+        return context
 
     @property
     def offloaded_layers(self) -> int:
@@ -196,6 +212,8 @@ class Model:
                 self._truncate(start)
                 raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
                 raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+            if self.hidden_rows is not None:
+                self.hidden_rows.write(start, *self._hidden_outputs(len(chunk)))
             self.tokens.extend(chunk)
             if not padding or self._drop(end):  # padding a cache could not drop stays held
                 self._held = end
@@ -285,11 +303,50 @@ class Model:
             keep = 0
         del self.tokens[keep:]
         self._held = keep
+        if self.hidden_rows is not None:
+            self.hidden_rows.truncate(keep)
 
     def reset(self) -> None:
         self._clear()
         self.tokens.clear()
         self._held = 0
+        if self.hidden_rows is not None:
+            self.hidden_rows.truncate(0)
+
+    # --- hidden states for a head ---------------------------------------------------
+
+    def keep_hidden(self, layers: Sequence[int] = ()) -> HiddenRows:
+        """Keep, from each decode on, every position's hidden state for a head: the inputs
+        of `layers`, side by side (EAGLE-3), or with none given, the last hidden state
+        (what an MTP layer reads). llama.cpp then computes every position of a pass through
+        the last layer, not only those with logits: a verify already does."""
+        width = self.n_embd * (len(layers) or 1)
+        budget = HIDDEN_ROWS_BYTES // (width * 4)
+        self.hidden_rows = HiddenRows(width, max(2 * self.n_batch, min(self.n_ctx, budget)))
+        self._hidden_layers = tuple(layers)
+        for layer in dict.fromkeys(layers):
+            ext.function("llama_set_embeddings_layer_inp")(self._ctx, layer, True)
+        if not layers:
+            ext.function("llama_set_embeddings_nextn")(self._ctx, True, False)
+        self.reset()  # what the cache held has no rows
+        return self.hidden_rows
+
+    def _hidden_outputs(self, count: int) -> list[np.ndarray]:
+        """The last decode's hidden rows [count, n_embd] per kept layer, in batch order."""
+        if not self._hidden_layers:
+            pointers = [ext.function("llama_get_embeddings_nextn")(self._ctx)]
+        else:
+            get = ext.function("llama_get_embeddings_layer_inp")
+            pointers = [get(self._ctx, layer) for layer in self._hidden_layers]
+        views = []
+        for pointer in pointers:
+            address = ctypes.addressof(pointer.contents)
+            view = self._hidden_views.get(address)
+            if view is None:
+                view = np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_embd))
+                self._hidden_views[address] = view
+            views.append(view[:count])
+        return views
 
     def probe_invariance(self) -> Invariance:
         """Evaluate the last PROBE_POSITIONS positions of a fixed sequence one per pass, in
@@ -332,76 +389,6 @@ class Model:
         self.max_width = found.width or (1 if found.mode == "serial" else None)
         return found
 
-    # --- vocabulary ----------------------------------------------------------------
-
-    def tokenize(
-        self, text: str, *, add_special: bool = True, parse_special: bool = False
-    ) -> list[int]:
-        data = text.encode("utf-8")
-        capacity = len(data) + 8
-        while True:
-            buf = (llama.llama_token * capacity)()
-            n = llama.llama_tokenize(
-                self._vocab, data, len(data), buf, capacity, add_special, parse_special
-            )
-            if n >= 0:
-                return list(buf[:n])
-            capacity = -n
-
-    def _piece(self, token: int) -> bytes:
-        """The bytes a token stands for (special tokens such as EOS render as nothing)."""
-        size = 32
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = llama.llama_token_to_piece(self._vocab, token, buf, size, 0, False)
-            if n >= 0:
-                return buf.raw[:n]
-            size = -n
-
-    def token_text(self, token: int) -> str:
-        """The vocabulary's text for a token, special tokens included (e.g. '<|im_end|>')."""
-        return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode(
-            "utf-8", errors="replace"
-        )
-
-    def is_special(self, token: int) -> bool:
-        """A token that tokenize(parse_special=True) makes of its text (<|im_end|>, say)."""
-        return bool(llama.llama_vocab_get_attr(self._vocab, token) & SPECIAL_ATTRIBUTES)
-
-    def strips_spaces(self, token: int) -> tuple[bool, bool]:
-        """Whether the special token swallows the whitespace before it, and after it (Phi-3's
-        do)."""
-        attributes = llama.llama_vocab_get_attr(self._vocab, token)
-        return bool(attributes & llama.LLAMA_TOKEN_ATTR_LSTRIP), bool(
-            attributes & llama.LLAMA_TOKEN_ATTR_RSTRIP
-        )
-
-    def _is_eog(self, token: int) -> bool:
-        """Whether the token ends a generation (EOS, <|im_end|>, ...): `is_eog`, cached."""
-        return bool(llama.llama_vocab_is_eog(self._vocab, token))
-
-    @property
-    def bos(self) -> int:
-        token: int = llama.llama_vocab_bos(self._vocab)
-        return token
-
-    @property
-    def eos(self) -> int:
-        token: int = llama.llama_vocab_eos(self._vocab)
-        return token
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(llama.llama_vocab_get_add_bos(self._vocab))
-
-    @property
-    def add_eos(self) -> bool:
-        return bool(llama.llama_vocab_get_add_eos(self._vocab))
-
-    @property
-    def vocab_type(self) -> str:
-        return VOCAB_TYPES.get(llama.llama_vocab_type(self._vocab), "unknown")
-
     # --- metadata ----------------------------------------------------------------------
 
     @property
@@ -434,3 +421,10 @@ class Model:
 
     def __del__(self) -> None:
         self.close()
+
+
+def model_architecture(model: int) -> str:
+    """The GGUF's `general.architecture` (llama, glm4moe, eagle3, ...)."""
+    buffer = ctypes.create_string_buffer(64)
+    llama.llama_model_meta_val_str(model, b"general.architecture", buffer, len(buffer))
+    return buffer.value.decode("utf-8", errors="replace")

@@ -211,7 +211,9 @@ class Worker:
             **running.stats.as_dict(),
         }
         invariance = self.engine.target.invariance  # with --reproducible: how the target decodes
+        draft = self.engine.draft
         return {
+            "draft": draft and {"name": draft.name, "kind": draft.kind},
             "running": live,
             "queued": len(self.jobs) - (running is not None),
             "totals": dict(self.totals),

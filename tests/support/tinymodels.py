@@ -4,7 +4,8 @@ A two-layer llama with random weights and a small SentencePiece-style vocabulary
 (control tokens, the 256 byte tokens, a few word pieces), so any text tokenizes
 (byte fallback) and real llama.cpp code runs on it in milliseconds. Output weights
 are large, so logits are peaky and argmax ties, which batch numerics could flip,
-are rare.
+are rare. Draft heads (EAGLE-3) and an MTP target (glm4moe with a NextN block) share
+the same vocabulary.
 """
 
 from __future__ import annotations
@@ -129,6 +130,28 @@ def write_tiny_model(
     writer.add_head_count_kv(N_HEAD)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
+    add_tokenizer(writer, tokens, scores, types, eos_id, add_bos, chat_template)
+    for name, tensor in base.items():
+        if noise:
+            tensor = tensor + (rng.standard_normal(tensor.shape) * noise * tensor.std()).astype(
+                np.float32
+            )
+        if extra_vocab and name in ("token_embd.weight", "output.weight"):
+            tensor = np.concatenate([tensor, np.zeros((extra_vocab, N_EMBD), dtype=np.float32)])
+        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
+    return finish(writer, path)
+
+
+def add_tokenizer(
+    writer: gguf.GGUFWriter,
+    tokens: list[str],
+    scores: list[float],
+    types: list[int],
+    eos_id: int = 2,
+    add_bos: bool = True,
+    chat_template: str | None = CHATML_TEMPLATE,
+) -> None:
+    """The F32 file type and the tokenizer keys every tiny model carries."""
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
@@ -141,16 +164,145 @@ def write_tiny_model(
     writer.add_add_eos_token(False)
     if chat_template:
         writer.add_chat_template(chat_template)
-    for name, tensor in base.items():
-        if noise:
-            tensor = tensor + (rng.standard_normal(tensor.shape) * noise * tensor.std()).astype(
-                np.float32
-            )
-        if extra_vocab and name in ("token_embd.weight", "output.weight"):
-            tensor = np.concatenate([tensor, np.zeros((extra_vocab, N_EMBD), dtype=np.float32)])
-        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
+
+
+def finish(writer: gguf.GGUFWriter, path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tiny_eagle3_head(
+    path: Path,
+    *,
+    seed: int = 0,
+    target_layers: tuple[int, int, int] = (0, 1, 1),
+    target_hidden: int = N_EMBD,
+    n_embd: int | None = None,
+    own_embeddings: bool = True,
+    vocab_size: int | None = None,
+    variant: str = "",
+) -> Path:
+    """Write a tiny EAGLE-3 draft head (arch `eagle3`) for the tiny target: `fc` fuses the
+    target's hidden states at `target_layers` (3 rows of `target_hidden`) into `n_embd`, one
+    decoder layer whose attention reads [token embedding, fused state] (2 * n_embd). Without
+    `own_embeddings` it has no token_embd / output and borrows the target's through the
+    context's ctx_other, so n_embd must be the target's. `vocab_size` pads the head's
+    vocabulary with unused tokens (a head made for another target); `target_layers` and
+    `target_hidden` likewise let a test write a head that does not fit its target, and
+    `variant` renames its word pieces (another tokenizer of the same size)."""
+    if n_embd is None:
+        n_embd = N_EMBD // 2 if own_embeddings else target_hidden
+    assert own_embeddings or n_embd == target_hidden, "a borrowing head has the target's width"
+    assert len(target_layers) == 3, "eagle3 reads exactly three target layers"
+    n_base = len(vocabulary(0, variant)[0])
+    vocab_size = n_base if vocab_size is None else vocab_size
+    assert vocab_size >= n_base, "vocab_size pads the tiny vocabulary, it cannot shrink it"
+    tokens, scores, types = vocabulary(vocab_size - n_base, variant)
+    n_ff = 2 * n_embd
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, std: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    tensors = {
+        "fc.weight": w(n_embd, 3 * target_hidden),
+        "output_norm.weight": np.ones(n_embd, dtype=np.float32),
+        "blk.0.attn_norm.weight": np.ones(n_embd, dtype=np.float32),
+        "blk.0.attn_norm_2.weight": np.ones(n_embd, dtype=np.float32),
+        "blk.0.attn_q.weight": w(n_embd, 2 * n_embd),
+        "blk.0.attn_k.weight": w(n_embd, 2 * n_embd),
+        "blk.0.attn_v.weight": w(n_embd, 2 * n_embd),
+        "blk.0.attn_output.weight": w(n_embd, n_embd),
+        "blk.0.ffn_norm.weight": np.ones(n_embd, dtype=np.float32),
+        "blk.0.ffn_gate.weight": w(n_ff, n_embd),
+        "blk.0.ffn_up.weight": w(n_ff, n_embd),
+        "blk.0.ffn_down.weight": w(n_embd, n_ff),
+    }
+    if own_embeddings:
+        tensors["token_embd.weight"] = w(vocab_size, n_embd, std=1.0)
+        tensors["output.weight"] = w(vocab_size, n_embd, std=1.0)
+    arch = "eagle3"
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(path.stem)
+    writer.add_array(f"{arch}.target_layers", [int(i) for i in target_layers])
+    writer.add_uint32(f"{arch}.target_hidden_size", target_hidden)
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(n_embd // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    add_tokenizer(writer, tokens, scores, types)
+    for name, tensor in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
+    return finish(writer, path)
+
+
+MTP_EXPERTS, MTP_EXPERTS_USED, MTP_FF_EXP = 4, 2, 32
+
+
+def write_tiny_mtp_model(path: Path, *, seed: int = 0, with_mtp: bool = True) -> Path:
+    """Write a tiny `glm4moe` target with the tiny tokenizer: N_LAYER dense trunk layers
+    (leading_dense_block_count covers them all) and, `with_mtp`, one NextN/MTP block after
+    them (blk.N_LAYER: MoE with a shared expert, plus nextn.eh_proj / enorm / hnorm), which
+    llama.cpp loads only with load_mtp and runs in an LLAMA_CONTEXT_TYPE_MTP context."""
+    tokens, scores, types = vocabulary()
+    tensors = {
+        name.replace("ffn_norm", "post_attention_norm"): tensor
+        for name, tensor in random_weights(len(tokens), seed).items()
+    }
+    rng = np.random.default_rng([seed, 1])
+
+    def w(*shape: int, std: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    if with_mtp:
+        i, ones = N_LAYER, np.ones(N_EMBD, dtype=np.float32)
+        tensors |= {
+            f"blk.{i}.attn_norm.weight": ones,
+            f"blk.{i}.attn_q.weight": w(N_EMBD, N_EMBD),
+            f"blk.{i}.attn_k.weight": w(N_EMBD, N_EMBD),
+            f"blk.{i}.attn_v.weight": w(N_EMBD, N_EMBD),
+            f"blk.{i}.attn_output.weight": w(N_EMBD, N_EMBD),
+            f"blk.{i}.post_attention_norm.weight": ones,
+            f"blk.{i}.ffn_gate_inp.weight": w(MTP_EXPERTS, N_EMBD),
+            f"blk.{i}.exp_probs_b.bias": np.zeros(MTP_EXPERTS, dtype=np.float32),
+            f"blk.{i}.ffn_gate_exps.weight": w(MTP_EXPERTS, MTP_FF_EXP, N_EMBD),
+            f"blk.{i}.ffn_up_exps.weight": w(MTP_EXPERTS, MTP_FF_EXP, N_EMBD),
+            f"blk.{i}.ffn_down_exps.weight": w(MTP_EXPERTS, N_EMBD, MTP_FF_EXP),
+            f"blk.{i}.ffn_gate_shexp.weight": w(MTP_FF_EXP, N_EMBD),
+            f"blk.{i}.ffn_up_shexp.weight": w(MTP_FF_EXP, N_EMBD),
+            f"blk.{i}.ffn_down_shexp.weight": w(N_EMBD, MTP_FF_EXP),
+            f"blk.{i}.nextn.eh_proj.weight": w(N_EMBD, 2 * N_EMBD),
+            f"blk.{i}.nextn.enorm.weight": ones,
+            f"blk.{i}.nextn.hnorm.weight": ones,
+        }
+    writer = gguf.GGUFWriter(str(path), "glm4moe")
+    writer.add_name(path.stem)
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER + 1 if with_mtp else N_LAYER)
+    if with_mtp:
+        writer.add_nextn_predict_layers(1)
+    writer.add_leading_dense_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_expert_feed_forward_length(MTP_FF_EXP)
+    writer.add_expert_count(MTP_EXPERTS)
+    writer.add_expert_used_count(MTP_EXPERTS_USED)
+    writer.add_expert_shared_count(1)
+    writer.add_expert_weights_scale(1.0)
+    writer.add_expert_weights_norm(True)
+    writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    add_tokenizer(writer, tokens, scores, types)
+    for name, tensor in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
+    return finish(writer, path)

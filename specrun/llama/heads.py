@@ -1,0 +1,257 @@
+"""Heads over llama.cpp: an EAGLE-3 GGUF, or the MTP layers inside the target's own file.
+
+Both decode pairs (token, hidden state) through `llama_process` with an extended batch
+(`llama_batch_ext`), whose entries carry a token id and an embedding row. An EAGLE-3 head
+first projects the target's three layer inputs to its own width (its encoder graph, the
+`fc` layer) and may borrow the target's token embeddings and output layer (its context
+names the target's as `ctx_other`); an MTP head is a second context of type MTP on the
+target's model, whose graph runs only the nextn layers. Each reports the hidden state it
+feeds itself next through the `nextn` embeddings, as common/speculative.cpp reads them.
+
+Which target a head can serve is checked before any generation: `open_eagle3` and
+`open_mtp` refuse a mismatch in one line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import llama_cpp as llama
+import numpy as np
+
+from specrun.core.heads import HiddenRows
+from specrun.errors import SpecrunError
+from specrun.llama import ext
+from specrun.llama.compat import check_compatible
+from specrun.llama.devices import amx_allowed, build_info
+from specrun.llama.diagnose import load_failure
+from specrun.llama.gguf import check_gguf_header, read_gguf_info, tensor_table
+from specrun.llama.model import Model
+from specrun.llama.native import clear_log
+from specrun.llama.params import load_params
+from specrun.llama.vocab import Vocabulary
+from specrun.system.interrupts import raise_pending
+
+# The architectures whose llama.cpp graph runs MTP layers (LLM_GRAPH_TYPE_DECODER_MTP).
+MTP_ARCHITECTURES = frozenset(
+    {
+        "bailingmoe3",
+        "cohere2moe",
+        "deepseek2",
+        "deepseek32",
+        "deepseek4",
+        "glm4moe",
+        "glm5-next",
+        "glm-dsa",
+        "hy_v3",
+        "mimo2",
+        "nemotron_h_moe",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "step35",
+    }
+)
+
+
+class NativeHead(Vocabulary):
+    """A head's context and batch; `encode` projects the target's rows first (EAGLE-3)."""
+
+    def __init__(
+        self,
+        kind: Literal["eagle3", "mtp"],
+        file: Path,
+        model: int,
+        ctx_params: llama.llama_context_params,
+        *,
+        offset: int,
+        encode: bool,
+        owns_model: bool,
+    ) -> None:
+        self.kind = kind
+        self.name = f"{kind}:{file.name}"  # as --draft names it
+        self.path = file if kind == "eagle3" else None  # MTP layers are in the target's file
+        self.offset = offset
+        self._encode = encode
+        self._model = model if owns_model else None  # freed with the head where it is its own
+        self._ctx = llama.llama_init_from_model(model, ctx_params)
+        if not self._ctx:
+            self.close()
+            raise load_failure(f"cannot create a context for the head {self.name}")
+        ext.function("llama_set_embeddings_nextn")(self._ctx, True, True)
+        self._bind_vocabulary(llama.llama_model_get_vocab(model))
+        self.n_embd = llama.llama_model_n_embd(model)
+        self.n_ubatch = llama.llama_n_ubatch(self._ctx)
+        self._memory = llama.llama_get_memory(self._ctx)
+        self._batch = llama.llama_batch_ext_init(self._ctx)
+        self._state = np.empty(self.n_embd, np.float32)  # the last output's, a copy
+
+    def truncate(self, position: int) -> None:
+        llama.llama_memory_seq_rm(self._memory, 0, position, -1)
+
+    def feed(
+        self, position: int, tokens: Sequence[int], states: np.ndarray, *, own: bool, output: bool
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        if self._encode and not own:
+            states = self._project(states)
+        states = np.ascontiguousarray(states, dtype=np.float32)
+        # The pair whose output is read goes in a pass of its own: the EAGLE-3 decoder's graph
+        # selects no output rows, so in a wider pass llama.cpp hands out its first row's.
+        last = len(tokens) - 1 if output else len(tokens)
+        bounds = [*range(0, last, self.n_ubatch), last, len(tokens)]
+        for start, end in zip(bounds, bounds[1:]):
+            if start == end:
+                continue
+            llama.llama_batch_ext_clear(self._batch)
+            for i in range(start, end):
+                index = llama.llama_batch_ext_add_token(self._batch, 0, tokens[i])
+                self._set_pos(index, position + i)
+                llama.llama_batch_ext_set_embd_token(self._batch, index, _row(states, i))
+            if output and end == len(tokens):
+                llama.llama_batch_ext_set_output_logits(self._batch, 0, True)
+            self._process(llama.LLAMA_PROCESS_TYPE_DECODE)
+        if not output:
+            return None
+        logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, -1), (self.n_vocab,))
+        state = ext.function("llama_get_embeddings_nextn_ith")(self._ctx, -1)
+        if not state:
+            raise SpecrunError(f"the head {self.name} returned no hidden state")
+        self._state[:] = np.ctypeslib.as_array(state, (self.n_embd,))
+        return logits, self._state
+
+    def _project(self, features: np.ndarray) -> np.ndarray:
+        """EAGLE-3's encoder: the target's fused layer inputs to the head's width."""
+        features = np.ascontiguousarray(features, dtype=np.float32)
+        out = np.empty((len(features), self.n_embd), np.float32)
+        # The encoder reads no positions, but the batch must continue the cache's.
+        after = llama.llama_memory_seq_pos_max(self._memory, 0) + 1
+        for start in range(0, len(features), self.n_ubatch):
+            end = min(start + self.n_ubatch, len(features))
+            llama.llama_batch_ext_clear(self._batch)
+            for i in range(start, end):
+                index = llama.llama_batch_ext_add_embd(self._batch, 0, _row(features, i))
+                self._set_pos(index, after + i - start)
+                llama.llama_batch_ext_set_output_logits(self._batch, index, True)
+            self._process(llama.LLAMA_PROCESS_TYPE_ENCODE)
+            projected = ext.function("llama_get_embeddings_nextn")(self._ctx)
+            out[start:end] = np.ctypeslib.as_array(projected, (end - start, self.n_embd))
+        return out
+
+    def _set_pos(self, index: int, position: int) -> None:
+        # Up to four coordinates (M-RoPE); a text position is the first.
+        llama.llama_batch_ext_set_pos(self._batch, index, (ctypes.c_int32 * 4)(position))
+
+    def _process(self, kind: int) -> None:
+        status = llama.llama_process(self._ctx, kind, self._batch)
+        if status != 0:
+            raise_pending()
+            raise SpecrunError(f"the head {self.name} failed to decode (status {status})")
+
+    def close(self) -> None:
+        handles = getattr(self, "_batch", None), getattr(self, "_ctx", None), self._model
+        self._batch = self._ctx = self._model = None
+        batch, ctx, model = handles
+        if batch:
+            llama.llama_batch_ext_free(batch)
+        if ctx:
+            llama.llama_free(ctx)
+        if model:
+            llama.llama_model_free(model)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _row(array: np.ndarray, i: int) -> llama.llama_embd:
+    """Row i of a C-contiguous float32 array as llama.cpp's embedding view (not a copy)."""
+    pointer = array[i].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    return llama.llama_embd(pointer, 1, array.shape[1])
+
+
+def _head_context_params(target: Model) -> llama.llama_context_params:
+    params: llama.llama_context_params = llama.llama_context_default_params()
+    params.n_ctx = target.n_ctx + 1  # an MTP pair sits one position after its target's
+    params.n_batch = params.n_ubatch = target.n_batch
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = target.threads
+    params.no_perf = True
+    return params
+
+
+def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead, HiddenRows]:
+    """Load an EAGLE-3 head for `target` and make the target keep the layer inputs it reads;
+    a head made for another target is refused in one line."""
+    path = Path(path)
+    check_gguf_header(path)
+    info = read_gguf_info(path)
+    if info.architecture != "eagle3":
+        raise SpecrunError(
+            f"{path.name} is not an EAGLE-3 head (its architecture is {info.architecture})"
+        )
+    clear_log()
+    params = load_params(
+        target.gpu_layers, build_info(), allow_amx=amx_allowed(), tensors=lambda: tensor_table(path)
+    )
+    model = llama.llama_model_load_from_file(os.fsencode(path), params)
+    if not model:
+        raise_pending()
+        raise load_failure(f"cannot load {path}")
+    try:
+        layers = ext.target_layer_ids(model)
+        hidden = _metadata_int(model, "eagle3.target_hidden_size")
+        if hidden != target.n_embd:
+            raise SpecrunError(
+                f"{path.name} was made for a target of hidden size {hidden}; "
+                f"{target.name} has {target.n_embd}"
+            )
+        if not layers or max(layers) >= target.n_layer or min(layers) < 0:
+            raise SpecrunError(
+                f"{path.name} reads target layers {list(layers)}; {target.name} has "
+                f"{target.n_layer} (0 to {target.n_layer - 1})"
+            )
+        ctx_params = _head_context_params(target)
+        ctx_params.ctx_other = target.context  # its token embeddings and output, if it has none
+        head = NativeHead("eagle3", path, model, ctx_params, offset=0, encode=True, owns_model=True)
+    except BaseException:
+        llama.llama_model_free(model)
+        raise
+    try:
+        check_compatible(target, head)
+    except BaseException:
+        head.close()
+        raise
+    return head, target.keep_hidden(layers)
+
+
+def open_mtp(target: Model) -> tuple[NativeHead, HiddenRows]:
+    """The MTP layers of `target` (loaded with `load_mtp`) as a head; a target without
+    them is refused in one line."""
+    if target.n_layer_nextn == 0 or target.architecture not in MTP_ARCHITECTURES:
+        raise SpecrunError(
+            f"{target.name} has no MTP layers llama.cpp can draft with (architecture "
+            f"{target.architecture}, {target.n_layer_nextn} nextn layers); MTP drafting needs "
+            "a model converted with them, such as GLM-4.5, Qwen3.5 or DeepSeek-V3"
+        )
+    ctx_params = _head_context_params(target)
+    ctx_params.ctx_type = llama.LLAMA_CONTEXT_TYPE_MTP
+    head = NativeHead(
+        "mtp",
+        target.path,
+        target.model,
+        ctx_params,
+        offset=1,
+        encode=False,
+        owns_model=False,
+    )
+    return head, target.keep_hidden()
+
+
+def _metadata_int(model: int, key: str) -> int | None:
+    buffer = ctypes.create_string_buffer(32)
+    if llama.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
+        return None
+    return int(buffer.value)
