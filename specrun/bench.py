@@ -18,10 +18,10 @@ from types import ModuleType
 from typing import Literal, TypedDict
 
 from specrun.core.costs import expected_rate
-from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.core.drafting import DraftSource, HybridDraft
 from specrun.core.exactness import first_divergence
 from specrun.core.gamma import GAMMA_MAX, parse_policy
-from specrun.core.loop import generate
+from specrun.core.loop import Round, generate
 from specrun.core.sampling import NEAR_TIE, SamplingParams
 from specrun.core.stats import Stats, StatsRecord
 from specrun.errors import OptionError, SpecrunError
@@ -85,8 +85,9 @@ BUILTIN_PROMPTS: list[BenchPrompt] = [
 ]
 
 
-# Where a mode's drafts come from: nowhere (plain), the draft model, prompt lookup, or both.
-DraftKind = Literal["none", "model", "lookup", "hybrid"]
+# Where a mode's drafts come from: nowhere (plain), the draft (a draft model or a head),
+# prompt lookup, or lookup then the draft.
+ModeDraft = Literal["none", "draft", "lookup", "hybrid"]
 
 
 @dataclass(frozen=True)
@@ -94,15 +95,15 @@ class Mode:
     """One column of the comparison: a draft source and a γ policy."""
 
     name: str
-    draft: DraftKind
+    draft: ModeDraft
     gamma: str  # as parse_policy reads it
 
 
 def default_modes(gammas: Sequence[int], has_draft: bool, lookup: bool) -> list[Mode]:
     modes = [Mode("plain", "none", "0")]
     if has_draft:
-        modes += [Mode(f"γ={g}", "model", str(g)) for g in gammas]
-        modes += [Mode("heuristic", "model", "heuristic"), Mode("auto", "model", "auto")]
+        modes += [Mode(f"γ={g}", "draft", str(g)) for g in gammas]
+        modes += [Mode("heuristic", "draft", "heuristic"), Mode("auto", "draft", "auto")]
     if lookup:
         modes.append(Mode("lookup", "lookup", "auto"))
         if has_draft:
@@ -150,28 +151,27 @@ class CostCurve:
         return max(rates, key=rates.__getitem__), rates
 
 
-def measure_costs(
-    target: Model, draft: Model | None, context: list[int], max_width: int, repeats: int = 5
-) -> tuple[float | None, dict[int, float]]:
-    """Median time of one target call evaluating k new positions, k = 1..max_width,
-    and of one draft token; each call first rolls back to the same context."""
+def measure_verify(
+    target: Model, context: list[int], max_width: int, repeats: int = 5
+) -> dict[int, float]:
+    """Median time of one target call evaluating k new positions, k = 1..max_width; each
+    call first rolls back to the same context."""
 
-    def timed(model: Model, width: int) -> float:
+    def timed(width: int) -> float:
         samples = []
         for _ in range(repeats):
-            model.logits(context, 0)
+            target.logits(context, 0)
             extension = (
                 context + context[-width:]
                 if width <= len(context)
                 else context + [context[-1]] * width
             )
             start = time.perf_counter()
-            model.logits(extension, width, view=True)  # as the round loop reads them
+            target.logits(extension, width, view=True)  # as the round loop reads them
             samples.append(time.perf_counter() - start)
         return statistics.median(samples)
 
-    verify = {width: timed(target, width) for width in range(1, max_width + 1)}
-    return (timed(draft, 1) if draft is not None else None), verify
+    return {width: timed(width) for width in range(1, max_width + 1)}
 
 
 @dataclass
@@ -210,21 +210,20 @@ class BenchResult:
 
 
 def _draft_source(
-    mode: Mode, draft: Model | None, target: Model, lookup: LookupOptions, p_min: float
+    mode: Mode, draft: DraftSource | None, lookup: LookupOptions
 ) -> DraftSource | None:
     if mode.draft == "none":
         return None
     if mode.draft == "lookup":
         return lookup.draft()
-    if draft is None:  # default_modes offers the model's modes only with a draft
-        raise SpecrunError(f"bench: mode {mode.name} needs a draft model")
-    model_draft = ModelDraft(draft, target.n_vocab, p_min=p_min)
-    return model_draft if mode.draft == "model" else HybridDraft(lookup.draft(), model_draft)
+    if draft is None:  # default_modes offers the draft's modes only with a draft
+        raise SpecrunError(f"bench: mode {mode.name} needs a draft model or head")
+    return draft if mode.draft == "draft" else HybridDraft(lookup.draft(), draft)
 
 
 def run_bench(
     target: Model,
-    draft: Model | None,
+    draft: DraftSource | None,
     prompts: list[BenchPrompt],
     modes: list[Mode],
     *,
@@ -232,10 +231,12 @@ def run_bench(
     max_tokens: int = 128,
     repeat: int = 3,
     gamma_max: int = GAMMA_MAX,
-    p_min: float = 0.0,
     lookup: LookupOptions = LookupOptions(),
+    placement: Placement | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> BenchResult:
+    """Every mode on every prompt, interleaved; `draft` is the draft model's or the head's
+    source (its p_min is the bench's) and `placement` where the models run."""
     encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
     classes = list(dict.fromkeys(p["class"] for p in prompts))
 
@@ -243,19 +244,26 @@ def run_bench(
     # auto pays its warm-up once (in the warm-up runs below), not in every generation.
     policies = {mode.name: parse_policy(mode.gamma, gamma_max) for mode in modes}
 
+    # The draft's time per drafted token, as the rounds of the fixed-γ modes measured it
+    # (a draft model's decode or a head's, with its sampling): seconds, tokens.
+    drafting = [0.0, 0]
+
     def one_run(mode: Mode, tokens: list[int]) -> tuple[Stats, list[int]]:
         stats = Stats()
         output: list[int] = []
         for event in generate(
             target,
             tokens,
-            draft=_draft_source(mode, draft, target, lookup, p_min),
+            draft=_draft_source(mode, draft, lookup),
             params=params,
             policy=policies[mode.name],
             max_tokens=max_tokens,
         ):
             stats.add(event)
             output.extend(getattr(event, "tokens", ()))
+            if mode.draft == "draft" and mode.gamma.isdigit() and isinstance(event, Round):
+                drafting[0] += event.draft_seconds
+                drafting[1] += event.drafted
         return stats, output
 
     # Warm-up: first calls pay for allocations and page faults.
@@ -278,7 +286,8 @@ def run_bench(
 
     table = _table(runs, modes, classes)
     mismatches = _mismatches(target, encoded, runs) if params.greedy else []
-    draft_per_token, verify = measure_costs(target, draft, encoded[0], gamma_max + 1)
+    verify = measure_verify(target, encoded[0], gamma_max + 1)
+    draft_per_token = drafting[0] / drafting[1] if drafting[1] else None
     overheads = [
         overhead
         for r in runs
@@ -301,7 +310,7 @@ def run_bench(
         predicted_rates=rates,
         identical=(not mismatches) if params.greedy else None,
         mismatches=mismatches,
-        placement=Placement.of([target, *([draft] if draft else [])]),
+        placement=placement or Placement.of([target]),
     )
 
 

@@ -303,7 +303,7 @@ def bench(
                 f"available: {', '.join(m.name for m in chosen)}"
             )
         chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
-    with load_engine(choice, load) as engine:
+    with load_engine(choice, load, drafting=DraftOptions(p_min=p_min)) as engine:
         load_notes(engine.target, load)
         note(
             f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
@@ -311,15 +311,15 @@ def bench(
         )
         result = benchmark.run_bench(
             engine.target,
-            engine.draft_model,
+            engine.draft,
             prompt_set,
             chosen,
             params=params,
             max_tokens=max_tokens,
             repeat=repeat,
             gamma_max=gamma_max,
-            p_min=p_min,
             lookup=lookup,
+            placement=engine.placement(),
             progress=lambda line: note(f"bench: {line}"),
         )
     # The files first: they hold every run, stdout only the summary (and may be a closed pipe).

@@ -10,9 +10,13 @@ import sys
 import pytest
 
 from specrun.bench import default_modes, load_prompts, plot, render_text, run_bench
+from specrun.core.drafting import ModelDraft
+from specrun.core.heads import HeadDraft
 from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
+from specrun.llama.heads import open_eagle3
 from specrun.llama.model import Model
+from tests.support.tinymodels import write_tiny_eagle3_head
 
 PROMPTS = [
     {"class": "a", "prompt": "the cat and the dog"},
@@ -26,7 +30,7 @@ def result(tiny_target, tiny_draft):
         modes = default_modes([1, 3], has_draft=True, lookup=True)
         return run_bench(
             target,
-            draft,
+            ModelDraft(draft, target.n_vocab),
             PROMPTS,
             modes,
             params=SamplingParams(temperature=0),
@@ -149,3 +153,27 @@ def test_bench_command_prints_the_table_and_writes_json(tiny_target, tiny_draft,
     assert "sea" in result.stdout and "auto" in result.stdout and "heuristic" not in result.stdout
     assert "of the best fixed" in result.stdout
     assert json.loads(out.read_text())["modes"] == ["plain", "γ=2", "auto", "lookup"]
+
+
+def test_a_head_takes_the_draft_models_place(tiny_target, tiny_dir):
+    """`bench -d eagle3:HEAD`: the draft's modes (fixed γ, heuristic, auto, hybrid) run the head,
+    its outputs equal plain decoding's and its cost per drafted token is measured."""
+    head_file = write_tiny_eagle3_head(tiny_dir / "bench-head.gguf")
+    with Model(tiny_target, n_ctx=512) as target:
+        head, rows = open_eagle3(head_file, target)
+        try:
+            result = run_bench(
+                target,
+                HeadDraft(head, rows, target.n_vocab),
+                PROMPTS,
+                default_modes([2], has_draft=True, lookup=True),
+                params=SamplingParams(temperature=0),
+                max_tokens=16,
+                repeat=1,
+                gamma_max=4,
+            )
+        finally:
+            head.close()
+    assert result.draft == "eagle3:bench-head.gguf" and result.identical
+    assert result.costs.draft_per_token > 0
+    assert sum(r.stats["drafted"] for r in result.runs if r.mode == "γ=2") > 0
