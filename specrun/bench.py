@@ -242,7 +242,14 @@ def run_bench(
 
     # One policy per mode for the whole bench, as an engine keeps its policy across turns:
     # auto pays its warm-up once (in the warm-up runs below), not in every generation.
-    policies = {mode.name: parse_policy(mode.gamma, gamma_max) for mode in modes}
+    # Each mode's source lives as long too (the hybrid's auto is its policy and its source).
+    sources = {mode.name: _draft_source(mode, draft, lookup) for mode in modes}
+    policies = {
+        name: source.policy(mode.gamma, gamma_max)
+        if isinstance(source := sources[name], HybridDraft)
+        else parse_policy(mode.gamma, gamma_max)
+        for name, mode in zip(sources, modes)
+    }
 
     # The draft's time per drafted token, as the rounds of the fixed-γ modes measured it
     # (a draft model's decode or a head's, with its sampling): seconds, tokens.
@@ -254,7 +261,7 @@ def run_bench(
         for event in generate(
             target,
             tokens,
-            draft=_draft_source(mode, draft, lookup),
+            draft=sources[mode.name],
             params=params,
             policy=policies[mode.name],
             max_tokens=max_tokens,

@@ -61,7 +61,7 @@ class Engine:
         self.draft = draft
         self.params = params
         self.gamma_max = gamma_max
-        self.policy: GammaPolicy = parse_policy(gamma, gamma_max)
+        self.policy: GammaPolicy = self._policy(gamma)
         self.layer_plan: LayerPlan | None = (
             None  # the placement by free memory, where there were GPUs
         )
@@ -179,8 +179,14 @@ class Engine:
             **({"rpc": self.rpc_servers} if self.remotes else {}),  # costs over a network differ
         }
 
+    def _policy(self, spec: str) -> GammaPolicy:
+        """The γ policy `spec` names; the hybrid's auto chooses its source per round too."""
+        if isinstance(self.draft, HybridDraft):
+            return self.draft.policy(spec, self.gamma_max)
+        return parse_policy(spec, self.gamma_max)
+
     def set_gamma(self, spec: str) -> None:
-        self.policy = parse_policy(spec, self.gamma_max)
+        self.policy = self._policy(spec)
         if self.learned_path is not None:
             self.recalled = learned.load(self.policy, self.learned_path)
 

@@ -14,6 +14,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from specrun.core.costs import RoundLike
+from specrun.core.gamma import GAMMA_MAX, AdaptiveGamma, GammaPolicy, PlainSamples, parse_policy
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import Distribution, SamplingParams, pick
 from specrun.core.sequence import Tokens
@@ -95,8 +97,61 @@ def top_probability(logits: np.ndarray) -> float:
     return 1.0 / float(np.exp(shifted, out=shifted).sum(dtype=np.float64))
 
 
+Role = Literal["lookup", "model"]  # the hybrid's two sources
+
+
+class SourceChoice:
+    """auto for the hybrid: an adaptive policy per source, each learning its own α (on the
+    rounds its source drafted) and its own cost per token, and the loop's policy over both
+    (`next_gamma` the longer of their γ). A round is evidence for the source that drafted
+    it; a round that no source drafted, for both; the other source only counts it as gone
+    by (`AdaptiveGamma.pass_round`)."""
+
+    name = "auto"
+
+    def __init__(self, gamma_max: int) -> None:
+        self.policies: dict[Role, AdaptiveGamma] = {
+            "lookup": AdaptiveGamma(gamma_max),
+            "model": AdaptiveGamma(gamma_max),
+        }
+        self.asked: dict[Role, int] = {}  # this round's γ of each source asked
+        self.drafter: Role | None = None  # this round's
+
+    def next_gamma(self) -> int:
+        return max(policy.next_gamma() for policy in self.policies.values())
+
+    def gamma(self, role: Role, n: int) -> int:
+        self.asked[role] = gamma = min(self.policies[role].next_gamma(), n)
+        return gamma
+
+    def prefers_lookup(self, drafted: int, model_gamma: int) -> bool:
+        """Whether lookup's `drafted` tokens promise a better rate than the model at its γ.
+        A rate not yet measured loses to none: lookup costs next to nothing to try."""
+        lookup_rate = self.policies["lookup"].rates().get(drafted)
+        model_rate = self.policies["model"].rates().get(model_gamma)
+        return lookup_rate is None or model_rate is None or lookup_rate >= model_rate
+
+    def observe(self, event: RoundLike) -> None:
+        drafter, asked = self.drafter, self.asked
+        self.drafter, self.asked = None, {}
+        for role, policy in self.policies.items():
+            if drafter is None or role == drafter:
+                # As the policy asked (a forced plain round: 0), not the longer of the two.
+                policy.observe(event, asked=asked.get(role, 0))
+            else:
+                policy.pass_round()
+
+
 class HybridDraft:
-    """Prompt lookup first, the draft model (or head) when the text offers no match."""
+    """Prompt lookup and a draft model (or head): per round, the one that pays.
+
+    Under a fixed γ or the heuristic, lookup first and the model where the text offers no
+    match. Under auto (`policy("auto")`), each source has its own policy (SourceChoice), so
+    a model that does not pay no longer drags lookup's estimate down, nor do lookup's
+    misses the model's: lookup is asked first, at no cost, and its match drafts where its
+    expected rate beats the model's at the model's own γ; otherwise the model drafts at
+    its γ, or, where neither pays, no one does.
+    """
 
     kind: DraftKind = "hybrid"
 
@@ -104,6 +159,13 @@ class HybridDraft:
         self.lookup = lookup
         self.model = model
         self.name = f"lookup+{model.name}"
+        self.choice: SourceChoice | None = None
+
+    def policy(self, spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
+        """The γ policy to run the hybrid under: `spec` as `parse_policy` reads it."""
+        policy = parse_policy(spec, gamma_max)
+        self.choice = SourceChoice(gamma_max) if policy.name == "auto" else None
+        return PlainSamples(self.choice) if self.choice else policy
 
     def prefill(self, ctx: Sequence[int]) -> None:
         self.lookup.prefill(ctx)
@@ -112,5 +174,19 @@ class HybridDraft:
     def propose(
         self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
     ) -> Proposal:
-        proposal = self.lookup.propose(ctx, n, params, rng)
-        return proposal if proposal.tokens else self.model.propose(ctx, n, params, rng)
+        choice = self.choice
+        if choice is None:
+            proposal = self.lookup.propose(ctx, n, params, rng)
+            return proposal if proposal.tokens else self.model.propose(ctx, n, params, rng)
+        lookup_gamma = choice.gamma("lookup", n)
+        model_gamma = choice.gamma("model", n)
+        proposal = Proposal()
+        if lookup_gamma:
+            proposal = self.lookup.propose(ctx, lookup_gamma, params, rng)
+        if proposal.tokens and choice.prefers_lookup(len(proposal.tokens), model_gamma):
+            choice.drafter = "lookup"
+            return proposal
+        if not model_gamma:  # neither drafts: a plain round, lookup's indexing its only cost
+            return Proposal(catch_up_seconds=proposal.catch_up_seconds)
+        choice.drafter = "model"
+        return self.model.propose(ctx, model_gamma, params, rng)

@@ -159,8 +159,11 @@ class AdaptiveGamma:
             self._pays = any(rate > plain * (1 + self.hysteresis) for rate in perfect.values())
         return self._pays
 
-    def observe(self, event: RoundLike) -> None:
-        was_probe = self.gamma == 0 and event.gamma > 0 and not self._warmup
+    def observe(self, event: RoundLike, asked: int | None = None) -> None:
+        """Learn from a round; `asked` is the γ this policy asked for where the loop asked
+        another (the hybrid's SourceChoice asks the longer of two)."""
+        asked = event.gamma if asked is None else asked
+        was_probe = self.gamma == 0 and asked > 0 and not self._warmup
         if self._first_round:
             self._first_round = False
         else:
@@ -194,6 +197,14 @@ class AdaptiveGamma:
             pass  # prompt lookup found no match, at next to no cost: no evidence yet, probe again
         else:
             self._space_probes(event)
+
+    def pass_round(self) -> None:
+        """A round went by that another source drafted (the hybrid's): while this policy
+        decodes plainly it counts toward the next probe, and its evidence fades as in a
+        plain round; nothing of the round's costs is its own."""
+        if self.gamma == 0 and not self._warmup:
+            self._rounds_at_zero += 1
+            self._fade_evidence()
 
     def state(self) -> AdaptiveState:
         """What it learned, for a later run on the same pair and machine (specrun.core.learned)."""

@@ -35,16 +35,16 @@ FOLLOW_UP = " and the sun is small"
 
 
 @pytest.fixture(scope="module")
-def heads(tiny_dir: Path) -> dict[str, tuple[Path, object]]:
+def heads(tiny_dir: Path, tiny_target: Path) -> dict[str, tuple[Path, object]]:
     """Target and draft of each kind: a head with its own embeddings, one borrowing the
     target's, and a target's own MTP layers."""
     return {
         "eagle3": (
-            tiny_dir / "target.gguf",
+            tiny_target,
             Eagle3Head(write_tiny_eagle3_head(tiny_dir / "h.gguf")),
         ),
         "eagle3-borrowing": (
-            tiny_dir / "target.gguf",
+            tiny_target,
             Eagle3Head(write_tiny_eagle3_head(tiny_dir / "hb.gguf", own_embeddings=False)),
         ),
         "mtp": (write_tiny_mtp_model(tiny_dir / "mtp.gguf"), MTP_LAYERS),

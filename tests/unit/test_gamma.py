@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specrun.core.costs import CostModel, expected_rate
+from specrun.core.drafting import HybridDraft, Proposal
 from specrun.core.gamma import (
     PLAIN_SAMPLE_COST,
     PLAIN_SAMPLE_ROUNDS,
@@ -453,3 +454,106 @@ def test_no_speedup_figure_before_a_plain_round_is_measured():
     assert stats.estimated_speedup is None
     stats.add(as_round(SimRound(0, 0, 0, 0.0, 0.010, 0.0)))
     assert stats.estimated_speedup == pytest.approx(8 * 0.010 / 0.106)
+
+
+# --- the hybrid's auto: a policy per source, the source that pays per round ----------------
+
+
+class SimLookup:
+    """Prompt lookup on a text that alternates passages it can copy and passages it cannot:
+    where it can, a match of up to n tokens, each right with `alpha`."""
+
+    name, kind = "lookup", "lookup"
+
+    def __init__(self, copying: list[bool]) -> None:
+        self.copying = copying  # per round: whether the text there repeats earlier text
+        self.round = 0
+
+    def prefill(self, ctx):
+        pass
+
+    def propose(self, ctx, n, params, rng):
+        return Proposal([1] * n if self.copying[self.round] else [], [None] * n)
+
+
+class SimModel:
+    name, kind = "model", "model"
+
+    def prefill(self, ctx):
+        pass
+
+    def propose(self, ctx, n, params, rng):
+        return Proposal([2] * n, [None] * n)
+
+
+LOOKUP_ALPHA = 0.9
+COPY_TEXT = [(i // 40) % 2 == 0 for i in range(600)]  # 40 rounds copying, 40 not, in turn
+
+
+def simulate_sources(source, policy, machine: Machine, lookup: SimLookup, seed: int = 0):
+    """Rounds of `source` under `policy`: a lookup token costs nothing and is right with
+    LOOKUP_ALPHA; a model token costs machine.t_draft and is right with machine.alpha."""
+    rng = np.random.default_rng(seed)
+    history = []
+    for i in range(len(lookup.copying)):
+        lookup.round = i
+        gamma = policy.next_gamma()
+        tokens = source.propose([], gamma, None, rng).tokens if gamma else []
+        alpha, t_draft = (
+            (LOOKUP_ALPHA, 0.0) if tokens[:1] == [1] else (machine.alpha, machine.t_draft)
+        )
+        accepted = 0
+        while accepted < len(tokens) and rng.random() < alpha:
+            accepted += 1
+        jitter = rng.uniform(0.97, 1.03)
+        event = SimRound(
+            gamma,
+            len(tokens),
+            accepted,
+            len(tokens) * t_draft * jitter,
+            machine.t_verify(len(tokens) + 1) * jitter,
+            machine.overhead,
+        )
+        policy.observe(event)
+        history.append(event)
+    return throughput(history)
+
+
+RARE_COPY = [(i // 40) % 5 == 0 for i in range(600)]  # one passage in five copies
+
+
+@pytest.mark.parametrize(
+    ("machine", "copying"),
+    [
+        (replace(CPU_LIKE, alpha=0.3), COPY_TEXT),
+        (CPU_LIKE, RARE_COPY),
+        (GPU_LIKE, COPY_TEXT),
+        (GPU_LIKE, RARE_COPY),
+    ],
+    ids=["model-does-not-pay", "cpu-rare-copy", "gpu-like", "gpu-like-rare-copy"],
+)
+def test_the_hybrids_auto_is_at_least_the_better_of_its_parts(machine, copying):
+    """Where the model does not pay, the old hybrid (one α for both sources) lost what lookup
+    alone gains (0.75x of it here); with a policy per source it keeps the better of the two,
+    on text that alternates passages lookup can copy and passages it cannot."""
+
+    def rate(kind: str) -> float:
+        lookup = SimLookup(copying)
+        if kind == "lookup":
+            return simulate_sources(lookup, parse_policy("auto"), machine, lookup)
+        if kind == "model":
+            return simulate_sources(SimModel(), parse_policy("auto"), machine, lookup)
+        hybrid = HybridDraft(lookup, SimModel())
+        return simulate_sources(hybrid, hybrid.policy("auto"), machine, lookup)
+
+    best_part = max(rate("lookup"), rate("model"))
+    assert rate("hybrid") >= 0.97 * best_part
+
+
+def test_the_hybrid_under_a_fixed_gamma_asks_lookup_first():
+    lookup = SimLookup([True, False])
+    hybrid = HybridDraft(lookup, SimModel())
+    assert hybrid.policy("3").name == "fixed:3" and hybrid.choice is None
+    assert hybrid.propose([], 3, None, None).tokens == [1, 1, 1]
+    lookup.round = 1
+    assert hybrid.propose([], 3, None, None).tokens == [2, 2, 2]
