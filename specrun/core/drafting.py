@@ -126,8 +126,13 @@ class SourceChoice:
 
     def prefers_lookup(self, drafted: int, model_gamma: int) -> bool:
         """Whether lookup's `drafted` tokens promise a better rate than the model at its γ.
-        A rate not yet measured loses to none: lookup costs next to nothing to try."""
-        lookup_rate = self.policies["lookup"].rates().get(drafted)
+        Where the model would not draft, or lookup's policy probes, lookup's own policy has
+        chosen (a probe that a comparison could veto would never bring evidence); a rate not
+        yet measured loses to none: lookup costs next to nothing to try."""
+        lookup = self.policies["lookup"]
+        if model_gamma == 0 or lookup.gamma == 0:
+            return True
+        lookup_rate = lookup.rates().get(drafted)
         model_rate = self.policies["model"].rates().get(model_gamma)
         return lookup_rate is None or model_rate is None or lookup_rate >= model_rate
 
