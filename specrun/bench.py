@@ -218,7 +218,7 @@ def _draft_source(
         return lookup.draft()
     if draft is None:  # default_modes offers the draft's modes only with a draft
         raise SpecrunError(f"bench: mode {mode.name} needs a draft model or head")
-    return draft if mode.draft == "draft" else HybridDraft(lookup.draft(), draft)
+    return draft if mode.draft == "draft" else HybridDraft(lookup.draft(), [draft])
 
 
 def run_bench(

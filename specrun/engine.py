@@ -29,8 +29,8 @@ from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
 from specrun.llama.model import DEFAULT_CTX, Model
 from specrun.llama.placement import Gpu, LayerPlan, Placement, plan_layers
 from specrun.options import (
-    DraftChoice,
     DraftOptions,
+    DraftSpec,
     Eagle3Head,
     LoadOptions,
     MtpLayers,
@@ -75,7 +75,7 @@ class Engine:
     def load(
         cls,
         target_path: str | Path,
-        draft: str | Path | DraftChoice | None = None,
+        draft: DraftSpec | Sequence[DraftSpec] | None = None,
         *,
         options: LoadOptions = LoadOptions(),
         params: SamplingParams = SamplingParams(),
@@ -84,16 +84,17 @@ class Engine:
     ) -> Engine:
         """Load the target and the draft and check that the draft can serve the target.
 
-        `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup alone, an
-        `Eagle3Head` made for the target, or `MTP_LAYERS` for the target's own MTP layers; a
-        model or a head with `drafting.hybrid` gives the hybrid (lookup first, the model or
-        head when nothing matches).
+        `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup, an
+        `Eagle3Head` made for the target, `MTP_LAYERS` for the target's own MTP layers, or
+        several of them: several sources (or one with `drafting.hybrid`, which adds prompt
+        lookup) make the hybrid, whose auto picks the source that pays each round.
         With GPUs, the layers are placed by free memory first (`specrun.llama.placement`), and
         `announce` hears the one line that says where they went. `options.rpc` adds RPC
         servers' devices for the target, ahead of this machine's GPUs (specrun.llama.rpc).
         """
         n_ctx = options.n_ctx or DEFAULT_CTX
-        draft_file = Path(draft) if isinstance(draft, str | Path) else None
+        choices = _draft_choices(draft)
+        draft_file = next((Path(c) for c in choices if isinstance(c, str | Path)), None)
         remotes = rpc.connect(options.rpc) if options.rpc else []
         remote_gpus = [
             Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint)
@@ -114,44 +115,45 @@ class Engine:
             split=placed.split if placed else None,
             reproducible=options.reproducible,
             devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
-            load_mtp=isinstance(draft, MtpLayers),
+            load_mtp=any(isinstance(c, MtpLayers) for c in choices),
         )
-        source: DraftSource | None = None
-        if isinstance(draft, PromptLookup):
-            source = drafting.lookup.draft()
-        elif isinstance(draft, Eagle3Head | MtpLayers):
-            try:
-                head, rows = (
-                    open_eagle3(draft.path, target)
-                    if isinstance(draft, Eagle3Head)
-                    else open_mtp(target)
-                )
-            except BaseException:
-                target.close()
-                raise
-            source = HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min)
-        elif draft is not None:
-            draft_model = None
-            try:
-                draft_model = Model(
-                    draft,
-                    n_ctx=target.n_ctx,
-                    threads=options.threads,
-                    verbose=options.verbose,
-                    gpu_layers=_layers(
-                        options.draft_gpu_layers, placed.draft_layers if placed else None
-                    ),
-                    main_gpu=placed.draft_gpu if placed else None,
-                )
-                check_compatible(target, draft_model)
-            except BaseException:  # a bad draft, or Ctrl-C while it loads: free the target too
-                if draft_model is not None:
-                    draft_model.close()
-                target.close()
-                raise
-            source = ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min)
-        if drafting.hybrid and isinstance(source, ModelDraft | HeadDraft):
-            source = HybridDraft(drafting.lookup.draft(), source)
+        drafts: list[DraftSource] = []
+        try:
+            for choice in choices:
+                if isinstance(choice, Eagle3Head | MtpLayers):
+                    head, rows = (
+                        open_eagle3(choice.path, target)
+                        if isinstance(choice, Eagle3Head)
+                        else open_mtp(target)
+                    )
+                    drafts.append(HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min))
+                elif not isinstance(choice, PromptLookup):
+                    draft_model = Model(
+                        choice,
+                        n_ctx=target.n_ctx,
+                        threads=options.threads,
+                        verbose=options.verbose,
+                        gpu_layers=_layers(
+                            options.draft_gpu_layers, placed.draft_layers if placed else None
+                        ),
+                        main_gpu=placed.draft_gpu if placed else None,
+                    )
+                    drafts.append(ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min))
+                    check_compatible(target, draft_model)
+        except BaseException:  # a bad draft, or Ctrl-C while one loads: free what was loaded
+            for loaded in reversed(drafts):
+                _close_draft(loaded)
+            target.close()
+            raise
+        use_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
+        lookup = drafting.lookup.draft() if use_lookup else None
+        source: DraftSource | None = (
+            HybridDraft(lookup, drafts)
+            if drafts and (lookup or len(drafts) > 1)
+            else drafts[0]
+            if drafts
+            else lookup
+        )
         engine = cls(
             target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max
         )
@@ -165,13 +167,13 @@ class Engine:
 
     def _learned_settings(self, draft: DraftSource) -> dict[str, object]:
         """What the costs and acceptance that auto learns depend on."""
-        models = [self.target, *([self.draft_model] if self.draft_model else [])]
-        head = self.head
+        models = [self.target, *self.draft_models]
+        heads = [getattr(d.head, "path", None) for d in self.drafts if isinstance(d, HeadDraft)]
         return {
             "models": [
                 learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models
             ]
-            + ([learned.file_identity(head.path)] if head is not None and head.path else []),
+            + [learned.file_identity(path) for path in heads if isinstance(path, Path)],
             "draft": [draft.name, *_draft_settings(draft)],
             "gamma_max": self.gamma_max,
             "llama.cpp": llama_cpp.__version__,
@@ -226,17 +228,27 @@ class Engine:
         return list(dict.fromkeys(remote.endpoint for remote in self.remotes))
 
     @property
+    def drafts(self) -> list[DraftSource]:
+        """The draft models' and heads' sources (inside the hybrid, if it is one)."""
+        if isinstance(self.draft, HybridDraft):
+            return list(self.draft.drafts)
+        return [self.draft] if isinstance(self.draft, ModelDraft | HeadDraft) else []
+
+    @property
+    def draft_models(self) -> list[Model]:
+        models = (d.model for d in self.drafts if isinstance(d, ModelDraft))
+        return [m for m in models if isinstance(m, Model)]
+
+    @property
     def draft_model(self) -> Model | None:
-        draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
-        model = draft.model if isinstance(draft, ModelDraft) else None
-        return model if isinstance(model, Model) else None
+        """The (first) draft model."""
+        return next(iter(self.draft_models), None)
 
     @property
     def head(self) -> NativeHead | None:
-        """The EAGLE-3 head or MTP layers that draft, if a head does."""
-        draft = self.draft.model if isinstance(self.draft, HybridDraft) else self.draft
-        head = draft.head if isinstance(draft, HeadDraft) else None
-        return head if isinstance(head, NativeHead) else None
+        """The (first) EAGLE-3 head or MTP layers that draft."""
+        heads = (d.head for d in self.drafts if isinstance(d, HeadDraft))
+        return next((h for h in heads if isinstance(h, NativeHead)), None)
 
     def placement(self) -> Placement:
         """The device the models run on, the GPU layers of the target (and draft), and where
@@ -252,10 +264,8 @@ class Engine:
         if self.learned_path is not None:
             learned.save(self.policy, self.learned_path, self._learned_key)
             self.learned_path = None  # closing twice saves once
-        if self.draft_model is not None:
-            self.draft_model.close()
-        if self.head is not None:  # before the target, whose context and weights it uses
-            self.head.close()
+        for draft in self.drafts:  # before the target, whose context a head uses
+            _close_draft(draft)
         self.target.close()
 
     def __enter__(self) -> Engine:
@@ -270,10 +280,25 @@ def _layers(asked: int | None, fitted: int | None) -> int | None:
     return asked if asked is not None else fitted
 
 
+def _draft_choices(draft: DraftSpec | Sequence[DraftSpec] | None) -> list[DraftSpec]:
+    if draft is None:
+        return []
+    if isinstance(draft, str | Path | PromptLookup | Eagle3Head | MtpLayers):
+        return [draft]
+    return list(draft)
+
+
+def _close_draft(source: DraftSource) -> None:
+    native = source.model if isinstance(source, ModelDraft) else getattr(source, "head", None)
+    if isinstance(native, Model | NativeHead):
+        native.close()
+
+
 def _draft_settings(source: DraftSource) -> list[object]:
     """The draft source's own settings: what changes its proposals."""
     if isinstance(source, HybridDraft):
-        return _draft_settings(source.lookup) + _draft_settings(source.model)
+        sources = [*([source.lookup] if source.lookup else []), *source.drafts]
+        return [setting for part in sources for setting in _draft_settings(part)]
     if isinstance(source, ModelDraft | HeadDraft):
         return [source.p_min]
     return [getattr(source, name, None) for name in ("ngram_min", "ngram_max", "max_tokens")]

@@ -88,5 +88,6 @@ class MtpLayers:
 
 
 MTP_LAYERS = MtpLayers()
-# What `Engine.load` takes for a draft besides a draft model's GGUF.
+# What `Engine.load` takes for a draft besides a draft model's GGUF, and with it.
 DraftChoice = PromptLookup | Eagle3Head | MtpLayers
+DraftSpec = str | Path | DraftChoice

@@ -97,101 +97,121 @@ def top_probability(logits: np.ndarray) -> float:
     return 1.0 / float(np.exp(shifted, out=shifted).sum(dtype=np.float64))
 
 
-Role = Literal["lookup", "model"]  # the hybrid's two sources
+LOOKUP = "lookup"  # the hybrid's name for its prompt lookup's policy
 
 
 class SourceChoice:
-    """auto for the hybrid: an adaptive policy per source, each learning its own α (on the
-    rounds its source drafted) and its own cost per token, and the loop's policy over both
-    (`next_gamma` the longer of their γ). A round is evidence for the source that drafted
-    it; a round that no source drafted, for both; the other source only counts it as gone
-    by (`AdaptiveGamma.pass_round`)."""
+    """auto for the hybrid: an adaptive policy per source (by its name), each learning its
+    own α (on the rounds its source drafted) and its own cost per token, and the loop's
+    policy over them all (`next_gamma` the longest of their γ). A round is evidence for the
+    source that drafted it; a round that no source drafted, for all; the others only count
+    it as gone by (`AdaptiveGamma.pass_round`)."""
 
     name = "auto"
 
-    def __init__(self, gamma_max: int) -> None:
-        self.policies: dict[Role, AdaptiveGamma] = {
-            "lookup": AdaptiveGamma(gamma_max),
-            "model": AdaptiveGamma(gamma_max),
-        }
-        self.asked: dict[Role, int] = {}  # this round's γ of each source asked
-        self.drafter: Role | None = None  # this round's
+    def __init__(self, names: Sequence[str], gamma_max: int) -> None:
+        self.policies = {name: AdaptiveGamma(gamma_max) for name in names}
+        self.asked: dict[str, int] = {}  # this round's γ of each source asked
+        self.drafter: str | None = None  # this round's
 
     def next_gamma(self) -> int:
         return max(policy.next_gamma() for policy in self.policies.values())
 
-    def gamma(self, role: Role, n: int) -> int:
-        self.asked[role] = gamma = min(self.policies[role].next_gamma(), n)
+    def gamma(self, name: str, n: int) -> int:
+        self.asked[name] = gamma = min(self.policies[name].next_gamma(), n)
         return gamma
 
-    def prefers_lookup(self, drafted: int, model_gamma: int) -> bool:
-        """Whether lookup's `drafted` tokens promise a better rate than the model at its γ.
-        Where the model would not draft, or lookup's policy probes, lookup's own policy has
-        chosen (a probe that a comparison could veto would never bring evidence); a rate not
-        yet measured loses to none: lookup costs next to nothing to try."""
-        lookup = self.policies["lookup"]
-        if model_gamma == 0 or lookup.gamma == 0:
-            return True
-        lookup_rate = lookup.rates().get(drafted)
-        model_rate = self.policies["model"].rates().get(model_gamma)
-        return lookup_rate is None or model_rate is None or lookup_rate >= model_rate
+    def rate(self, name: str, gamma: int) -> float | None:
+        """The expected tokens per second of a source at γ, None where not yet measured."""
+        return self.policies[name].rates().get(gamma)
 
     def observe(self, event: RoundLike) -> None:
         drafter, asked = self.drafter, self.asked
         self.drafter, self.asked = None, {}
-        for role, policy in self.policies.items():
-            if drafter is None or role == drafter:
-                # As the policy asked (a forced plain round: 0), not the longer of the two.
-                policy.observe(event, asked=asked.get(role, 0))
+        for name, policy in self.policies.items():
+            if drafter is None or name == drafter:
+                # As the policy asked (a forced plain round: 0), not the longest of them.
+                policy.observe(event, asked=asked.get(name, 0))
             else:
                 policy.pass_round()
 
 
 class HybridDraft:
-    """Prompt lookup and a draft model (or head): per round, the one that pays.
+    """Prompt lookup and draft models or heads: per round, the one that pays.
 
-    Under a fixed γ or the heuristic, lookup first and the model where the text offers no
-    match. Under auto (`policy("auto")`), each source has its own policy (SourceChoice), so
-    a model that does not pay no longer drags lookup's estimate down, nor do lookup's
-    misses the model's: lookup is asked first, at no cost, and its match drafts where its
-    expected rate beats the model's at the model's own γ; otherwise the model drafts at
-    its γ, or, where neither pays, no one does.
+    Under a fixed γ or the heuristic, lookup first and the first draft where the text
+    offers no match. Under auto (`policy("auto")`), each source has its own policy
+    (SourceChoice), so a source that does not pay no longer drags the others' estimates
+    down: the draft (model or head) with the best expected rate at its own γ is the
+    candidate (one not yet measured, or probing, first); lookup is asked first, at no cost, and its
+    match drafts where its expected rate beats the candidate's, where no draft would
+    draft, or where lookup's policy probes (a probe a comparison could veto would never
+    bring evidence); otherwise the candidate drafts at its γ, or, where none pays, no one.
     """
 
     kind: DraftKind = "hybrid"
 
-    def __init__(self, lookup: DraftSource, model: DraftSource) -> None:
+    def __init__(self, lookup: DraftSource | None, drafts: Sequence[DraftSource]) -> None:
         self.lookup = lookup
-        self.model = model
-        self.name = f"lookup+{model.name}"
+        self.drafts = list(drafts)
+        self.name = "+".join(s.name for s in [*([lookup] if lookup else []), *self.drafts])
         self.choice: SourceChoice | None = None
 
     def policy(self, spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
         """The γ policy to run the hybrid under: `spec` as `parse_policy` reads it."""
         policy = parse_policy(spec, gamma_max)
-        self.choice = SourceChoice(gamma_max) if policy.name == "auto" else None
+        names = [*([LOOKUP] if self.lookup else []), *(d.name for d in self.drafts)]
+        self.choice = SourceChoice(names, gamma_max) if policy.name == "auto" else None
         return PlainSamples(self.choice) if self.choice else policy
 
     def prefill(self, ctx: Sequence[int]) -> None:
-        self.lookup.prefill(ctx)
-        self.model.prefill(ctx)
+        for source in [*([self.lookup] if self.lookup else []), *self.drafts]:
+            source.prefill(ctx)
 
     def propose(
         self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
     ) -> Proposal:
         choice = self.choice
         if choice is None:
-            proposal = self.lookup.propose(ctx, n, params, rng)
-            return proposal if proposal.tokens else self.model.propose(ctx, n, params, rng)
-        lookup_gamma = choice.gamma("lookup", n)
-        model_gamma = choice.gamma("model", n)
+            proposal = self.lookup.propose(ctx, n, params, rng) if self.lookup else Proposal()
+            return proposal if proposal.tokens else self.drafts[0].propose(ctx, n, params, rng)
+        asked = {draft.name: choice.gamma(draft.name, n) for draft in self.drafts}
+        candidate = self._candidate(choice, asked)
         proposal = Proposal()
-        if lookup_gamma:
+        if self.lookup and (lookup_gamma := choice.gamma(LOOKUP, n)):
             proposal = self.lookup.propose(ctx, lookup_gamma, params, rng)
-        if proposal.tokens and choice.prefers_lookup(len(proposal.tokens), model_gamma):
-            choice.drafter = "lookup"
-            return proposal
-        if not model_gamma:  # neither drafts: a plain round, lookup's indexing its only cost
+            if proposal.tokens and (
+                candidate is None
+                or choice.policies[LOOKUP].gamma == 0
+                or _beats(choice.rate(LOOKUP, len(proposal.tokens)), choice.rate(*candidate))
+            ):
+                choice.drafter = LOOKUP
+                return proposal
+        if candidate is None:  # none drafts: a plain round, lookup's indexing its only cost
             return Proposal(catch_up_seconds=proposal.catch_up_seconds)
-        choice.drafter = "model"
-        return self.model.propose(ctx, model_gamma, params, rng)
+        name, gamma = candidate
+        choice.drafter = name
+        draft = next(d for d in self.drafts if d.name == name)
+        return draft.propose(ctx, gamma, params, rng)
+
+    @staticmethod
+    def _candidate(choice: SourceChoice, asked: dict[str, int]) -> tuple[str, int] | None:
+        """The draft to draft with and its γ: the best expected rate; before that, one not yet
+        measured, one whose policy probes, or one passed over for long (a source whose turn
+        loses to the others' rates would never bring the evidence that could bring it
+        back)."""
+        best: tuple[float, str] | None = None
+        for name, gamma in asked.items():
+            if gamma == 0:
+                continue
+            policy, rate = choice.policies[name], choice.rate(name, gamma)
+            if rate is None or policy.gamma == 0 or policy.passed_over:
+                return name, gamma
+            if best is None or rate > best[0]:
+                best = (rate, name)
+        return (best[1], asked[best[1]]) if best else None
+
+
+def _beats(rate: float | None, other: float | None) -> bool:
+    """Whether a rate is at least another; one not yet measured loses to none."""
+    return rate is None or other is None or rate >= other

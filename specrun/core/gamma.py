@@ -23,6 +23,10 @@ PLAIN_SAMPLE_COST = 0.01
 # Forced plain rounds come in threes: the first pays for following a draft and is not
 # measured; the two after it measure plain decoding (DESIGN.md, γ).
 PLAIN_SAMPLE_ROUNDS = 3
+# A source of the hybrid passed over this many rounds while its own policy would draft gets
+# a round: its estimate of α moves only on rounds it drafts, and one stale from bad luck
+# would otherwise keep it out for good.
+PASSED_OVER_ROUNDS = 32
 
 
 class AdaptiveState(TypedDict):
@@ -161,8 +165,9 @@ class AdaptiveGamma:
 
     def observe(self, event: RoundLike, asked: int | None = None) -> None:
         """Learn from a round; `asked` is the γ this policy asked for where the loop asked
-        another (the hybrid's SourceChoice asks the longer of two)."""
+        another (the hybrid's SourceChoice asks the longest of several)."""
         asked = event.gamma if asked is None else asked
+        self._rounds_passed = 0
         was_probe = self.gamma == 0 and asked > 0 and not self._warmup
         if self._first_round:
             self._first_round = False
@@ -202,9 +207,15 @@ class AdaptiveGamma:
         """A round went by that another source drafted (the hybrid's): while this policy
         decodes plainly it counts toward the next probe, and its evidence fades as in a
         plain round; nothing of the round's costs is its own."""
+        self._rounds_passed += 1
         if self.gamma == 0 and not self._warmup:
             self._rounds_at_zero += 1
             self._fade_evidence()
+
+    @property
+    def passed_over(self) -> bool:
+        """Whether it would draft but others have drafted PASSED_OVER_ROUNDS rounds since."""
+        return self.gamma > 0 and self._rounds_passed >= PASSED_OVER_ROUNDS
 
     def state(self) -> AdaptiveState:
         """What it learned, for a later run on the same pair and machine (specrun.core.learned)."""
@@ -227,6 +238,7 @@ class AdaptiveGamma:
         self.gamma = max(0, min(int(state["gamma"]), self.gamma_max))
         self._probe_interval = max(1, min(int(state["probe_interval"]), self._max_probe_interval))
         self._rounds_at_zero = 0
+        self._rounds_passed = 0  # rounds another source drafted (the hybrid's) since its last
         self._warmup = []
         self._first_round = True
 

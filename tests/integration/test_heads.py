@@ -193,3 +193,23 @@ def test_mtp_needs_a_target_with_mtp_layers(tiny_target, tiny_dir):
     with Model(tiny_target) as plain:
         with pytest.raises(SpecrunError, match="has no MTP layers"):
             open_mtp(plain)
+
+
+@pytest.mark.parametrize("gamma", ["3", "auto"])
+def test_a_draft_model_a_head_and_lookup_together_keep_greedy_identity(
+    tiny_target, tiny_draft, heads, gamma
+):
+    """Several sources at hand: auto picks per round among lookup, the draft model and the
+    head; a fixed γ asks lookup, then the first draft. The output is the target's own."""
+    head = heads["eagle3"][1]
+    options = DraftOptions(gamma=gamma, hybrid=True)
+    with (
+        Engine.load(tiny_target, params=GREEDY) as plain,
+        Engine.load(tiny_target, [tiny_draft, head], params=GREEDY, drafting=options) as several,
+    ):
+        assert several.draft is not None and several.draft.name == "lookup+draft.gguf+eagle3:h.gguf"
+        assert several.draft_model is not None and several.head is not None
+        for prompt in [*PROMPTS, "the cat the cat the cat the cat"]:
+            tokens, rounds = two_turns(several, prompt)
+            assert tokens == two_turns(plain, prompt)[0], prompt
+            assert sum(r.drafted for r in rounds) > 0

@@ -200,7 +200,7 @@ def test_hybrid_keeps_greedy_identity(target, tiny_draft):
     prompt = target.tokenize("the sea is blue and the sun is big")
     plain, _ = greedy_tokens(target, prompt, max_tokens=60)
     with Model(tiny_draft, n_ctx=512) as draft:
-        hybrid = HybridDraft(LookupDraft(), ModelDraft(draft, target.n_vocab))
+        hybrid = HybridDraft(LookupDraft(), [ModelDraft(draft, target.n_vocab)])
         tokens, rounds = greedy_tokens(target, prompt, hybrid, FixedGamma(3), 60)
     assert tokens == plain
     assert sum(r.drafted for r in rounds) > 0
