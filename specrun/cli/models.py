@@ -17,6 +17,7 @@ from specrun.errors import SpecrunError, report
 from specrun.llama.gguf import read_gguf_info
 from specrun.models.catalog import (
     Catalog,
+    CatalogEntry,
     ModelSpec,
     cached_model,
     fetch_model,
@@ -25,7 +26,13 @@ from specrun.models.catalog import (
     remove_cached,
     verify_model,
 )
-from specrun.models.hub import ModelNotFound, NotCached, hub_offline, plan_fetch
+from specrun.models.convert import (
+    CONVERT_EXTRA,
+    CONVERTER_SCRIPT,
+    missing_modules,
+    plan_conversion,
+)
+from specrun.models.hub import FetchPlan, ModelNotFound, NotCached, hub_offline, plan_fetch
 from specrun.models.lock import IntegrityError
 from specrun.system.formatting import format_or_dash, format_size
 
@@ -71,15 +78,19 @@ def list_models(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
 ) -> None:
-    """Every alias with its family, size and whether it is already on disk."""
+    """Every alias with its family, size, whether it is already on disk, and how it drafts:
+    `auto` (a recommended draft), `eagle3` (an EAGLE-3 head), `mtp` (its own MTP layers)."""
     with _reported_errors():
         catalog = _catalog(ctx)
         rows = []
         for entry in catalog.entries.values():
             model = cached_model(parse_spec(entry.alias, catalog))
+            fields = asdict(entry)
+            fields["for"] = fields.pop("targets")  # as models.toml spells it
             rows.append(
                 {
-                    **asdict(entry),
+                    **fields,
+                    "heads": catalog.heads_for(entry) if not entry.is_head else [],
                     "cached": model is not None,
                     "path": str(model.path) if model else None,
                 }
@@ -87,7 +98,7 @@ def list_models(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    header = ("ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED")
+    header = ("ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED", "DRAFTING")
     table = [header] + [
         (
             row["alias"],
@@ -96,12 +107,29 @@ def list_models(
             row["quant"] or "-",
             format_or_dash(row["size_gb"], ".2f", " GB"),
             "yes" if row["cached"] else "-",
+            _drafting(catalog, catalog.entries[row["alias"]]),
         )
         for row in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+def _drafting(catalog: Catalog, entry: CatalogEntry) -> str:
+    """How the catalog drafts for a target (the --draft values it fills in), or a head's role."""
+    if entry.is_head:
+        return f"EAGLE-3 head for {', '.join(entry.targets)}"
+    ways = [
+        way
+        for way, offered in (
+            ("auto", entry.drafts),
+            ("eagle3", catalog.heads_for(entry)),
+            ("mtp", entry.mtp),
+        )
+        if offered
+    ]
+    return ", ".join(ways) or "-"
 
 
 @app.command()
@@ -128,6 +156,9 @@ def pull(
 
 
 def _print_plan(spec: ModelSpec) -> None:
+    if spec.checkpoint is not None:
+        _print_conversion(spec)
+        return
     if spec.hub is None:
         model = cached_model(spec)
         print(
@@ -151,6 +182,42 @@ def _print_plan(spec: ModelSpec) -> None:
         )
 
 
+def _print_conversion(spec: ModelSpec) -> None:
+    assert spec.checkpoint is not None
+    path = spec.checkpoint.gguf_path
+    print(f"{spec.text}: {spec.checkpoint.repo}, a Hugging Face checkpoint converted to GGUF")
+    try:
+        plan = plan_conversion(spec.checkpoint, spec.text, network=not hub_offline())
+    except NotCached:  # offline, and not all in the cache: the files are not known
+        plan = None
+        print(
+            f"  its files and those of {spec.checkpoint.target_repo} are not all in the "
+            "Hugging Face cache, and the Hub was not asked (HF_HUB_OFFLINE)"
+        )
+        if spec.entry and spec.entry.size_gb is not None:
+            print(f"  would download about {spec.entry.size_gb:.2f} GB (catalog figure)")
+    if plan is not None and plan.converted:
+        print(f"  converted already: {path}\n  nothing to download")
+        return
+    if plan is not None:
+        for fetch in plan.fetches:
+            for planned in fetch.files:
+                state = "cached" if planned.cached else "to download"
+                print(f"  {fetch.repo}: {planned.name}  {format_size(planned.size)}  {state}")
+        _print_total(plan.fetches)
+    missing = missing_modules()
+    needs = f" (needs {', '.join(missing)}: {CONVERT_EXTRA})" if missing else ""
+    print(f"  then converts them with llama.cpp's {CONVERTER_SCRIPT} into {path}{needs}")
+
+
+def _print_total(plans: tuple[FetchPlan, ...]) -> None:
+    missing = [f for plan in plans for f in plan.missing]
+    if not missing:
+        print("  nothing to download")
+    elif all(f.size is not None for f in missing):
+        print(f"  would download {format_size(sum(f.size or 0 for f in missing))}")
+
+
 @app.command()
 def verify(
     ctx: typer.Context,
@@ -171,7 +238,8 @@ def verify(
             else [
                 spec
                 for spec in (parse_spec(alias, catalog) for alias in catalog.entries)
-                if spec.hub is not None and cached_model(spec) is not None
+                if (spec.hub is not None or spec.checkpoint is not None)
+                and cached_model(spec) is not None
             ]
         )
         if not parsed:
@@ -209,7 +277,7 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
             if info.vocab_size
             else "none"
         )
-        fields = [
+        fields: list[tuple[str, int | str | None]] = [
             ("file", str(info.path)),
             ("architecture", info.architecture),
             ("name", info.name),
@@ -223,25 +291,44 @@ def show(ctx: typer.Context, model: str = typer.Argument(..., metavar="ALIAS|PAT
         if info.split_count:
             fields.append(("split", f"{info.split_count} parts"))
         if spec.entry is not None:
-            entry = spec.entry
-            fields += [
-                ("catalog family", entry.family),
-                ("source", f"{entry.repo}" if entry.repo else entry.local),
-                ("license", entry.license),
-                (
-                    "verified",
-                    "yes"
-                    if entry.verified
-                    else "no (file name from public sources, not fetched to check)",
-                ),
-                (
-                    "compatible drafts",
-                    ", ".join(catalog.compatible_drafts(entry)) or "none in the catalog",
-                ),
-            ]
+            fields += _catalog_fields(catalog, spec.entry)
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
         print(f"{name + ':':<{width + 1}} {format_or_dash(value)}")
+
+
+def _catalog_fields(catalog: Catalog, entry: CatalogEntry) -> list[tuple[str, str | None]]:
+    """What the catalog says of an alias: its source and pairing, for `models show`."""
+    source: str | None = entry.repo or entry.local
+    if entry.target_repo:
+        source = (
+            f"{entry.repo} (a Hugging Face checkpoint, converted with the config and tokenizer "
+            f"of {entry.target_repo})"
+        )
+    fields: list[tuple[str, str | None]] = [
+        ("catalog family", entry.family),
+        ("source", source),
+        ("license", entry.license),
+        (
+            "verified",
+            "yes" if entry.verified else "no (file name from public sources, not fetched to check)",
+        ),
+    ]
+    if entry.is_head:
+        target = entry.targets[0]
+        return fields + [
+            ("kind", "EAGLE-3 head"),
+            ("head for", f"{', '.join(entry.targets)} (-t {target} --draft eagle3:{entry.alias})"),
+        ]
+    heads = catalog.heads_for(entry)
+    return fields + [
+        ("compatible drafts", ", ".join(catalog.compatible_drafts(entry)) or "none in the catalog"),
+        (
+            "EAGLE-3 heads",
+            f"{', '.join(heads)} (--draft eagle3)" if heads else "none in the catalog",
+        ),
+        ("MTP layers", "yes (--draft mtp)" if entry.mtp else "not in the catalog"),
+    ]
 
 
 @app.command("rm")

@@ -146,8 +146,15 @@ class ModelRequest:
     def resolve(self) -> ModelChoice:
         """Without --target: the embedded demo pair. Without --draft: the target alone.
         `--draft lookup` is prompt lookup, which needs no file; `--draft mtp` the target's
-        own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file)."""
-        from specrun.models.catalog import load_catalog, resolve_model, resolve_pair
+        own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
+        `--draft eagle3` the catalog's head for the target (a published checkpoint is
+        converted to GGUF on first use)."""
+        from specrun.models.catalog import (
+            load_catalog,
+            resolve_head_pair,
+            resolve_pair,
+            resolve_target,
+        )
 
         models = load_catalog(self.catalog)
         target, draft = self.target, self.draft
@@ -160,16 +167,14 @@ class ModelRequest:
             )
             note(f"no --target given: using the demo {using}")
         if draft in (None, "none", LOOKUP, MTP):
-            resolved = resolve_model(target, catalog=models)
+            resolved = resolve_target(target, catalog=models)
             choices: dict[str | None, DraftChoice] = {LOOKUP: PROMPT_LOOKUP, MTP: MTP_LAYERS}
             return ModelChoice(resolved.path, choices.get(draft))
-        if draft.startswith(EAGLE3_PREFIX):
-            head_spec = draft.removeprefix(EAGLE3_PREFIX)
-            if not head_spec:
-                raise OptionError("--draft eagle3: needs the head, as eagle3:ALIAS or eagle3:FILE")
-            # The head first: it is the smaller download, and a problem with it shows sooner.
-            head = resolve_model(head_spec, catalog=models)
-            resolved = resolve_model(target, catalog=models)
+        if draft == EAGLE3_PREFIX.rstrip(":") or draft.startswith(EAGLE3_PREFIX):
+            # No HEAD (`eagle3`, `eagle3:`) is the catalog's head for the target. The head is
+            # fetched (or converted) first: the smaller download, so a problem shows sooner.
+            head_name = draft.partition(":")[2]
+            resolved, head = resolve_head_pair(target, head_name, catalog=models)
             return ModelChoice(resolved.path, Eagle3Head(head.path))
         resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
         return ModelChoice(resolved_target.path, resolved_draft.path)
@@ -445,7 +450,8 @@ MODELS = OptionGroup(
                 "-d",
                 help="Draft model (alias, path, ...), `auto` for "
                 "the catalog's pick, `lookup` for prompt lookup, `eagle3:HEAD` for an EAGLE-3 "
-                "head (alias or path), `mtp` for the target's own MTP layers, or `none`.",
+                "head (alias or path; `eagle3` alone: the catalog's head for the target), "
+                "`mtp` for the target's own MTP layers, or `none`.",
             ),
         ),
         "catalog": (

@@ -2,7 +2,12 @@
 
 A spec is a catalog alias, a local path, `REPO:QUANT` (as llama.cpp's `-hf` and Ollama's
 `hf.co/org/name:Q4_K_M`) or `REPO/FILE.gguf`. Hub files are found and downloaded by
-specrun.models.hub; this module decides what a spec means and which files it needs.
+specrun.models.hub, and a head published only as a Hugging Face checkpoint is converted by
+specrun.models.convert; this module decides what a spec means and which files it needs.
+
+An entry is a model (`kind = "model"`, the default) or an EAGLE-3 head (`kind = "eagle3"`)
+naming the targets it serves (`for`); a target names its heads (`heads`, which `--draft
+eagle3` picks from) and says whether its file carries MTP layers (`mtp`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ else:  # the same parser before it joined the standard library (a dependency the
 from specrun.errors import SpecrunError
 from specrun.models import demo
 from specrun.models.cache import HubRef, InvalidName, check_hub_names, split_parts
+from specrun.models.convert import (
+    Checkpoint,
+    delete_converted,
+    fetch_converted,
+    verify_converted,
+)
 from specrun.models.hub import ModelNotFound, NotCached, delete_cached, fetch_files, verify_cached
 from specrun.models.lock import IntegrityError, LockRecord
 from specrun.system.files import MISSING, REGULAR_FILE, what_is
@@ -31,6 +42,8 @@ from specrun.system.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
 _DEMO_ROLES = ("target", "draft")  # the order of specrun.models.demo's (target, draft) pairs
+MODEL, EAGLE3 = "model", "eagle3"  # the kinds of entry: a model, or an EAGLE-3 head
+GGUF, HF_CHECKPOINT = "gguf", "hf"  # formats: a GGUF, or a checkpoint converted on pull
 
 
 class CatalogError(SpecrunError):
@@ -59,6 +72,16 @@ class CatalogEntry:
     drafts: tuple[str, ...] = ()
     verified: bool = False
     sha256: tuple[str, ...] = ()  # per part of `file`, in order
+    kind: str = MODEL  # or EAGLE3: a head fed with a target's hidden states
+    format: str = GGUF  # or HF_CHECKPOINT: converted to GGUF once by `specrun models pull`
+    targets: tuple[str, ...] = ()  # a head's targets (the TOML key `for`)
+    target_repo: str | None = None  # a checkpoint head's target: its config.json and tokenizer
+    heads: tuple[str, ...] = ()  # a target's EAGLE-3 heads, best first (`--draft eagle3`)
+    mtp: bool = False  # a target whose file carries MTP (nextn) layers (`--draft mtp`)
+
+    @property
+    def is_head(self) -> bool:
+        return self.kind == EAGLE3
 
 
 _KEY_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -75,7 +98,16 @@ _KEY_TYPES: dict[str, type | tuple[type, ...]] = {
     "drafts": list,
     "verified": bool,
     "sha256": (str, list),
+    "kind": str,
+    "format": str,
+    "for": list,
+    "target_repo": str,
+    "heads": list,
+    "mtp": bool,
 }
+_LISTS_OF_ALIASES = ("drafts", "for", "heads")
+_MODEL_ONLY = ("drafts", "heads", "mtp")  # keys of a model to run, not of a head
+_HEAD_ONLY = ("for", "target_repo")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
@@ -90,14 +122,25 @@ class Catalog:
         return difflib.get_close_matches(name, list(self.entries), n=3, cutoff=0.6)
 
     def compatible_drafts(self, target: CatalogEntry) -> list[str]:
-        """The recommended drafts, else every other alias of the same family."""
+        """The recommended drafts, else every other model (not head) of the same family."""
         if target.drafts:
             return list(target.drafts)
         return [
             e.alias
             for e in self.entries.values()
-            if e.family == target.family and e.alias != target.alias
+            if e.family == target.family and e.alias != target.alias and not e.is_head
         ]
+
+    def heads_for(self, target: CatalogEntry) -> list[str]:
+        """The target's EAGLE-3 heads: those it names, best first, then those naming it."""
+        named = [*target.heads] + [
+            e.alias for e in self.entries.values() if e.is_head and target.alias in e.targets
+        ]
+        return list(dict.fromkeys(named))
+
+    def serves(self, head: CatalogEntry, target: CatalogEntry) -> bool:
+        """Whether the catalog pairs the head with the target, from either side."""
+        return target.alias in head.targets or head.alias in target.heads
 
 
 def builtin_catalog_path() -> Path:
@@ -123,18 +166,29 @@ def load_catalog(path: Path | None = None) -> Catalog:
         entries.update(_read_entries(overlay))
     catalog = Catalog(entries)
     for entry in entries.values():
-        for draft in entry.drafts:
-            other = catalog.get(draft)
-            if other is None or other.family != entry.family:
-                raise CatalogError(
-                    f"catalog: {entry.alias} recommends draft '{draft}', which is "
-                    + (
-                        "not in the catalog"
-                        if other is None
-                        else f"of family {other.family}, not {entry.family}"
-                    )
-                )
+        for key, names, wants_head in (
+            ("recommends draft", entry.drafts, False),
+            ("names head", entry.heads, True),
+            ("is a head for", entry.targets, False),
+        ):
+            for name in names:
+                problem = _pairing_problem(catalog.get(name), entry.family, wants_head)
+                if problem:
+                    raise CatalogError(f"catalog: {entry.alias} {key} '{name}', which is {problem}")
     return catalog
+
+
+def _pairing_problem(other: CatalogEntry | None, family: str, wants_head: bool) -> str | None:
+    """Why `other` cannot be what an entry of `family` names (a draft, head or target)."""
+    if other is None:
+        return "not in the catalog"
+    if other.family != family:
+        return f"of family {other.family}, not {family}"
+    if other.is_head and not wants_head:
+        return f'an EAGLE-3 head (kind = "{EAGLE3}"): a target lists its heads in `heads`'
+    if wants_head and not other.is_head:
+        return f'not an EAGLE-3 head (kind = "{EAGLE3}")'
+    return None
 
 
 def _read_entries(path: Path) -> dict[str, CatalogEntry]:
@@ -185,7 +239,7 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         if expected is None:
             raise CatalogError(f"{where}: unknown key '{key}' (known: {', '.join(_KEY_TYPES)})")
         if not isinstance(value, expected) or (
-            key == "drafts"
+            key in _LISTS_OF_ALIASES
             and isinstance(value, list)
             and not all(isinstance(d, str) for d in value)
         ):
@@ -193,25 +247,80 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
     for key in ("alias", "family"):
         if key not in table:
             raise CatalogError(f"{where}: missing required key '{key}'")
+    _check_kind(table, where)
+    checkpoint = table.get("format") == HF_CHECKPOINT
     if ("repo" in table) == ("local" in table):
         raise CatalogError(
             f"{where}: needs exactly one of 'repo' (a Hugging Face repo) or 'local' (a file)"
         )
-    if "repo" in table and not ("file" in table or "quant" in table):
+    if "repo" in table and not checkpoint and not ("file" in table or "quant" in table):
+        hint = f', or format = "{HF_CHECKPOINT}" for a checkpoint to convert' * (
+            table.get("kind") == EAGLE3
+        )
         raise CatalogError(
-            f"{where}: missing required key 'file' (or 'quant' to pick the file by name)"
+            f"{where}: missing required key 'file' (or 'quant' to pick the file by name{hint})"
         )
     if "repo" in table:
         try:
             check_hub_names(table["repo"], table.get("file"))
+            if "target_repo" in table:
+                check_hub_names(table["target_repo"])
         except InvalidName as error:
             raise CatalogError(f"{where}: {error}") from None
     local = table.get("local", "")
     if local.startswith("demo:") and local.removeprefix("demo:") not in _DEMO_ROLES:
         raise CatalogError(f"{where}: local must be 'demo:target' or 'demo:draft', not '{local}'")
+    fields = {k: v for k, v in table.items() if k not in (*_LISTS_OF_ALIASES, "sha256")}
     return CatalogEntry(
-        **{**table, "drafts": tuple(table.get("drafts", ())), "sha256": _pins(table, where)}
+        **fields,
+        drafts=tuple(table.get("drafts", ())),
+        heads=tuple(table.get("heads", ())),
+        targets=tuple(table.get("for", ())),
+        sha256=_pins(table, where),
     )
+
+
+def _check_kind(table: Mapping[str, Any], where: str) -> None:
+    """`kind`, and the keys that belong to a model or to a head; a checkpoint's `format`."""
+    kind, form = table.get("kind", MODEL), table.get("format", GGUF)
+    if kind not in (MODEL, EAGLE3):
+        raise CatalogError(f'{where}: kind must be "{MODEL}" or "{EAGLE3}", not "{kind}"')
+    if form not in (GGUF, HF_CHECKPOINT):
+        raise CatalogError(f'{where}: format must be "{GGUF}" or "{HF_CHECKPOINT}", not "{form}"')
+    if form == HF_CHECKPOINT and kind != EAGLE3:
+        raise CatalogError(
+            f'{where}: format = "{HF_CHECKPOINT}" (a checkpoint converted on pull) is for EAGLE-3 '
+            f'heads only (kind = "{EAGLE3}")'
+        )
+    wrong = [k for k in (_HEAD_ONLY if kind == MODEL else _MODEL_ONLY) if k in table]
+    if wrong:
+        role = (
+            f'an EAGLE-3 head (kind = "{EAGLE3}")'
+            if kind == MODEL
+            else f'a model (kind = "{MODEL}")'
+        )
+        raise CatalogError(f"{where}: '{wrong[0]}' belongs to {role}, which this entry is not")
+    if kind == EAGLE3 and not table.get("for"):
+        raise CatalogError(
+            f"{where}: an EAGLE-3 head needs 'for', the aliases of the targets it was trained on"
+        )
+    if form == HF_CHECKPOINT:
+        extra = [k for k in ("file", "quant", "local", "sha256") if k in table]
+        if extra:
+            raise CatalogError(
+                f"{where}: '{extra[0]}' is for a GGUF file; format = \"{HF_CHECKPOINT}\" is a "
+                "repo of config.json and weights, converted to GGUF on pull"
+            )
+        if "target_repo" not in table:
+            raise CatalogError(
+                f"{where}: missing required key 'target_repo' (the target's Hugging Face repo, "
+                "whose config.json and tokenizer the converter reads)"
+            )
+    elif "target_repo" in table:
+        raise CatalogError(
+            f"{where}: 'target_repo' is read only to convert a checkpoint "
+            f'(format = "{HF_CHECKPOINT}")'
+        )
 
 
 def _pins(table: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -240,6 +349,7 @@ class ModelSpec:
     entry: CatalogEntry | None = None
     hub: HubRef | None = None
     local: str | None = None  # a path, or "demo:target" / "demo:draft"
+    checkpoint: Checkpoint | None = None  # a head converted from its Hugging Face checkpoint
 
 
 @dataclass(frozen=True)
@@ -266,6 +376,9 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
             "the model name is empty: give an alias, a GGUF file, REPO:QUANT or REPO/FILE.gguf"
         )
     entry = catalog.get(text)
+    if entry is not None and entry.format == HF_CHECKPOINT:
+        assert entry.repo is not None and entry.target_repo is not None  # the reader checked
+        return ModelSpec(text, entry=entry, checkpoint=Checkpoint(entry.repo, entry.target_repo))
     if entry is not None:
         hub = HubRef(entry.repo, entry.file, entry.quant, entry.sha256) if entry.repo else None
         return ModelSpec(text, entry=entry, hub=hub, local=entry.local)
@@ -313,14 +426,45 @@ def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
             "name a draft model instead"
         )
     if not entry.drafts:
+        others = [
+            f"--draft {way}"
+            for way, has in (("eagle3", catalog.heads_for(entry)), ("mtp", entry.mtp))
+            if has
+        ]
         raise ModelNotFound(
             f"the catalog recommends no draft for {target}; name a draft model instead"
+            + (f" (or use {' or '.join(others)})" if others else "")
         )
     return entry.drafts[0]
 
 
+def resolve_head(target: str, head: str, catalog: Catalog) -> str:
+    """The head `--draft eagle3[:HEAD]` names: HEAD, or without one the catalog's first head
+    for the target."""
+    if head:
+        return head
+    entry = catalog.get(target)
+    if entry is None:
+        raise ModelNotFound(
+            f"--draft eagle3 without a head needs a catalog alias as the target, not '{target}'; "
+            "name the head as eagle3:ALIAS or eagle3:FILE"
+        )
+    heads = catalog.heads_for(entry)
+    if not heads:
+        raise ModelNotFound(
+            f"the catalog has no EAGLE-3 head for {target}; name one as eagle3:ALIAS or "
+            "eagle3:FILE (`specrun models list` shows the heads)"
+        )
+    return heads[0]
+
+
 def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
     """Catalog families must agree; outside the catalog, the runtime's vocabulary check decides."""
+    check_runnable(target)
+    if draft.entry is not None and draft.entry.is_head:
+        raise IncompatibleModels(
+            f"{draft.text} is an EAGLE-3 head, not a draft model: use --draft eagle3:{draft.text}"
+        )
     if target.entry is None or draft.entry is None or target.entry.family == draft.entry.family:
         return
     compatible = ", ".join(catalog.compatible_drafts(target.entry)) or "none in the catalog"
@@ -328,6 +472,37 @@ def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
         f"{draft.text} ({draft.entry.family}) cannot draft for "
         f"{target.text} ({target.entry.family}): "
         f"their tokenizers differ; compatible drafts for {target.text}: {compatible}"
+    )
+
+
+def check_runnable(target: ModelSpec) -> None:
+    """A head cannot be the model that generates."""
+    entry = target.entry
+    if entry is not None and entry.is_head:
+        raise IncompatibleModels(
+            f"{target.text} is an EAGLE-3 head, not a model to run: use it as "
+            f"-t {entry.targets[0]} --draft eagle3:{target.text}"
+        )
+
+
+def check_head(target: ModelSpec, head: ModelSpec, catalog: Catalog) -> None:
+    """A catalog head drafts only for the catalog targets it is paired with (its `for`, or the
+    target's `heads`); outside the catalog, the head's checks at load decide."""
+    check_runnable(target)
+    if head.entry is None:
+        return
+    if not head.entry.is_head:
+        raise IncompatibleModels(
+            f"{head.text} is not an EAGLE-3 head but a {head.entry.family} model: "
+            f"use it as --draft {head.text}"
+        )
+    if target.entry is None or catalog.serves(head.entry, target.entry):
+        return
+    heads = ", ".join(catalog.heads_for(target.entry)) or "none in the catalog"
+    raise IncompatibleModels(
+        f"{head.text} is an EAGLE-3 head for {', '.join(head.entry.targets)}, not for "
+        f"{target.text}: a head reads the hidden states of the target it was trained on; "
+        f"heads for {target.text}: {heads}"
     )
 
 
@@ -344,6 +519,29 @@ def resolve_pair(
     return fetch_model(target_spec, download=download, progress=progress), draft_model
 
 
+def resolve_head_pair(
+    target: str, head: str, *, catalog: Catalog, download: bool = True, progress: bool = True
+) -> tuple[ResolvedModel, ResolvedModel]:
+    """The target and its EAGLE-3 head on disk (a checkpoint head converted), checked as a pair
+    before anything is downloaded; an empty `head` is the catalog's head for the target."""
+    target_spec = parse_spec(target, catalog)
+    check_runnable(target_spec)
+    head_spec = parse_spec(resolve_head(target, head, catalog), catalog)
+    check_head(target_spec, head_spec, catalog)
+    # The head first: it is the smaller download, and a problem with it shows sooner.
+    head_model = fetch_model(head_spec, download=download, progress=progress)
+    return fetch_model(target_spec, download=download, progress=progress), head_model
+
+
+def resolve_target(
+    target: str, *, catalog: Catalog, download: bool = True, progress: bool = True
+) -> ResolvedModel:
+    """The model that generates, alone (no draft, prompt lookup, its own MTP layers)."""
+    spec = parse_spec(target, catalog)
+    check_runnable(spec)
+    return fetch_model(spec, download=download, progress=progress)
+
+
 # --- files on disk ------------------------------------------------------------------------
 
 
@@ -354,9 +552,14 @@ def resolve_model(
 
 
 def fetch_model(spec: ModelSpec, *, download: bool = True, progress: bool = True) -> ResolvedModel:
-    """The spec's files, downloaded (or, for the demo pair, prepared) if `download` allows it."""
-    if spec.hub is None:
-        parts: tuple[Path, ...] = (_local_file(spec, prepare=download),)
+    """The spec's files, downloaded (or, for the demo pair, prepared; for a checkpoint head,
+    converted) if `download` allows it."""
+    if spec.checkpoint is not None:
+        parts: tuple[Path, ...] = (
+            fetch_converted(spec.checkpoint, spec.text, download=download, progress=progress),
+        )
+    elif spec.hub is None:
+        parts = (_local_file(spec, prepare=download),)
     else:
         parts = fetch_files(spec.hub, spec.text, download=download, progress=progress)
     return ResolvedModel(spec, parts[0], parts)
@@ -401,7 +604,10 @@ def _demo_file(spec: ModelSpec, role: str, *, prepare: bool) -> Path:
 
 
 def remove_cached(spec: ModelSpec) -> int:
-    """Delete the spec's files from the Hugging Face cache; returns the bytes freed."""
+    """Delete the spec's files from the Hugging Face cache (a converted head: its GGUF and its
+    checkpoint); returns the bytes freed."""
+    if spec.checkpoint is not None:
+        return delete_converted(spec.checkpoint, spec.text)
     if spec.hub is None:
         raise ModelNotFound(
             f"{spec.text} is a local file ({spec.local}), not a download; specrun leaves it alone"
@@ -411,6 +617,8 @@ def remove_cached(spec: ModelSpec) -> int:
 
 def verify_model(spec: ModelSpec) -> list[tuple[str, LockRecord | IntegrityError]]:
     """Hash the spec's cached files again against their pins or lock records, every one."""
+    if spec.checkpoint is not None:
+        return verify_converted(spec.checkpoint, spec.text)
     if spec.hub is None:
         raise ModelNotFound(
             f"{spec.text} is a local file ({spec.local}), not a download; it has no recorded sha256"

@@ -19,7 +19,7 @@ import socket
 import sys
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -218,6 +218,57 @@ def plan_fetch(ref: HubRef, label: str, *, network: bool) -> FetchPlan:
             f"{ref.repo} has no file {absent[0]}; its GGUF files: {_gguf_list(remote)}"
         )
     return plan
+
+
+# A rule that picks the files to fetch from a repo's file list, or None where the list lacks
+# something it needs (a checkpoint without weights, a tokenizer-less repo).
+Pick = Callable[[Collection[str]], "tuple[str, ...] | None"]
+
+
+def plan_picked(repo: str, pick: Pick, what: str, label: str, *, network: bool) -> FetchPlan:
+    """The files `pick` chooses from `repo` (`what` names them in messages), and which are
+    cached; the Hub is asked only when the cache does not already hold all of them."""
+    cache_dir = hub_cache_dir()
+    names = pick(cached_names(cache_dir, repo))
+    if names is not None:
+        plan = _plan(repo, names, cache_dir, sizes={})
+        if not plan.missing:
+            return plan
+    if not network:
+        where = f"{repo}: {what} is not in the Hugging Face cache ({cache_dir})"
+        if hub_offline():
+            raise NotCached(
+                f"{where} and HF_HUB_OFFLINE is set, so it cannot be downloaded; "
+                f"run `specrun models pull {label}` with the network on"
+            )
+        raise NotCached(f"{where}; run `specrun models pull {label}`")
+    remote = _remote_sizes(repo)
+    names = pick(remote)
+    if names is None:
+        listed = ", ".join(list(remote)[:12]) + (", ..." if len(remote) > 12 else "")
+        raise ModelNotFound(f"{repo} has no {what}; its files: {listed or 'none'}")
+    return _plan(repo, names, cache_dir, sizes=remote)
+
+
+def fetch_picked(
+    plans: Iterable[FetchPlan], label: str, *, progress: bool
+) -> list[tuple[Path, ...]]:
+    """Download the plans' missing files (room for all of them checked first) and check each
+    file's sha256 against the lock (the Hub's LFS hash at the first download)."""
+    plans = list(plans)
+    cache_dir = hub_cache_dir()
+    FetchPlan(label, tuple(f for p in plans for f in p.files)).check_room(
+        cache_dir, free_bytes(cache_dir)
+    )
+    fetched = []
+    for plan in plans:
+        paths = _download(plan, progress=progress)
+        for planned, path in zip(plan.files, paths):
+            check_integrity(
+                plan.repo, planned.name, path, label, pin=None, progress=progress, rehash=False
+            )
+        fetched.append(tuple(paths))
+    return fetched
 
 
 def _plan(
@@ -518,12 +569,23 @@ def delete_cached(ref: HubRef, label: str) -> int:
     snapshot's entry, and the blob under `blobs/` it links to unless another entry still does.
     An entry linking to a file elsewhere (a user's own file, linked in) loses the link only."""
     cache_dir = hub_cache_dir()
-    folder = repo_dir(cache_dir, ref.repo)
     names = set(
         split_parts(ref.file)
         if ref.file
         else _pick_quant(ref, cached_names(cache_dir, ref.repo)) or ()
     )
+    freed = delete_cached_names(ref.repo, names)
+    if freed is None:
+        raise NotCached(
+            f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove"
+        )
+    return freed
+
+
+def delete_cached_names(repo: str, names: Collection[str]) -> int | None:
+    """Delete these files of `repo` from every cached snapshot, as `delete_cached` does; the
+    bytes freed, or None where none of them was cached."""
+    folder = repo_dir(hub_cache_dir(), repo)
     snapshots = folder / "snapshots"
     # Resolved, so a linked folder on the way (the cache moved to another disk) is still inside.
     real_snapshots, real_blobs = snapshots.resolve(), (folder / "blobs").resolve()
@@ -535,9 +597,7 @@ def delete_cached(ref: HubRef, label: str) -> int:
         and path.parent.resolve().is_relative_to(real_snapshots)
     ]
     if not entries:
-        raise NotCached(
-            f"{label} is not in the Hugging Face cache ({cache_dir}); nothing to remove"
-        )
+        return None
     kept = {
         path.resolve() for path in snapshots.rglob("*") if path.is_file() and path not in entries
     }
@@ -547,5 +607,5 @@ def delete_cached(ref: HubRef, label: str) -> int:
     freed = sum(path.stat().st_size for path in [*blobs, *copies])
     for path in [*entries, *blobs]:
         path.unlink(missing_ok=True)
-    forget(ref.repo, names)
+    forget(repo, names)
     return freed

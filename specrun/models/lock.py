@@ -58,7 +58,8 @@ def _write_lock(files: Mapping[str, LockRecord]) -> None:
             json.dumps(
                 {
                     "about": "sha256 of each model file as specrun checked it: the pin in "
-                    "models.toml, else the Hub's hash at the first download",
+                    "models.toml, else the Hub's hash at the first download; converted/ are "
+                    "the heads specrun converted to GGUF, hashed as made",
                     "files": dict(sorted(files.items())),
                 },
                 indent=1,
@@ -69,19 +70,28 @@ def _write_lock(files: Mapping[str, LockRecord]) -> None:
 
 
 def check_integrity(
-    repo: str, name: str, path: Path, label: str, *, pin: str | None, progress: bool, rehash: bool
+    repo: str,
+    name: str,
+    path: Path,
+    label: str,
+    *,
+    pin: str | None,
+    progress: bool,
+    rehash: bool,
+    origin: str = "first download",
 ) -> LockRecord:
     """Refuse `path` unless its sha256 is the expected one; returns its lock record.
 
     Expected: the catalog's pin, else the lock file's record, else the Hub's LFS hash, which
     huggingface_hub names the blob by. A file whose size and mtime are those recorded at the last
-    check is not hashed again (a 42 GB file takes minutes) unless `rehash`."""
+    check is not hashed again (a 42 GB file takes minutes) unless `rehash`. A file with none of
+    these is recorded as it is, with `origin` as the record's source (trust on first use)."""
     blob = path.resolve()
     stat = blob.stat()
     key = f"{repo}/{name}"
     lock = read_lock()
     recorded = lock.get(key, {})
-    expected, source = _expected_sha256(pin, recorded, blob.name)
+    expected, source = _expected_sha256(pin, recorded, blob.name, origin)
     unchanged = (recorded.get("size"), recorded.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns)
     if not rehash and unchanged and recorded.get("sha256") == expected:
         return recorded
@@ -107,7 +117,7 @@ def check_integrity(
 
 
 def _expected_sha256(
-    pin: str | None, recorded: LockRecord, blob_name: str
+    pin: str | None, recorded: LockRecord, blob_name: str, origin: str
 ) -> tuple[str | None, str]:
     """The digest the file must have, and where it came from (kept in the lock record)."""
     if pin:
@@ -118,7 +128,7 @@ def _expected_sha256(
         r"[0-9a-f]{64}", blob_name
     ):  # an LFS file: huggingface_hub names it by its ETag, the sha256
         return blob_name, "the Hub's LFS hash"
-    return None, "first download"
+    return None, origin
 
 
 def _sha256(path: Path) -> str:

@@ -63,8 +63,11 @@ def test_a_draft_that_cannot_serve_the_target_is_one_line(tiny_target, tiny_dir,
     assert_one_line_error(specrun(*run(tiny_target, "-d", draft), "hi"), message)
 
 
-def test_an_empty_head_is_a_usage_error(tiny_target):
-    assert_one_line_error(specrun(*run(tiny_target, "-d", "eagle3:"), "hi"), "eagle3:", code=2)
+@pytest.mark.parametrize("draft", ["eagle3", "eagle3:"])
+def test_no_head_named_for_a_target_file_says_how_to_name_one(tiny_target, draft):
+    """Without a head, the catalog's head for the target is meant: a file has none."""
+    result = specrun(*run(tiny_target, "-d", draft), "hi")
+    assert_one_line_error(result, "name the head as eagle3:ALIAS or eagle3:FILE")
 
 
 def test_the_server_names_the_head_it_drafts_with(mtp_target):

@@ -7,9 +7,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,15 +19,43 @@ import huggingface_hub.file_download as file_download
 import huggingface_hub.utils as hub_utils
 import pytest
 from huggingface_hub import constants as hf_constants
+from huggingface_hub import try_to_load_from_cache
 from typer.testing import CliRunner
 
 from specrun.cli.models import app
+from specrun.cli.options import ModelRequest
+from specrun.core.loop import Round
+from specrun.engine import Engine
 from specrun.errors import Interrupted
-from specrun.models.catalog import load_catalog, resolve_model
+from specrun.llama.gguf import read_gguf_info
+from specrun.models import convert
+from specrun.models.catalog import load_catalog, parse_spec, resolve_model
+from specrun.models.convert import (
+    ConversionError,
+    converter_dir,
+    download_sdist,
+    llama_version,
+    missing_modules,
+    unpack_converter,
+)
 from specrun.models.hub import NotCached
 from specrun.models.lock import lock_path
-from tests.support.hfcache import LLAMA_1B, QWEN_14B, QWEN_14B_PARTS
+from specrun.options import DraftOptions, Eagle3Head
+from tests.support.hfcache import (
+    HEAD_REPO,
+    HEAD_TARGET_REPO,
+    LLAMA_1B,
+    QWEN_14B,
+    QWEN_14B_PARTS,
+    fake_checkpoint,
+    install_stand_in,
+    tiny_eagle3_checkpoint,
+    write_target_for_head,
+    write_tiny_gguf,
+)
 from tests.support.hubserver import Fault, HubServer
+from tests.support.identity import GREEDY
+from tests.support.tinymodels import write_tiny_eagle3_head
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 
@@ -368,3 +398,304 @@ def test_a_disk_that_fills_up_during_the_download(hub, small_disk, monkeypatch):
         "some space or set HF_HUB_CACHE to a larger disk; "
     )
     assert re.search(next_run("200.00 kB"), line)
+
+
+# --- EAGLE-3 heads published as checkpoints: fetched, converted once, recorded ---------------
+
+HEAD = "llama-8b-eagle3"  # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B for llama-8b-q4
+TARGET_FILES = [
+    "config.json",
+    "generation_config.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+]
+
+
+@pytest.fixture
+def checkpoint(hub):
+    """The head's checkpoint and its target's repo on the Hub, with files the converter does
+    not read beside those it does."""
+    head, target = fake_checkpoint()
+    for name, content in head.items():
+        hub.add(HEAD_REPO, name, content)
+    for name, content in target.items():
+        hub.add(HEAD_TARGET_REPO, name, content)
+    return head, target
+
+
+@pytest.fixture
+def converter(hf_cache, tmp_path):
+    """llama.cpp's converter stood in for where specrun keeps it; returns (install(mode, made),
+    the calls it recorded)."""
+    record = tmp_path / "converter-calls.json"
+
+    def install(mode: str = "convert", made: Path | None = None) -> Path:
+        made = made or write_tiny_eagle3_head(tmp_path / "made.gguf")
+        return install_stand_in(
+            tmp_path / "specrun", llama_version(), mode=mode, source=made, record=record
+        )
+
+    def calls() -> list[dict]:
+        return json.loads(record.read_text()) if record.exists() else []
+
+    return install, calls
+
+
+def converted_path() -> Path:
+    return parse_spec(HEAD, load_catalog()).checkpoint.gguf_path
+
+
+def resolved_files(hub: HubServer) -> list[str]:
+    """The files whose bytes were asked for, as REPO/NAME."""
+    return sorted(
+        m[1] + "/" + m[2]
+        for line in hub.log
+        if (m := re.match(r"GET /([^/]+/[^/]+)/resolve/main/(\S+)", line))
+    )
+
+
+def test_pull_of_a_checkpoint_head_fetches_what_the_converter_reads_and_converts_once(
+    checkpoint, converter, hub, tmp_path
+):
+    head_files, target_files = checkpoint
+    install, calls = converter
+    script = install()
+    result = invoke("pull", HEAD)
+    assert result.exit_code == 0, result.output
+    path = converted_path()
+    assert path == (
+        tmp_path
+        / "specrun"
+        / "converted"
+        / "yuhuili--EAGLE3-LLaMA3.1-Instruct-8B"
+        / "for-unsloth--Llama-3.1-8B-Instruct"
+        / "EAGLE3-LLaMA3.1-Instruct-8B.gguf"
+    )
+    assert result.stdout == f"{HEAD}: {path}\n"
+    assert path.read_bytes() == (tmp_path / "made.gguf").read_bytes()
+    assert f"Converting {HEAD_REPO} to GGUF with llama.cpp's convert_hf_to_gguf.py" in (
+        result.stderr
+    )
+    # The checkpoint and the target's config and tokenizer: not its weights, card or folders.
+    assert resolved_files(hub) == sorted(
+        [f"{HEAD_REPO}/config.json", f"{HEAD_REPO}/pytorch_model.bin"]
+        + [f"{HEAD_TARGET_REPO}/{name}" for name in TARGET_FILES]
+    )
+
+    (call,) = calls()
+    argv = call["argv"]
+    assert argv[:2] == [sys.executable, str(script)]
+    assert argv[3] == "--target-model-dir" and argv[5:8] == ["--outtype", "auto", "--outfile"]
+    head_dir, target_dir, outfile = Path(argv[2]), Path(argv[4]), Path(argv[8])
+    # Folders of links to the cached files, beside the GGUF; the output under a temporary name.
+    scratch = head_dir.parent.parent
+    assert target_dir.parent.parent == scratch and scratch.parent == path.parent
+    assert (head_dir.name, target_dir.name) == (
+        "EAGLE3-LLaMA3.1-Instruct-8B",  # the converter names the model after its folder
+        "Llama-3.1-8B-Instruct",
+    )
+    assert call["head"] == {
+        name: [True, head_files[name].hex()] for name in ("config.json", "pytorch_model.bin")
+    }
+    assert call["target"] == {name: [True, target_files[name].hex()] for name in TARGET_FILES}
+    assert outfile.parent == path.parent and outfile.name.startswith(f".{path.name}.")
+    assert outfile.name.endswith(".partial.gguf") and call["offline"] == ["1", "1"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # nothing else left
+
+    record = lock()[f"converted/{parse_spec(HEAD, load_catalog()).checkpoint.relative_path}"]
+    assert record["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert record["source"] == (
+        f"converted from {HEAD_REPO}@feedfacefeed, {HEAD_TARGET_REPO}@feedfacefeed by "
+        f"llama.cpp's convert_hf_to_gguf.py (llama-cpp-python {llama_version()})"
+    )
+    assert lock()[f"{HEAD_REPO}/pytorch_model.bin"]["source"] == "the Hub's LFS hash"
+
+    requests = len(hub.log)
+    again = invoke("pull", HEAD)
+    assert again.exit_code == 0 and again.stdout == result.stdout
+    assert len(hub.log) == requests and len(calls()) == 1  # no request, no second conversion
+    listed = {row["alias"]: row for row in json.loads(invoke("list", "--json").stdout)}
+    assert listed[HEAD]["cached"] is True and listed[HEAD]["path"] == str(path)
+
+
+def test_a_converted_head_is_verified_and_removed_with_its_checkpoint(
+    checkpoint, converter, hub, hf_cache
+):
+    install, _ = converter
+    install()
+    path = Path(invoke("pull", HEAD).stdout.split(": ", 1)[1].strip())
+    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    verified = invoke("verify", HEAD)
+    assert verified.exit_code == 0, verified.output
+    assert verified.stdout.startswith(f"{HEAD}: {path.name}: sha256 {sha256} ok (converted from ")
+    assert HEAD in invoke("verify").stdout  # every cached download, the converted head with them
+
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))  # changed after its conversion: refused on use and on verify
+    assert "it is not used" in one_error_line(invoke("pull", HEAD))
+    assert "it is not used" in one_error_line(invoke("verify", HEAD))
+
+    removed = invoke("rm", HEAD)
+    assert removed.exit_code == 0, removed.output
+    assert not path.exists() and not path.parent.exists()
+    assert not any(key.startswith(("converted/", HEAD_REPO)) for key in lock())
+    assert try_to_load_from_cache(HEAD_REPO, "pytorch_model.bin", cache_dir=hf_cache) is None
+    # The target's files stay: that repo's folder is not the head's to empty.
+    assert try_to_load_from_cache(HEAD_TARGET_REPO, "tokenizer.json", cache_dir=hf_cache)
+    assert "nothing to remove" in one_error_line(invoke("rm", HEAD))
+
+
+def test_a_failing_conversion_is_one_line_keeps_its_log_and_no_file(checkpoint, converter, hub):
+    install, calls = converter
+    install("fail")
+    line = one_error_line(invoke("pull", HEAD))
+    path = converted_path()
+    log = path.with_name(f"{path.name}.convert.log")
+    assert line == (
+        f"specrun: error: converting {HEAD_REPO} to GGUF failed: ValueError: EAGLE-3 d2t "
+        f"contains duplicate target ids; the converter's output is in {log}"
+    )
+    assert "Loading model" in log.read_text()
+    assert sorted(p.name for p in path.parent.iterdir()) == [log.name]
+    requests = len(hub.log)
+    install()  # a converter that works: the files are cached, only the conversion runs again
+    assert invoke("pull", HEAD).exit_code == 0
+    assert len(hub.log) == requests and len(calls()) == 2 and not log.exists()
+
+
+def test_an_output_that_is_not_an_eagle3_head_is_not_kept(checkpoint, converter, tmp_path):
+    install, _ = converter
+    install(made=tmp_path / "llama.gguf")
+    write_tiny_gguf(tmp_path / "llama.gguf")
+    line = one_error_line(invoke("pull", HEAD))
+    assert line.startswith(
+        f"specrun: error: {HEAD_REPO} converted to a llama model, not an EAGLE-3 head"
+    )
+    assert not converted_path().exists()
+
+
+def test_ctrl_c_mid_conversion_ends_the_converter_and_leaves_no_file(checkpoint, converter):
+    install, calls = converter
+    install("interrupt")  # writes half a file, then Ctrl-C reaches specrun
+    with pytest.raises(Interrupted) as raised:
+        resolve_model(HEAD, catalog=load_catalog())
+    assert str(raised.value) == (
+        f"conversion of {HEAD} interrupted; nothing was kept, the next run converts again"
+    )
+    assert raised.value.exit_code == 130
+    (call,) = calls()
+    assert call["outfile_existed"]  # the temporary file was there, and is gone
+    with pytest.raises(ProcessLookupError):  # the converter ended, not left running
+        os.kill(call["pid"], 0)
+    assert list(converted_path().parent.iterdir()) == []
+
+
+def test_without_the_convert_extra_the_pull_is_refused_before_any_download(
+    checkpoint, converter, hub, monkeypatch
+):
+    converter[0]()
+    monkeypatch.setattr(convert, "CONVERTER_MODULES", ("json", "specrun_no_such_module"))
+    line = one_error_line(invoke("pull", HEAD))
+    assert line == (
+        f"specrun: error: {HEAD} is published as a Hugging Face checkpoint ({HEAD_REPO}) that "
+        "specrun converts to GGUF once with llama.cpp's converter, which needs "
+        "specrun_no_such_module: pip install 'specrun[convert]'"
+    )
+    assert hub.log == []
+
+
+def test_draft_eagle3_converts_the_targets_catalog_head_before_fetching_the_target(
+    checkpoint, converter, hub, tiny_target
+):
+    converter[0]()
+    target_file = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+    hub.add("bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", target_file, tiny_target.read_bytes())
+    choice = ModelRequest("llama-8b-q4", "eagle3", None).resolve()
+    assert choice.draft == Eagle3Head(converted_path())
+    assert choice.target.name == target_file
+    order = [line for line in hub.log if "/resolve/" in line and line.startswith("GET")]
+    assert HEAD_REPO in order[0] and target_file in order[-1]  # the head first
+
+
+def test_pip_that_cannot_fetch_the_converter_is_one_line(hf_cache, tmp_path, monkeypatch):
+    """A real pip, given nowhere to find llama-cpp-python."""
+    empty = tmp_path / "no-packages"
+    empty.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(empty))
+    with pytest.raises(ConversionError) as raised:
+        converter_dir(progress=False)
+    message = str(raised.value)
+    assert message.startswith(
+        f"cannot fetch llama.cpp's converter, the source of llama-cpp-python {llama_version()}, "
+        "with pip ("
+    )
+    assert f"llama-cpp-python=={llama_version()}" in message  # pip's own words for it
+    assert "the conversion needs it once, with the network on" in message and "\n" not in message
+    assert list((tmp_path / "specrun" / "converter").iterdir()) == []  # no scratch left
+
+
+# --- the real converter on a tiny checkpoint -------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def llama_converter(tmp_path_factory) -> Path:
+    """llama.cpp's converter of the installed llama-cpp-python, fetched once with pip as specrun
+    fetches it; the test is skipped without the `convert` extra or where pip cannot get it."""
+    if missing_modules():
+        pytest.skip(f"needs {', '.join(missing_modules())}: pip install 'specrun[convert]'")
+    folder = tmp_path_factory.mktemp("llama-converter")
+    try:
+        unpack_converter(download_sdist(llama_version(), folder), folder / "converter")
+    except ConversionError as error:
+        pytest.skip(str(error))
+    return folder / "converter"
+
+
+def test_the_real_converter_makes_a_head_that_drafts_for_its_target(
+    hub, hf_cache, tmp_path, llama_converter
+):
+    """A tiny checkpoint in the EAGLE authors' layout, converted by llama.cpp's own converter
+    on `models pull`, then used through `--draft eagle3` with a target of its tokenizer:
+    greedy output is the target's own, and the head drafts."""
+    shutil.copytree(
+        llama_converter, tmp_path / "specrun" / "converter" / f"llama-cpp-python-{llama_version()}"
+    )
+    head_files, target_files = tiny_eagle3_checkpoint()
+    for name, content in head_files.items():
+        hub.add("test/EAGLE3-tiny", name, content)
+    for name, content in target_files.items():
+        hub.add("test/tiny-target", name, content)
+    target = tmp_path / "tiny-target.gguf"
+    catalog = tmp_path / "models.toml"
+    catalog.write_text(
+        f'[[model]]\nalias = "tiny"\nfamily = "tiny"\nlocal = "{target}"\nheads = ["tiny-head"]\n'
+        '\n[[model]]\nalias = "tiny-head"\nkind = "eagle3"\nfamily = "tiny"\n'
+        'repo = "test/EAGLE3-tiny"\nformat = "hf"\ntarget_repo = "test/tiny-target"\n'
+        'for = ["tiny"]\n'
+    )
+    pulled = invoke("--catalog", str(catalog), "pull", "tiny-head")
+    assert pulled.exit_code == 0, pulled.output
+    head = Path(pulled.stdout.split(": ", 1)[1].strip())
+    info = read_gguf_info(head)
+    assert (info.architecture, info.layers, info.vocab_size) == ("eagle3", 1, 64)
+    assert info.name == "EAGLE3 Tiny"  # from the repo's name, as the converter makes names
+    write_target_for_head(target, head)
+
+    choice = ModelRequest("tiny", "eagle3", catalog).resolve()
+    assert choice.draft == Eagle3Head(head)
+    with (
+        Engine.load(choice.target, params=GREEDY) as plain,
+        Engine.load(
+            choice.target, choice.draft, params=GREEDY, drafting=DraftOptions(gamma="3")
+        ) as speculative,
+    ):
+        prompt = plain.prompt("the cat and the dog", raw=True)
+        expected = [
+            t for e in plain.stream(prompt, max_tokens=24) if isinstance(e, Round) for t in e.tokens
+        ]
+        rounds = [e for e in speculative.stream(prompt, max_tokens=24) if isinstance(e, Round)]
+    assert [t for r in rounds for t in r.tokens] == expected
+    assert sum(r.drafted for r in rounds) > 0

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
+
 import pytest
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
+from specrun.cli.options import ModelRequest
 from specrun.models.catalog import (
     CatalogError,
     IncompatibleModels,
@@ -12,8 +16,18 @@ from specrun.models.catalog import (
     parse_spec,
     remove_cached,
     resolve_draft,
+    resolve_head,
+    resolve_head_pair,
     resolve_model,
     resolve_pair,
+    resolve_target,
+)
+from specrun.models.convert import (
+    Checkpoint,
+    ConversionError,
+    pick_checkpoint,
+    pick_target_files,
+    unpack_converter,
 )
 from specrun.models.hub import (
     DownloadError,
@@ -25,6 +39,7 @@ from specrun.models.hub import (
     hub_cache_dir,
     split_parts,
 )
+from specrun.options import MTP_LAYERS, Eagle3Head
 from tests.support.hfcache import (
     LLAMA_1B,
     QWEN_14B,
@@ -77,6 +92,46 @@ def test_builtin_catalog_has_the_promised_models_and_consistent_pairs(hf_cache):
     assert catalog.get("demo-target").drafts == ("demo-draft",)
     for entry in catalog.entries.values():  # load_catalog checks this too; here it is spelled out
         assert all(catalog.get(d).family == entry.family for d in entry.drafts)
+
+
+def test_builtin_catalog_pairs_the_published_eagle3_heads_and_an_mtp_model(hf_cache):
+    catalog = load_catalog()
+    for head, target, repo, target_repo in [
+        (
+            "llama-8b-eagle3",
+            "llama-8b-q4",
+            "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "unsloth/Llama-3.1-8B-Instruct",
+        ),
+        (
+            "llama-70b-eagle3",
+            "llama-70b-q4",
+            "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+            "unsloth/Llama-3.3-70B-Instruct",
+        ),
+    ]:
+        entry = catalog.get(head)
+        assert (entry.kind, entry.format, entry.repo, entry.target_repo) == (
+            "eagle3",
+            "hf",
+            repo,
+            target_repo,
+        )
+        assert entry.targets == (target,) and entry.family == catalog.get(target).family
+        assert catalog.get(target).heads == (head,) and catalog.heads_for(catalog.get(target)) == [
+            head
+        ]
+        assert entry.verified is False and not catalog.get(target).mtp
+        assert head not in catalog.compatible_drafts(catalog.get(target))
+        assert parse_spec(head, catalog).checkpoint == Checkpoint(repo, target_repo)
+    glm = catalog.get("glm-4.5-air-q4")
+    assert (glm.repo, glm.file, glm.mtp, glm.verified) == (
+        "unsloth/GLM-4.5-Air-GGUF",
+        "Q4_K_M/GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf",
+        True,
+        False,
+    )
+    assert [e.alias for e in catalog.entries.values() if e.mtp] == ["glm-4.5-air-q4"]
 
 
 def test_user_file_adds_and_overrides_entries(hf_cache, tmp_path, monkeypatch):
@@ -160,6 +215,86 @@ def test_syntax_error_names_file_and_line(hf_cache, tmp_path):
             + "0" * 64
             + '"]',
             "must be 3 hex digest",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\nkind = "medusa"',
+            'kind must be "model" or "eagle3", not "medusa"',
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/h.gguf"\nkind = "eagle3"',
+            "an EAGLE-3 head needs 'for'",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/h.gguf"\nkind = "eagle3"\n'
+            'for = ["llama-8b-q4"]\ndrafts = ["llama-1b-q4"]',
+            "'drafts' belongs to a model",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/m.gguf"\nfor = ["llama-8b-q4"]',
+            "'for' belongs to an EAGLE-3 head",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/h.gguf"\nkind = "eagle3"\nfor = ["nope"]',
+            "a is a head for 'nope', which is not in the catalog",
+        ),
+        (
+            'alias = "a"\nfamily = "qwen2.5"\nlocal = "/h.gguf"\nkind = "eagle3"\n'
+            'for = ["llama-8b-q4"]',
+            "a is a head for 'llama-8b-q4', which is of family llama3, not qwen2.5",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/h.gguf"\nkind = "eagle3"\n'
+            'for = ["llama-8b-eagle3"]',
+            "which is an EAGLE-3 head",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/m.gguf"\ndrafts = ["llama-8b-eagle3"]',
+            "a recommends draft 'llama-8b-eagle3', which is an EAGLE-3 head .*list.* `heads`",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/m.gguf"\nheads = ["llama-1b-q4"]',
+            "a names head 'llama-1b-q4', which is not an EAGLE-3 head",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nlocal = "/m.gguf"\nheads = "llama-8b-eagle3"',
+            "'heads' has the wrong type",
+        ),
+        ('alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\nmtp = "yes"', "'mtp' has the wrong type"),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nkind = "eagle3"\nfor = ["llama-8b-q4"]',
+            "missing required key 'file' .*or format = \"hf\" for a checkpoint to convert",
+        ),
+        (
+            'alias = "a"\nfamily = "x"\nrepo = "o/n"\nformat = "hf"\ntarget_repo = "o/t"',
+            'format = "hf" .* is for EAGLE-3 heads only',
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nformat = "safetensors"',
+            'format must be "gguf" or "hf", not "safetensors"',
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nkind = "eagle3"\nfor = ["llama-8b-q4"]'
+            '\nformat = "hf"',
+            "missing required key 'target_repo'",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nkind = "eagle3"\nfor = ["llama-8b-q4"]'
+            '\nformat = "hf"\ntarget_repo = "o/t"\nfile = "h.gguf"',
+            "'file' is for a GGUF file",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nkind = "eagle3"\nfor = ["llama-8b-q4"]'
+            '\nformat = "hf"\ntarget_repo = "o/../t"',
+            "'o/../t' is not a Hugging Face repo id",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nkind = "eagle3"\nfor = ["llama-8b-q4"]'
+            '\nfile = "h.gguf"\ntarget_repo = "o/t"',
+            "'target_repo' is read only to convert a checkpoint",
+        ),
+        (
+            'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nfile = "m.gguf"\ntarget_repo = "o/t"',
+            "'target_repo' belongs to an EAGLE-3 head",
         ),
     ],
 )
@@ -366,6 +501,220 @@ def test_draft_auto(hf_cache):
     draft_link = add_cached_file(hf_cache, LLAMA_1B, "Llama-3.2-1B-Instruct-Q4_K_M.gguf")
     target, draft = resolve_pair("llama-8b-q4", "auto", catalog=catalog)
     assert (target.path, draft.path, draft.entry.alias) == (target_link, draft_link, "llama-1b-q4")
+
+
+# --- EAGLE-3 heads and MTP ---------------------------------------------------------------------
+
+
+def user_catalog(tmp_path, text: str):
+    path = tmp_path / "more.toml"
+    path.write_text(text)
+    return load_catalog(path)
+
+
+def test_draft_eagle3_without_a_head_picks_the_targets_catalog_head(hf_cache, tmp_path):
+    catalog = load_catalog()
+    assert resolve_head("llama-8b-q4", "", catalog) == "llama-8b-eagle3"
+    assert resolve_head("llama-8b-q4", "/heads/mine.gguf", catalog) == "/heads/mine.gguf"
+    with pytest.raises(ModelNotFound, match="no EAGLE-3 head for llama-1b-q4; name one as"):
+        resolve_head("llama-1b-q4", "", catalog)
+    with pytest.raises(ModelNotFound, match="needs a catalog alias as the target, not '/t.gguf'"):
+        resolve_head("/t.gguf", "", catalog)
+    # A head that names a target in `for` serves it, after the target's own `heads`.
+    mine = user_catalog(
+        tmp_path,
+        '[[model]]\nalias = "my-head"\nkind = "eagle3"\nfamily = "llama3"\nlocal = "/h.gguf"\n'
+        'for = ["llama-8b-q4", "llama-1b-q4"]\n',
+    )
+    assert mine.heads_for(mine.get("llama-8b-q4")) == ["llama-8b-eagle3", "my-head"]
+    assert resolve_head("llama-1b-q4", "", mine) == "my-head"
+
+
+def test_a_head_for_another_target_is_refused_before_any_download(hf_cache):
+    with pytest.raises(IncompatibleModels) as raised:  # offline, empty cache: no NotCached first
+        resolve_head_pair("llama-8b-q4", "llama-70b-eagle3", catalog=load_catalog())
+    assert str(raised.value) == (
+        "llama-70b-eagle3 is an EAGLE-3 head for llama-70b-q4, not for llama-8b-q4: a head reads "
+        "the hidden states of the target it was trained on; heads for llama-8b-q4: "
+        "llama-8b-eagle3"
+    )
+    with pytest.raises(IncompatibleModels, match="heads for llama-1b-q4: none in the catalog"):
+        resolve_head_pair("llama-1b-q4", "llama-8b-eagle3", catalog=load_catalog())
+
+
+def test_heads_and_models_keep_their_roles(hf_cache):
+    catalog = load_catalog()
+    with pytest.raises(IncompatibleModels) as raised:
+        resolve_pair("llama-8b-q4", "llama-8b-eagle3", catalog=catalog)
+    assert str(raised.value) == (
+        "llama-8b-eagle3 is an EAGLE-3 head, not a draft model: use --draft eagle3:llama-8b-eagle3"
+    )
+    with pytest.raises(IncompatibleModels) as raised:
+        resolve_target("llama-8b-eagle3", catalog=catalog)
+    assert str(raised.value) == (
+        "llama-8b-eagle3 is an EAGLE-3 head, not a model to run: use it as "
+        "-t llama-8b-q4 --draft eagle3:llama-8b-eagle3"
+    )
+    with pytest.raises(IncompatibleModels, match="is an EAGLE-3 head, not a model to run"):
+        resolve_head_pair("llama-8b-eagle3", "", catalog=catalog)
+    with pytest.raises(IncompatibleModels) as raised:
+        resolve_head_pair("llama-8b-q4", "llama-1b-q4", catalog=catalog)
+    assert str(raised.value) == (
+        "llama-1b-q4 is not an EAGLE-3 head but a llama3 model: use it as --draft llama-1b-q4"
+    )
+
+
+def test_a_target_that_lists_a_head_pairs_with_it_from_its_side(hf_cache, tmp_path):
+    """A user's own target (another quant, say) adopts the catalog's head with `heads`."""
+    target = add_cached_file(hf_cache, "me/Llama-3.1-8B-GGUF", "q8.gguf")
+    head = converted(
+        Checkpoint("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "unsloth/Llama-3.1-8B-Instruct")
+    )
+    catalog = user_catalog(
+        tmp_path,
+        '[[model]]\nalias = "my-8b-q8"\nfamily = "llama3"\nrepo = "me/Llama-3.1-8B-GGUF"\n'
+        'file = "q8.gguf"\nheads = ["llama-8b-eagle3"]\n',
+    )
+    resolved, resolved_head = resolve_head_pair("my-8b-q8", "", catalog=catalog)
+    assert (resolved.path, resolved_head.path) == (target, head)
+
+
+def converted(checkpoint: Checkpoint) -> object:
+    """A head as `models pull` leaves it: the GGUF in its place in specrun's cache."""
+    path = checkpoint.gguf_path
+    write_tiny_gguf(path, architecture="eagle3")
+    return path
+
+
+def test_run_options_resolve_eagle3_and_mtp(hf_cache):
+    """--draft eagle3 / eagle3: / eagle3:HEAD / mtp as `specrun run` resolves them."""
+    target = add_cached_file(
+        hf_cache,
+        "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
+        "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+    )
+    head = converted(parse_spec("llama-8b-eagle3", load_catalog()).checkpoint)
+    for draft in ("eagle3", "eagle3:", "eagle3:llama-8b-eagle3", f"eagle3:{head}"):
+        choice = ModelRequest("llama-8b-q4", draft, None).resolve()
+        assert (choice.target, choice.draft) == (target, Eagle3Head(head)), draft
+    assert ModelRequest("llama-8b-q4", "mtp", None).resolve().draft is MTP_LAYERS
+    with pytest.raises(IncompatibleModels, match="not for llama-8b-q4"):
+        ModelRequest("llama-8b-q4", "eagle3:llama-70b-eagle3", None).resolve()
+    with pytest.raises(IncompatibleModels, match="not a model to run"):
+        ModelRequest("llama-8b-eagle3", "mtp", None).resolve()
+
+
+def test_draft_auto_points_at_heads_and_mtp_where_there_is_no_draft(hf_cache):
+    with pytest.raises(ModelNotFound) as raised:
+        resolve_draft("glm-4.5-air-q4", "auto", load_catalog())
+    assert str(raised.value) == (
+        "the catalog recommends no draft for glm-4.5-air-q4; name a draft model instead "
+        "(or use --draft mtp)"
+    )
+
+
+def test_a_checkpoint_head_not_converted_is_not_cached_and_says_how_to_pull(hf_cache):
+    spec = parse_spec("llama-8b-eagle3", load_catalog())
+    with pytest.raises(NotCached) as raised:
+        resolve_model("llama-8b-eagle3", catalog=load_catalog(), download=False)
+    assert str(raised.value) == (
+        f"llama-8b-eagle3 is not converted yet ({spec.checkpoint.gguf_path}): "
+        "run `specrun models pull llama-8b-eagle3`"
+    )
+
+
+def test_the_files_fetched_for_a_conversion():
+    assert pick_checkpoint(["config.json", "pytorch_model.bin", "README.md"]) == (
+        "config.json",
+        "pytorch_model.bin",
+    )
+    # Safetensors first, as the converter reads them first; an index with its parts.
+    assert pick_checkpoint(
+        [
+            "config.json",
+            "model-00002-of-00002.safetensors",
+            "model-00001-of-00002.safetensors",
+            "model.safetensors.index.json",
+            "pytorch_model.bin",
+        ]
+    ) == (
+        "config.json",
+        "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    )
+    assert pick_checkpoint(["pytorch_model.bin"]) is None  # no config.json
+    assert pick_checkpoint(["config.json", "sub/model.safetensors", "head.gguf"]) is None
+    assert pick_target_files(
+        [
+            "config.json",
+            "tokenizer.json",
+            "model.safetensors",
+            "LICENSE",
+            "original/tokenizer.model",
+        ]
+    ) == ("config.json", "tokenizer.json")
+    assert pick_target_files(["config.json", "model.safetensors"]) is None  # no tokenizer
+    assert pick_target_files(["tokenizer.model"]) is None  # no config
+
+
+def sdist(path, members: dict[str, bytes], *, links: dict[str, str] | None = None):
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            archive.addfile(info)
+    return path
+
+
+def test_unpacking_the_converter_takes_its_files_and_nothing_else(tmp_path):
+    base = "llama_cpp_python-9.9.9/vendor/llama.cpp/"
+    archive = sdist(
+        tmp_path / "llama_cpp_python-9.9.9.tar.gz",
+        {
+            base + "convert_hf_to_gguf.py": b"# the converter",
+            base + "LICENSE": b"MIT",
+            base + "conversion/__init__.py": b"# models",
+            base + "conversion/llama.py": b"# llama",
+            base + "gguf-py/gguf/__init__.py": b"# gguf",
+            base + "gguf-py/tests/test_x.py": b"# not needed",
+            base + "models/templates/x.jinja": b"{{ x }}",
+            base + "models/ggml-vocab-llama.gguf": b"not needed",
+            base + "src/llama.cpp": b"// not needed",
+            "llama_cpp_python-9.9.9/llama_cpp/llama.py": b"# not needed",
+            base + "conversion/../../../../escape.py": b"never written",
+        },
+        links={base + "conversion/link.py": "/etc/passwd"},
+    )
+    destination = tmp_path / "converter"
+    unpack_converter(archive, destination)
+    files = sorted(p.relative_to(destination).as_posix() for p in destination.rglob("*"))
+    assert files == [
+        "LICENSE",
+        "conversion",
+        "conversion/__init__.py",
+        "conversion/llama.py",
+        "convert_hf_to_gguf.py",
+        "gguf-py",
+        "gguf-py/gguf",
+        "gguf-py/gguf/__init__.py",
+        "models",
+        "models/templates",
+        "models/templates/x.jinja",
+    ]
+    assert (destination / "convert_hf_to_gguf.py").read_bytes() == b"# the converter"
+    assert not (tmp_path / "escape.py").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no scratch
+    other = sdist(tmp_path / "other.tar.gz", {"pkg-1.0/setup.py": b""})
+    with pytest.raises(ConversionError, match="has no vendor/llama.cpp/convert_hf_to_gguf.py"):
+        unpack_converter(other, tmp_path / "elsewhere")
+    (tmp_path / "broken.tar.gz").write_bytes(b"not a tarball")
+    with pytest.raises(ConversionError, match="cannot unpack llama.cpp's converter"):
+        unpack_converter(tmp_path / "broken.tar.gz", tmp_path / "elsewhere")
 
 
 # --- the demo pair -----------------------------------------------------------------------------

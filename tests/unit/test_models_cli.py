@@ -11,7 +11,11 @@ from typer.testing import CliRunner
 
 from specrun.cli.models import app
 from specrun.llama.gguf import GGUFFileError, check_gguf_file
+from specrun.models import convert
+from specrun.models.catalog import load_catalog, parse_spec
 from tests.support.hfcache import (
+    HEAD_REPO,
+    HEAD_TARGET_REPO,
     LLAMA_1B,
     QWEN_14B,
     QWEN_14B_PARTS,
@@ -46,7 +50,7 @@ def test_list_is_an_aligned_table_with_cached_state(llama_1b):
     result = invoke("list")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED"]
+    assert lines[0].split() == ["ALIAS", "FAMILY", "PARAMS", "QUANT", "SIZE", "CACHED", "DRAFTING"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert rows["llama-1b-q4"].split() == [
         "llama-1b-q4",
@@ -56,12 +60,28 @@ def test_list_is_an_aligned_table_with_cached_state(llama_1b):
         "0.81",
         "GB",
         "yes",
+        "-",
     ]
-    assert rows["llama-70b-q4"].split()[-1] == "-"
+    cached = lines[0].index("CACHED")
+    assert rows["llama-70b-q4"][cached] == "-"
     column = lines[0].index("FAMILY")
     assert all(
         line[column - 2 : column] == "  " and line[column] != " " for line in lines
     )  # aligned
+
+
+def test_list_shows_how_each_target_drafts_and_what_each_head_serves(hf_cache):
+    result = invoke("list")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    column = lines[0].index("DRAFTING")
+    drafting = {line.split()[0]: line[column:] for line in lines[1:]}
+    assert drafting["llama-8b-q4"] == "auto, eagle3"
+    assert drafting["llama-70b-q4"] == "auto, eagle3"
+    assert drafting["qwen-7b-q4"] == "auto" and drafting["qwen-0.5b-q4"] == "-"
+    assert drafting["glm-4.5-air-q4"] == "mtp"
+    assert drafting["llama-8b-eagle3"] == "EAGLE-3 head for llama-8b-q4"
+    assert drafting["llama-70b-eagle3"] == "EAGLE-3 head for llama-70b-q4"
 
 
 def test_list_json(llama_1b):
@@ -74,6 +94,18 @@ def test_list_json(llama_1b):
         and rows["llama-70b-q4"]["drafts"][0] == "llama-1b-q4"
     )
     assert rows["demo-target"]["local"] == "demo:target"
+    head = rows["llama-8b-eagle3"]
+    assert (head["kind"], head["format"], head["for"], head["target_repo"], head["cached"]) == (
+        "eagle3",
+        "hf",
+        ["llama-8b-q4"],
+        "unsloth/Llama-3.1-8B-Instruct",
+        False,
+    )
+    assert (
+        rows["llama-8b-q4"]["heads"] == ["llama-8b-eagle3"] and rows["llama-8b-q4"]["mtp"] is False
+    )
+    assert rows["glm-4.5-air-q4"]["mtp"] is True and rows["glm-4.5-air-q4"]["kind"] == "model"
 
 
 def test_catalog_option_adds_aliases(hf_cache, tmp_path):
@@ -112,6 +144,50 @@ def test_pull_dry_run_shows_files_and_sizes_and_fetches_nothing(hf_cache):
     assert "llama-70b-q4: bartowski/Llama-3.3-70B-Instruct-GGUF" in out
     assert "would download about 42.52 GB (catalog figure" in out
     assert try_to_load_from_cache(QWEN_14B, QWEN_14B_PARTS[2], cache_dir=hf_cache) is None
+
+
+def test_pull_dry_run_of_a_checkpoint_head(hf_cache, monkeypatch):
+    path = parse_spec("llama-8b-eagle3", load_catalog()).checkpoint.gguf_path
+    monkeypatch.setattr(convert, "CONVERTER_MODULES", ("json", "specrun_no_such_module"))
+    result = invoke("pull", "--dry-run", "llama-8b-eagle3")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "llama-8b-eagle3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, a Hugging Face checkpoint "
+        "converted to GGUF",
+        "  its files and those of unsloth/Llama-3.1-8B-Instruct are not all in the Hugging Face "
+        "cache, and the Hub was not asked (HF_HUB_OFFLINE)",
+        "  would download about 0.85 GB (catalog figure)",
+        f"  then converts them with llama.cpp's convert_hf_to_gguf.py into {path} "
+        "(needs specrun_no_such_module: pip install 'specrun[convert]')",
+    ]
+    # With the files cached, they are listed; converted, there is nothing to do.
+    add_cached_file(hf_cache, HEAD_REPO, "config.json", b"{}")
+    add_cached_file(hf_cache, HEAD_REPO, "pytorch_model.bin", b"0123456789")
+    add_cached_file(hf_cache, HEAD_TARGET_REPO, "config.json", b'{"a": 1}')
+    add_cached_file(hf_cache, HEAD_TARGET_REPO, "tokenizer.json", b"{...}")
+    monkeypatch.setattr(convert, "CONVERTER_MODULES", ("json",))
+    lines = invoke("pull", "--dry-run", "llama-8b-eagle3").stdout.splitlines()
+    assert lines[1:] == [
+        f"  {HEAD_REPO}: config.json  2 B  cached",
+        f"  {HEAD_REPO}: pytorch_model.bin  10 B  cached",
+        f"  {HEAD_TARGET_REPO}: config.json  8 B  cached",
+        f"  {HEAD_TARGET_REPO}: tokenizer.json  5 B  cached",
+        "  nothing to download",
+        f"  then converts them with llama.cpp's convert_hf_to_gguf.py into {path}",
+    ]
+    write_tiny_gguf(path, architecture="eagle3")
+    lines = invoke("pull", "--dry-run", "llama-8b-eagle3").stdout.splitlines()
+    assert lines[1:] == [f"  converted already: {path}", "  nothing to download"]
+
+
+def test_pull_of_a_checkpoint_head_without_the_extra_says_what_to_install(hf_cache, monkeypatch):
+    monkeypatch.setattr(convert, "CONVERTER_MODULES", ("torch", "specrun_no_such_module"))
+    result = invoke("pull", "llama-8b-eagle3")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.rstrip().endswith(
+        "needs specrun_no_such_module: pip install 'specrun[convert]'"
+    )
 
 
 def test_pull_of_a_cached_model_needs_no_network(llama_1b):
@@ -164,6 +240,44 @@ def test_show_target_lists_its_recommended_drafts(hf_cache, tmp_path):
     fields = shown_fields(result.stdout)
     assert fields["chat template"] == "no"
     assert fields["compatible drafts"] == "llama-1b-q4, llama-1b-q4_0, llama-3b-q4"
+
+
+def test_show_of_a_head_and_of_the_targets_it_serves(hf_cache, tmp_path):
+    head = parse_spec("llama-8b-eagle3", load_catalog()).checkpoint.gguf_path
+    write_tiny_gguf(head, architecture="eagle3", layers=1)
+    result = invoke("show", "llama-8b-eagle3")
+    assert result.exit_code == 0, result.output
+    fields = shown_fields(result.stdout)
+    assert (fields["file"], fields["architecture"], fields["kind"]) == (
+        str(head),
+        "eagle3",
+        "EAGLE-3 head",
+    )
+    assert fields["head for"] == "llama-8b-q4 (-t llama-8b-q4 --draft eagle3:llama-8b-eagle3)"
+    assert fields["source"] == (
+        f"{HEAD_REPO} (a Hugging Face checkpoint, converted with the config and tokenizer of "
+        f"{HEAD_TARGET_REPO})"
+    )
+    assert "compatible drafts" not in fields
+
+    content = write_tiny_gguf(tmp_path / "target.gguf")
+    add_cached_file(
+        hf_cache,
+        "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF",
+        "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        content,
+    )
+    fields = shown_fields(invoke("show", "llama-8b-q4").stdout)
+    assert fields["EAGLE-3 heads"] == "llama-8b-eagle3 (--draft eagle3)"
+    assert fields["MTP layers"] == "not in the catalog"
+    assert fields["compatible drafts"] == "llama-1b-q4, llama-1b-q4_0"
+
+    glm = "unsloth/GLM-4.5-Air-GGUF"
+    add_cached_file(hf_cache, glm, "Q4_K_M/GLM-4.5-Air-Q4_K_M-00001-of-00002.gguf", content)
+    add_cached_file(hf_cache, glm, "Q4_K_M/GLM-4.5-Air-Q4_K_M-00002-of-00002.gguf", b"part 2")
+    fields = shown_fields(invoke("show", "glm-4.5-air-q4").stdout)
+    assert fields["MTP layers"] == "yes (--draft mtp)"
+    assert fields["EAGLE-3 heads"] == "none in the catalog"
 
 
 def test_show_path(hf_cache, tmp_path):
