@@ -214,14 +214,7 @@ class _Answer:
         choice = self.choice
         if choice is None:  # stopped before the models were resolved: as they were asked for
             return {"target": self.request.target, "draft": self.request.draft}
-        draft = (
-            str(choice.draft)
-            if isinstance(choice.draft, Path)
-            else choice.draft.spec
-            if choice.draft
-            else None
-        )
-        record: dict[str, object] = {"target": str(choice.target), "draft": draft}
+        record: dict[str, object] = {"target": str(choice.target), "draft": choice.draft_spec}
         if self.engine is not None:
             record["draft_kind"] = self.engine.draft.kind if self.engine.draft else None
         if self.engine is not None and self.where is not None:
@@ -293,6 +286,8 @@ def bench(
     prompt_set = benchmark.load_prompts(prompts)
     # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model.
     choice = replace(models, draft=None if models.draft == LOOKUP else models.draft).resolve()
+    if len(choice.drafts) > 1:
+        raise OptionError("bench compares the modes of one draft: give one --draft")
     chosen = benchmark.default_modes(gamma_values, choice.draft is not None, include_lookup)
     if modes:
         wanted = [m.strip() for m in modes.split(",")]

@@ -17,7 +17,7 @@ import inspect
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -123,16 +123,33 @@ class ModelChoice:
     """The files --target and --draft name (or prompt lookup, a head, MTP for a draft)."""
 
     target: Path
-    draft: Path | DraftChoice | None
+    draft: OneDraft | tuple[OneDraft, ...] | None  # several: the hybrid over them
+
+    @property
+    def drafts(self) -> tuple[OneDraft, ...]:
+        if self.draft is None:
+            return ()
+        return self.draft if isinstance(self.draft, tuple) else (self.draft,)
 
     @property
     def draft_label(self) -> str | None:
-        """The draft as a person reads it: the file's name, or `lookup`, `eagle3:FILE`, `mtp`."""
-        if isinstance(self.draft, Path):
-            return self.draft.name
-        if isinstance(self.draft, Eagle3Head):
-            return f"eagle3:{self.draft.path.name}"
-        return self.draft.spec if self.draft is not None else None
+        """The draft as a person reads it: the file's name, or `lookup`, `eagle3:FILE`, `mtp`
+        (several: separated by commas)."""
+        return ",".join(map(_draft_label, self.drafts)) or None
+
+    @property
+    def draft_spec(self) -> str | None:
+        """The draft as --draft would name it, files by their full paths."""
+        return ",".join(str(d) if isinstance(d, Path) else d.spec for d in self.drafts) or None
+
+
+OneDraft = Path | DraftChoice  # a draft model's file, prompt lookup, an EAGLE-3 head, MTP layers
+
+
+def _draft_label(draft: OneDraft) -> str:
+    if isinstance(draft, Path):
+        return draft.name
+    return f"eagle3:{draft.path.name}" if isinstance(draft, Eagle3Head) else draft.spec
 
 
 @dataclass(frozen=True)
@@ -148,7 +165,8 @@ class ModelRequest:
         `--draft lookup` is prompt lookup, which needs no file; `--draft mtp` the target's
         own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
         `--draft eagle3` the catalog's head for the target (a published checkpoint is
-        converted to GGUF on first use)."""
+        converted to GGUF on first use). Several, separated by commas (`-d MODEL,eagle3:HEAD`),
+        make the hybrid, whose auto picks among them per round."""
         from specrun.models.catalog import (
             load_catalog,
             resolve_head_pair,
@@ -158,6 +176,14 @@ class ModelRequest:
 
         models = load_catalog(self.catalog)
         target, draft = self.target, self.draft
+        if draft and "," in draft and not Path(draft).is_file():  # several: the hybrid over them
+            parts = [part.strip() for part in draft.split(",") if part.strip()]
+            target = target or DEMO_TARGET
+            if target == DEMO_TARGET and self.target is None:
+                note("no --target given: using the demo target (SmolLM2-135M-Instruct, F16)")
+            chosen = [replace(self, target=target, draft=part).resolve() for part in parts]
+            drafts = tuple(d for choice in chosen for d in choice.drafts)
+            return ModelChoice(chosen[0].target, drafts if len(drafts) > 1 else drafts[0])
         if target is None:
             target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
             using = (

@@ -89,6 +89,12 @@ class Model(Vocabulary):
         self.n_embd = llama.llama_model_n_embd(self._model)
         self.n_layer_nextn = llama.llama_model_n_layer_nextn(self._model)
         self.architecture = model_architecture(self._model)
+        if self.architecture == "eagle3":  # its graph needs the target's hidden states
+            self.close()
+            raise SpecrunError(
+                f"{self.name} is an EAGLE-3 head: it drafts for the target it was made for "
+                f"(as an eagle3:{self.name} draft) and cannot run as a model"
+            )
 
         threads = threads or physical_cores()
         ctx_params = llama.llama_context_default_params()

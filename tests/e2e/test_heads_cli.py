@@ -79,3 +79,22 @@ def test_the_server_names_the_head_it_drafts_with(mtp_target):
         assert figures["draft"] == {"name": f"mtp:{mtp_target.name}", "kind": "mtp"}
     finally:
         assert server.stop() == 0
+
+
+def test_several_drafts_make_the_hybrid_and_answer_as_plain_decoding(tiny_target, tiny_draft, head):
+    drafts = f"{tiny_draft},eagle3:{head}"
+    plain = specrun(*run(tiny_target, "--gamma", "0"), "the cat the cat the cat")
+    result = specrun(
+        *run(tiny_target, "-d", drafts, "--lookup", "--json"), "the cat the cat the cat"
+    )
+    record = json.loads(result.stdout)
+    assert record["text"] == plain.stdout.rstrip("\n")
+    assert record["draft"] == drafts and record["draft_kind"] == "hybrid"
+
+
+@pytest.mark.parametrize("role", ["-d", "-t"])
+def test_a_head_is_not_a_model(tiny_target, head, role):
+    options = ["-d", str(head)] if role == "-d" else []
+    target = head if role == "-t" else tiny_target
+    result = specrun(*run(target, *options), "hi")
+    assert_one_line_error(result, f"{head.name} is an EAGLE-3 head")
