@@ -299,8 +299,10 @@ def test_a_signal_mid_generation_keeps_the_json_object(demo_pair, signum):
     assert process.returncode == 128 + signum, err
     record = json.loads(out)
     assert record["finish_reason"] == "interrupted"
-    # On a loaded machine the signal may land before the first token; what was made is kept.
-    assert record["text"].startswith(" 7") or record["generated_tokens"] == 0
+    # On a loaded machine the signal may land before the first token, or after the first of
+    # " 7" alone (the space is a token of its own); what was made is kept.
+    text = record["text"]
+    assert text.startswith(" 7") or " 7".startswith(text), text
     assert "Traceback" not in err and "double free" not in err
 
 
