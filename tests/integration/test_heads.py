@@ -22,7 +22,7 @@ from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.llama.heads import open_eagle3, open_mtp
 from specrun.llama.model import Model
-from specrun.options import MTP_LAYERS, DraftOptions, Eagle3Head
+from specrun.options import MTP_LAYERS, DraftOptions, Eagle3Head, LoadOptions
 from tests.support.identity import GREEDY
 from tests.support.tinymodels import (
     write_tiny_eagle3_head,
@@ -125,9 +125,12 @@ def two_sample_p_value(a: list[int], b: list[int]) -> float:
 @pytest.mark.parametrize("kind", ["eagle3", "mtp"])
 def test_sampling_with_a_head_keeps_the_targets_distribution(heads, kind):
     target, draft = heads[kind]
+    # One thread: 1200 short generations, where a second thread waiting on a busy machine
+    # (other tests, benchmarks) costs more than the decode.
+    one = LoadOptions(threads=1)
     with (
-        Engine.load(target) as plain,
-        Engine.load(target, draft, drafting=DraftOptions(gamma="3")) as speculative,
+        Engine.load(target, options=one) as plain,
+        Engine.load(target, draft, options=one, drafting=DraftOptions(gamma="3")) as speculative,
     ):
         prompt = plain.prompt(PROMPTS[0])
         expected = later_tokens(plain, prompt, seed=1000)
