@@ -10,6 +10,17 @@ Rows (choose with --rows, comma-separated; default all, in this order):
   specrun auto fresh    the draft model, auto, starting from its warm-up (no learned state)
   specrun auto          the draft model, auto, starting from what earlier runs learned
   specrun lookup        prompt lookup (auto, learned state kept like a user's)
+and, drafting from the target's hidden states at a fixed γ (N: --gamma, or the row's own,
+as in `specrun eagle3 8`):
+  native eagle3 N       llama-speculative-simple --spec-type draft-eagle3 with the head (--head)
+  specrun eagle3 N      specrun with the head, --draft eagle3:HEAD --gamma N
+  native mtp plain      llama-completion on the MTP target (--mtp-target)
+  native mtp N          llama-speculative-simple --spec-type draft-mtp on it
+  specrun mtp plain     specrun on it, no draft
+  specrun mtp N         specrun with its MTP layers, --draft mtp --gamma N
+Without --head or --mtp-target, they are written into a scratch folder from the target
+(bench/gpu/synthetic.py: its shape and tokenizer, random F16 weights, so acceptance is ~0
+and each round yields one token: these rows compare what rounds cost).
 The native tools are built from the llama.cpp that the pinned llama-cpp-python vendors,
 with specrun's CPU flags (bench/native_compare.sh builds them). Every prompt is sent raw
 (no chat template), so every row sees the same tokens. A file's figure is its total
@@ -17,11 +28,18 @@ tokens (those of the answer: no row counts the end-of-generation token) over its
 decode seconds, wall time after the prompt (for llama-completion its total time less its
 prompt eval time), per repetition; the table gives the median and the range, then each
 row run by run against native plain on the same prompt (geometric mean and 95%
-interval). Every specrun row's text is checked against `gamma 0`'s.
+interval), and each specrun row against its native peer (`specrun gamma N` against `native
+draft`). specrun's `--gamma N` forces a plain round now and then (to measure what plain
+decoding costs; with nothing accepted, about one round in ten), native's fixed γ never does:
+so each fixed-γ row is also given with those rounds taken out ("γ rounds alone"), run by run
+against its peer. Every specrun row's text is checked against `gamma 0`'s, the MTP rows'
+against `specrun mtp plain`'s, and MTP rows are paired with `native mtp plain`.
 
     .venv/bin/python bench/side_by_side.py bench/prompts/mixed.jsonl bench/prompts/heldout.jsonl
     .venv/bin/python bench/side_by_side.py --repeat 4 \\
         --rows "native plain,specrun gamma 0,specrun auto" bench/prompts/mixed.jsonl
+    .venv/bin/python bench/side_by_side.py --rows "native plain,specrun gamma 0,native eagle3,\\
+        specrun eagle3,native mtp plain,specrun mtp plain,native mtp,specrun mtp" FILE.jsonl
 """
 
 from __future__ import annotations
@@ -38,6 +56,8 @@ import tempfile
 from pathlib import Path
 
 SPECRUN = Path(sys.executable).with_name("specrun")
+SYNTHETIC = Path(__file__).resolve().parent / "gpu" / "synthetic.py"
+GAMMA_ROUNDS = "γ rounds alone"  # a fixed-γ row without the plain rounds specrun forces
 
 
 def all_rows(gamma: int) -> list[str]:
@@ -51,7 +71,41 @@ def all_rows(gamma: int) -> list[str]:
         "specrun auto fresh",
         "specrun auto",
         "specrun lookup",
+        f"native eagle3 {gamma}",
+        f"specrun eagle3 {gamma}",
+        "native mtp plain",
+        "specrun mtp plain",
+        f"native mtp {gamma}",
+        f"specrun mtp {gamma}",
     ]
+
+
+def row_gamma(row: str, args: argparse.Namespace) -> int:
+    """A head row's fixed γ: its last word where that is a number, else --gamma."""
+    last = row.split()[-1]
+    return int(last) if last.isdigit() else args.gamma
+
+
+def peer(row: str) -> str | None:
+    """The native row that does what a specrun row does."""
+    if row == "specrun gamma 0":
+        return "native plain"
+    if row.startswith("specrun gamma "):
+        return "native draft"
+    if row.startswith(("specrun eagle3", "specrun mtp")):
+        return row.replace("specrun", "native", 1)
+    return None
+
+
+def base(row: str, rows: list[str]) -> str:
+    """What a row's text and speed are held against: the plain decoding of its own target."""
+    mtp = " mtp" in row and "native mtp plain" in rows
+    return "native mtp plain" if mtp else "native plain"
+
+
+def reference(row: str) -> str:
+    """The specrun row whose text a specrun row must equal (greedy identity)."""
+    return "specrun mtp plain" if row.startswith("specrun mtp") else "specrun gamma 0"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -98,6 +152,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--target", help="the target GGUF (default: the demo pair's)")
     parser.add_argument("--draft", help="the draft GGUF (default: the demo pair's)")
+    parser.add_argument(
+        "--head",
+        help="the EAGLE-3 head GGUF of the eagle3 rows (default: one written for the target)",
+    )
+    parser.add_argument(
+        "--mtp-target",
+        help="the target with MTP layers of the mtp rows (default: one written in the target's "
+        "shape, glm4moe)",
+    )
     args = parser.parse_args(argv)
     args.rows = args.rows or all_rows(args.gamma)
     return args
@@ -113,14 +176,40 @@ def models(args: argparse.Namespace) -> tuple[str, str]:
     return target, draft
 
 
+def head_models(args: argparse.Namespace, target: str) -> None:
+    """Set args.head and args.mtp_target where rows need them and none was given: written
+    from the target's shape and tokenizer into a scratch folder."""
+    scratch = None
+    for option, flags, wanted in [
+        ("head", ["--head", "eagle3"], "eagle3"),
+        ("mtp_target", ["--mtp"], " mtp"),
+    ]:
+        if getattr(args, option) or not any(wanted in row for row in args.rows):
+            continue
+        scratch = scratch or Path(tempfile.mkdtemp(prefix="side-by-side-heads-"))
+        out = scratch / f"{Path(target).stem}-{option.replace('_', '-')}.gguf"
+        subprocess.run(
+            [sys.executable, str(SYNTHETIC), target, "f16", str(out), *flags],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        setattr(args, option, str(out))
+
+
 def native(
     row: str, args: argparse.Namespace, target: str, draft: str, prompt: str
 ) -> tuple[int, float]:
     """(tokens, seconds) of the decode, from the tool's own log."""
     n, threads, gamma = str(args.tokens), str(args.threads), str(args.gamma)
+    if " mtp" in row:
+        target = args.mtp_target
     common = ["-m", target, "-p", prompt, "-n", n, "--temp", "0", "-t", threads]
-    if row == "native plain":
-        log = _run([str(args.native_bin / "llama-completion"), *common, "-no-cnv"], args.timeout)
+    if row in ("native plain", "native mtp plain"):
+        log = _logged(
+            [str(args.native_bin / "llama-completion"), *common, "-no-cnv"],
+            args.timeout,
+            "common_perf_print:    graphs reused",  # its last line
+        )
         runs = int(re.findall(r" eval time =\s*[\d.]+ ms /\s*(\d+) runs", log)[-1])
         # Wall time, as every other row's: its total less the prompt's. Its eval and sampling
         # times leave out its own loop (~0.14 ms a token here); the total also holds ~0.7 ms
@@ -134,22 +223,25 @@ def native(
         # token, which specrun does not count as a token either.
         tokens = runs if runs >= args.tokens - 1 else runs - 1
         return tokens, (total - prompt_eval) / 1000
-    if row == "native draft":
-        kind = [
-            "-md",
-            draft,
-            "--spec-type",
-            "draft-simple",
-            "--spec-draft-n-max",
-            gamma,
-            "--spec-draft-n-min",
-            gamma,
-            "--spec-draft-p-min",
-            "0",
-        ]
+    if row == "native draft" or row.startswith(("native eagle3", "native mtp")):
+        if row.startswith("native eagle3"):
+            kind = ["-md", args.head, "--spec-type", "draft-eagle3"]
+        elif row.startswith("native mtp"):
+            kind = ["--spec-type", "draft-mtp"]
+        else:
+            kind = ["-md", draft, "--spec-type", "draft-simple"]
+        if row != "native draft":
+            gamma = str(row_gamma(row, args))
+        # n_min = n_max and p_min 0: every round drafts γ tokens, as specrun's fixed γ does.
+        kind += ["--spec-draft-n-max", gamma, "--spec-draft-n-min", gamma]
+        kind += ["--spec-draft-p-min", "0"]
     else:
         kind = ["--spec-type", row.split()[-1]]
-    log = _run([str(args.native_bin / "llama-speculative-simple"), *common, *kind], args.timeout)
+    log = _logged(
+        [str(args.native_bin / "llama-speculative-simple"), *common, *kind],
+        args.timeout,
+        "decoded ",
+    )
     tokens, seconds = re.findall(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log)[-1]
     # It runs past --tokens unless the answer ends, and then its count includes the
     # end-of-generation token.
@@ -158,12 +250,19 @@ def native(
 
 def specrun(
     row: str, args: argparse.Namespace, target: str, draft: str, prompt: str, learned: str
-) -> tuple[int, float, str]:
-    """(tokens, seconds, text) of `specrun run`; `auto` and `lookup` keep their learned state
-    in `learned` across runs, `auto fresh` starts from none."""
+) -> tuple[int, float, str, float | None]:
+    """(tokens, seconds, text, rate of its γ rounds alone) of `specrun run`; `auto` and
+    `lookup` keep their learned state in `learned` across runs, `auto fresh` starts from
+    none."""
     mode = row.removeprefix("specrun ")
     if mode == "lookup":
         drafting = ["--draft", "lookup"]
+    elif mode == "mtp plain":
+        target, drafting = args.mtp_target, ["--draft", "none", "--gamma", "0"]
+    elif mode.startswith("mtp"):
+        target, drafting = args.mtp_target, ["--draft", "mtp", "--gamma", str(row_gamma(row, args))]
+    elif mode.startswith("eagle3"):
+        drafting = ["--draft", f"eagle3:{args.head}", "--gamma", str(row_gamma(row, args))]
     elif mode.startswith("gamma"):
         drafting = ["--draft", draft, "--gamma", mode.split()[-1]]
     else:
@@ -187,16 +286,46 @@ def specrun(
             prompt,
         ],
         args.timeout,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         env=os.environ | {"XDG_STATE_HOME": state},
     )
     result = json.loads(out)
-    return result["generated_tokens"], result["decode_seconds"], result["text"]
+    fixed = mode != "mtp plain" and row_gamma(row, args) > 0 and "auto" not in mode
+    rate = gamma_rounds_rate(result) if fixed and mode != "lookup" else None
+    return result["generated_tokens"], result["decode_seconds"], result["text"], rate
+
+
+def gamma_rounds_rate(result: dict) -> float | None:
+    """tok/s of a fixed-γ run without the plain rounds specrun forces now and then to measure
+    a plain token (gamma.PlainSamples; with nothing accepted, one round in ten): each taken
+    out at the run's own mean cost of a plain round (its width-1 verify and overhead).
+    The zeros that end the trace are where the token limit left no room, as in native's."""
+    trace = result["gamma_trace"][1:]  # the first round's token came from the prompt's pass
+    tail = len(trace) - len("".join(map(str, trace)).rstrip("0"))
+    forced = trace[: len(trace) - tail].count(0)
+    width_1 = result["verify_seconds_by_width"].get("1")
+    if not forced:
+        return result["tokens_per_second"]
+    if width_1 is None:
+        return None
+    plain = width_1 + result["overhead_seconds_per_round"]
+    return (result["generated_tokens"] - forced) / (result["decode_seconds"] - forced * plain)
+
+
+def _logged(cmd: list[str], timeout: float, last: str) -> str:
+    """A native tool's log, run again (three times at most) where it lacks `last`: llama.cpp
+    logs from a worker thread, and on a busy machine the last lines are sometimes lost at exit."""
+    for _ in range(2):
+        log = _run(cmd, timeout)
+        if last in log:
+            return log
+    return _run(cmd, timeout)
 
 
 def _run(
     cmd: list[str], timeout: float, stderr: int = subprocess.STDOUT, env: dict | None = None
 ) -> str:
+    """The command's output; a failure raises CalledProcessError with its stderr."""
     return subprocess.run(
         cmd,
         stdout=subprocess.PIPE,
@@ -213,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rows, repeat = args.rows, args.repeat
     target, draft = models(args)
+    head_models(args, target)
     learned = tempfile.mkdtemp(prefix="side-by-side-state-")  # the `auto` rows' learned state
     sets = {f: [json.loads(line)["prompt"] for line in open(f) if line.strip()] for f in args.files}
     # What a user's `auto` would know: one earlier run, on a prompt of none of the sets.
@@ -230,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     texts: dict[tuple[str, int, str], str] = {}
     runs: dict[tuple[str, int, int, str], float] = {}  # (file, rep, prompt, row) -> tok/s
     hung: set[tuple[str, int, str]] = set()  # runs that did not finish within --timeout
+    failed: dict[tuple[str, int, str], str] = {}  # runs that failed: the last line they wrote
     for rep in range(repeat):  # interleaved, so drift in the machine's speed hits every row alike
         for f, prompts in sets.items():
             for i, prompt in enumerate(prompts):
@@ -241,11 +372,20 @@ def main(argv: list[str] | None = None) -> None:
                         if row.startswith("native"):
                             tokens, seconds = native(row, args, target, draft, prompt)
                         else:
-                            tokens, seconds, texts[f, i, row] = specrun(
+                            tokens, seconds, texts[f, i, row], rounds = specrun(
                                 row, args, target, draft, prompt, learned
                             )
+                            if rounds is not None:
+                                runs[f, rep, i, f"{row} {GAMMA_ROUNDS}"] = rounds
                     except subprocess.TimeoutExpired:
                         hung.add((f, i, row))
+                        continue
+                    except subprocess.CalledProcessError as error:
+                        lines = (error.stderr or error.stdout or "").strip().splitlines()
+                        failed[f, i, row] = lines[-1] if lines else f"exit {error.returncode}"
+                        print(
+                            f"{rep} {Path(f).name}:{i} {row}: {failed[f, i, row]}", file=sys.stderr
+                        )
                         continue
                     totals[f][row][rep][0] += tokens
                     totals[f][row][rep][1] += seconds
@@ -255,22 +395,33 @@ def main(argv: list[str] | None = None) -> None:
                         file=sys.stderr,
                         flush=True,
                     )
+    heads = [f"head {args.head}"] if args.head else []
+    heads += [f"MTP target {args.mtp_target}"] if args.mtp_target else []
     print(
         f"{target} + {Path(draft).name}, {args.tokens} tokens a prompt, greedy, raw prompts, "
         f"{args.threads} threads, median of {repeat} (range)"
     )
+    if heads:
+        print("; ".join(heads))
     for f, prompts in sets.items():
         rates = {row: [t / s for t, s in totals[f][row]] for row in rows}
-        plain = statistics.median(rates["native plain"]) if "native plain" in rows else None
         print(f"\n{f} ({len(prompts)} prompts)")
         for row in rows:
             median = statistics.median(rates[row])
-            versus = f"{median / plain:5.2f}x native plain  " if plain else ""
+            plain = base(row, rows)
+            versus = (
+                f"{median / statistics.median(rates[plain]):5.2f}x {plain:17}"
+                if plain in rows
+                else ""
+            )
             low, high = min(rates[row]), max(rates[row])
             print(f"  {row:20} {median:6.1f} tok/s  {versus}({low:.1f}-{high:.1f})")
-        if plain:  # each run against native plain's on the same prompt, minutes apart at most
-            for row in (r for r in rows if r != "native plain"):
-                print(f"  {row:20} paired: {paired(runs, f, row)}")
+        # each run against its plain row's on the same prompt, minutes apart at most
+        for row in (r for r in rows if base(r, rows) in rows and r != base(r, rows)):
+            print(f"  {row:20} paired: {paired(runs, f, row, base(row, rows))}")
+        for row in (r for r in rows if peer(r) in rows and peer(r) != base(r, rows)):
+            print(f"  {row:20} against {peer(row)}: {paired(runs, f, row, peer(row))}")
+        gamma_rounds(runs, f, rows)
         for row in rows:
             stuck = sorted(i for g, i, r in hung if g == f and r == row)
             if stuck:
@@ -278,25 +429,50 @@ def main(argv: list[str] | None = None) -> None:
                     f"  {row}: did not finish within {args.timeout:.0f} s on prompts {stuck} "
                     "(left out of its figure)"
                 )
-        if "specrun gamma 0" in rows:
-            for row in (r for r in rows if r.startswith("specrun") and r != "specrun gamma 0"):
-                differ = [
-                    i
-                    for i in range(len(prompts))
-                    if (f, i, row) in texts
-                    and texts[f, i, row] != texts.get((f, i, "specrun gamma 0"))
-                ]
-                if differ:
-                    print(f"  {row}: text differs from gamma 0 on prompts {differ}")
+            broken = {i: line for (g, i, r), line in failed.items() if g == f and r == row}
+            if broken:
+                print(f"  {row}: failed on prompts {sorted(broken)} (left out): {broken}")
+        for row in (r for r in rows if r.startswith("specrun") and r != reference(r)):
+            if reference(row) not in rows:
+                print(f"  {row}: text not checked (no `{reference(row)}` row)")
+                continue
+            differ = [
+                i
+                for i in range(len(prompts))
+                if (f, i, row) in texts and texts[f, i, row] != texts.get((f, i, reference(row)))
+            ]
+            if differ:
+                print(f"  {row}: text differs from {reference(row)} on prompts {differ}")
 
 
-def paired(runs: dict[tuple[str, int, int, str], float], f: str, row: str) -> str:
-    """The geometric mean of a row's tok/s over native plain's, run by run on the same prompt
-    and repetition, with a 95% interval: single runs here move by 10%, their ratios less."""
+def gamma_rounds(runs: dict[tuple[str, int, int, str], float], f: str, rows: list[str]) -> None:
+    """specrun's fixed-γ rows without the plain rounds it forces (gamma_rounds_rate), against
+    their native peers, which never force one: what the same γ's rounds cost."""
+    for row in rows:
+        rates = [
+            rate for (g, _, _, r), rate in runs.items() if g == f and r == f"{row} {GAMMA_ROUNDS}"
+        ]
+        if not rates:
+            continue
+        against = peer(row)
+        versus = (
+            f"; against {against}: {paired(runs, f, f'{row} {GAMMA_ROUNDS}', against)}"
+            if against in rows
+            else ""
+        )
+        print(f"  {row:20} {GAMMA_ROUNDS}: {statistics.median(rates):.1f} tok/s{versus}")
+
+
+def paired(
+    runs: dict[tuple[str, int, int, str], float], f: str, row: str, other: str = "native plain"
+) -> str:
+    """The geometric mean of a row's tok/s over another's (native plain's), run by run on the
+    same prompt and repetition, with a 95% interval: single runs here move by 10%, their
+    ratios less."""
     logs = [
-        math.log(rate / runs[g, rep, i, "native plain"])
+        math.log(rate / runs[g, rep, i, other])
         for (g, rep, i, r), rate in runs.items()
-        if g == f and r == row and (g, rep, i, "native plain") in runs
+        if g == f and r == row and (g, rep, i, other) in runs
     ]
     if len(logs) < 2:
         return "too few runs"

@@ -6,6 +6,7 @@
 #   bench/gpu/kit.sh run             # there: build, install, write models, measure -> $OUT
 #   bench/gpu/kit.sh run --cpu       # the same on CPU with tiny shapes (how it is tested)
 #   bench/gpu/kit.sh run --cpu --installed   # ... with the installed llama-cpp-python, no build
+#   bench/gpu/kit.sh run --cpu --installed --native DIR   # ... and native tools built before
 #
 # Everything slow is kept in $KIT_WORK (bench/gpu/.work, ignored) and reused by the next call
 # while the machine stays up: the build (keyed by source and flags), the venv, the models,
@@ -108,51 +109,71 @@ build() {  # llama.cpp's libraries for llama-cpp-python, and the native peers, f
     NATIVE=$BUILD/bin
 }
 
-model() {  # model SHAPE TYPE -> path, written once
-    local path=$WORK/models/$1-$2.gguf
-    [ -f "$path" ] || $PY $KIT/synthetic.py "$1" "$2" "$path" > /dev/null
+model() {  # model SHAPE TYPE [--head eagle3 | --mtp] -> path, written once
+    local variant=""
+    case ${3:-} in
+        --head) variant=-$4 ;;  # an EAGLE-3 head for a target of SHAPE
+        --mtp) variant=-mtp ;;  # SHAPE as glm4moe with one MTP layer
+    esac
+    local path=$WORK/models/$1$variant-$2.gguf
+    [ -f "$path" ] || $PY $KIT/synthetic.py "$1" "$2" "$path" "${@:3}" > /dev/null
     echo "$path"
 }
 
-measure() {  # measure NAME=PATH...
+measure() {  # measure NAME=PATH... (with the heads in HEADS: --head NAME=HEAD ...)
     local targets=()
     for spec in "$@"; do targets+=(--target "$spec"); done
-    $PY $KIT/measure.py --draft "$DRAFT" "${targets[@]}" ${NATIVE:+--native "$NATIVE"} --out "$OUT" --append \
-        --deadline $((DEADLINE - 60)) --build "$BUILD_RECORD" --models-seconds "$MODELS_SECONDS" "${MEASURE_ARGS[@]}"
+    $PY $KIT/measure.py --draft "$DRAFT" "${targets[@]}" "${HEADS[@]}" ${NATIVE:+--native "$NATIVE"} \
+        --out "$OUT" --append --deadline $((DEADLINE - 60)) --build "$BUILD_RECORD" \
+        --models-seconds "$MODELS_SECONDS" "${MEASURE_ARGS[@]}"
 }
 
 run() {
-    CPU=0 INSTALLED=0 NATIVE="" BUILD_RECORD="installed llama-cpp-python, not built" MEASURE_ARGS=()
-    for arg in "$@"; do
-        case $arg in
+    CPU=0 INSTALLED=0 NATIVE="" BUILD_RECORD="installed llama-cpp-python, not built" MEASURE_ARGS=() HEADS=()
+    local given_native=""
+    while [ $# -gt 0 ]; do
+        case $1 in
             --cpu) CPU=1 ;;
             --installed) INSTALLED=1 ;;
-            *) die "unknown option $arg (see bench/gpu/kit.sh)" ;;
+            --native) [ $# -ge 2 ] || die "--native needs a folder"; given_native=$(realpath "$2"); shift ;;
+            *) die "unknown option $1 (see bench/gpu/kit.sh)" ;;
         esac
+        shift
     done
     [ "$INSTALLED" = 1 ] && [ "$CPU" = 0 ] && die "--installed goes with --cpu"
+    [ -z "$given_native" ] || [ "$INSTALLED" = 1 ] || die "--native goes with --installed (a build makes its own)"
     mkdir -p "$WORK/models" "$OUT"
     python_env
     [ "$INSTALLED" = 1 ] || build
-    local t0 draft_shape targets
+    NATIVE=${given_native:-$NATIVE}
+    local t0 head targets
     t0=$(date +%s)
+    # Each target beside the draft model, and beside an EAGLE-3 head at F16 (as published);
+    # its MTP twin (glm4moe, one MTP layer) drafting with its own layer, before the F16 target.
     if [ "$CPU" = 1 ]; then
         DRAFT=$(model tiny-draft q4_0)
-        targets=("tiny-q4_k_m=$(model tiny-target q4_k_m)" "tiny-f16=$(model tiny-target f16)")
+        head=$(model tiny-target f16 --head eagle3)
+        targets=("tiny-q4_k_m=$(model tiny-target q4_k_m)" "tiny-mtp-q4_k_m=$(model tiny-target q4_k_m --mtp)"
+            "tiny-f16=$(model tiny-target f16)")
+        HEADS=(--head "tiny-q4_k_m=$head" --head "tiny-f16=$head")
         MEASURE_ARGS=(--tokens 32 --prompt-words 8 --context 128 --widths 8 --gpu-layers 0)
     else
-        draft_shape=llama3.2-1b
-        DRAFT=$(model $draft_shape q4_0)
-        targets=("8b-q4_k_m=$(model llama3-8b q4_k_m)" "8b-f16=$(model llama3-8b f16)")
+        DRAFT=$(model llama3.2-1b q4_0)
+        head=$(model llama3-8b f16 --head eagle3)
+        targets=("8b-q4_k_m=$(model llama3-8b q4_k_m)" "8b-mtp-q4_k_m=$(model llama3-8b q4_k_m --mtp)"
+            "8b-f16=$(model llama3-8b f16)")
+        HEADS=(--head "8b-q4_k_m=$head" --head "8b-f16=$head")
     fi
     MODELS_SECONDS=$(($(date +%s) - t0))
     say "models ready in ${MODELS_SECONDS} s; measuring"
     measure "${targets[@]}"
-    # The 70B-shaped target (42 GB) only with time to spare, in place of the 8B F16 (disk is 64 GiB).
+    # The 70B-shaped target (42 GB) and its head (with its own token embeddings, as published:
+    # 4.9 GB) only with time to spare, in place of the 8B F16 and MTP targets (disk is 64 GiB).
     if [ "$CPU" = 0 ] && [ "$(left)" -gt 300 ]; then
-        rm -f "$WORK/models/llama3-8b-f16.gguf"
+        rm -f "$WORK/models/llama3-8b-f16.gguf" "$WORK/models/llama3-8b-mtp-q4_k_m.gguf"
         t0=$(date +%s)
         targets=("70b-q4_k_m=$(model llama3-70b q4_k_m)")
+        HEADS=(--head "70b-q4_k_m=$(model llama3-70b f16 --head eagle3)")
         MODELS_SECONDS=$(($(date +%s) - t0))
         measure "${targets[@]}"
     elif [ "$CPU" = 0 ]; then
@@ -164,5 +185,5 @@ run() {
 case ${1:-} in
     prepare) prepare ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,13p' "$0"; exit 2 ;;
+    *) sed -n '2,14p' "$0"; exit 2 ;;
 esac

@@ -1,12 +1,16 @@
 """The kit's measurements: costs, specrun beside native llama.cpp, and the predicted speedup.
 
 For each target, with the draft beside it, in one process:
-- the target's time per verify width 1..16 and the draft's time per token
-  (specrun.bench.measure_costs: each call rolls back to the same context first);
+- the target's time per verify width 1..16 and the draft's time per token (each call rolls
+  back to the same context first);
 - greedy generation through specrun at γ = 0 and at a fixed γ (no confidence cut-off),
   with the loop's own time per round, and the draft's time per token inside the loop;
+- with an EAGLE-3 head for the target (--head NAME=HEAD), the head's time per token (a
+  round's first draft, which takes in the committed pair through its `fc` encoder, and the
+  next ones) and specrun at the same fixed γ with the head; a target whose file has MTP
+  layers (glm4moe: synthetic.py --mtp) is drafted by them instead of the draft model;
 - the native peers on the same files and prompt: `llama-completion` (plain) and
-  `llama-speculative-simple` at the same fixed γ;
+  `llama-speculative-simple` at the same fixed γ (draft-simple, draft-eagle3, draft-mtp);
 - what `auto` would choose and gain for α = 0.5..0.9: the cost model's expected rate
   (specrun.core.costs.expected_rate) over the measured costs. Random weights make acceptance
   meaningless, so α comes from real pairs measured elsewhere, and says where from.
@@ -14,7 +18,8 @@ For each target, with the draft beside it, in one process:
 Results are written after every target (JSON and Markdown), so a run cut short by its
 time limit still leaves what it measured.
 
-    python bench/gpu/measure.py --draft D.gguf --target NAME=T.gguf [--target ...] --out DIR
+    python bench/gpu/measure.py --draft D.gguf --target NAME=T.gguf [--target ...] \
+        [--head NAME=HEAD.gguf ...] --out DIR
 """
 
 from __future__ import annotations
@@ -27,16 +32,21 @@ import re
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrun.bench import CostCurve, measure_costs
-from specrun.core.drafting import ModelDraft
+from bench.head_cost import decode_timer, head_timers
+from specrun.bench import CostCurve, measure_verify
+from specrun.core.drafting import DraftSource, ModelDraft
 from specrun.core.gamma import GAMMA_MAX, FixedGamma
+from specrun.core.heads import HeadDraft
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import SamplingParams, compiled
 from specrun.core.stats import Stats
 from specrun.llama.devices import accelerator_name, build_info
+from specrun.llama.gguf import read_gguf_info
+from specrun.llama.heads import MTP_ARCHITECTURES, open_eagle3, open_mtp
 from specrun.llama.model import Model
 
 ALPHAS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -124,9 +134,9 @@ class Generation:
 
 
 def specrun_generation(
-    target: Model, prompt: list[int], draft: Model | None, gamma: int, tokens: int
+    target: Model, prompt: list[int], source: DraftSource | None, gamma: int, tokens: int
 ) -> Generation:
-    source = ModelDraft(draft, target.n_vocab, p_min=0.0) if draft is not None and gamma else None
+    source = source if gamma else None
     stats = Stats()
     overheads: list[float] = []
     for event in generate(
@@ -186,24 +196,34 @@ def native_plain(
     return {"tokens_per_second": rate}
 
 
+def spec_args(kind: str, draft: Path | None, gpu_layers: int) -> list[str]:
+    """llama-speculative-simple's drafting: draft-simple (a model), draft-eagle3 (a head),
+    or draft-mtp (the target's own layers, no file)."""
+    files = ["-md", str(draft), "-ngld", str(gpu_layers)] if draft is not None else []
+    return [*files, "--spec-type", kind]
+
+
 def native_speculative(
-    bin_dir: Path, target: Path, draft: Path, prompt: str, tokens: int, gamma: int, gpu_layers: int
+    bin_dir: Path,
+    target: Path,
+    spec: list[str],
+    prompt: str,
+    tokens: int,
+    gamma: int,
+    gpu_layers: int,
 ) -> dict[str, float]:
     rate, log = native(
         bin_dir / "llama-speculative-simple",
         [
             "-m",
             str(target),
-            "-md",
-            str(draft),
+            *spec,
             "-p",
             prompt,
             "-n",
             str(tokens),
             "--temp",
             "0",
-            "--spec-type",
-            "draft-simple",
             "--spec-draft-n-max",
             str(gamma),
             "--spec-draft-n-min",
@@ -211,8 +231,6 @@ def native_speculative(
             "--spec-draft-p-min",
             "0",
             "-ngl",
-            str(gpu_layers),
-            "-ngld",
             str(gpu_layers),
             "--ignore-eos",
         ],
@@ -240,12 +258,42 @@ def prediction(curve: CostCurve) -> list[dict[str, float]]:
     return rows
 
 
-def measure_target(
-    name: str, path: Path, draft: Model, args: argparse.Namespace
+DRAFTS = {  # kind -> (as the report names it, llama-speculative-simple's --spec-type)
+    "model": ("draft model", "draft-simple"),
+    "eagle3": ("EAGLE-3 head", "draft-eagle3"),
+    "mtp": ("MTP layer", "draft-mtp"),
+}
+
+
+def median_of(sample: Callable[[], float], repeats: int = 5) -> float:
+    sample()  # untimed: a first call sets up buffers
+    return statistics.median(sample() for _ in range(repeats))
+
+
+def drafted(
+    file: str, per_token: float, generation: Generation, curve: CostCurve, first: float | None
 ) -> dict[str, object]:
+    """One draft's figures: its time per token decoded alone (for a head, each draft after
+    a round's first, and that first), and specrun at the fixed γ with it."""
+    return {
+        "file": file,
+        "ms_per_token": 1e3 * per_token,
+        "first_ms": None if first is None else 1e3 * first,
+        "specrun_fixed": generation.__dict__,
+        "prediction": prediction(curve),
+    }
+
+
+def measure_target(
+    name: str, path: Path, draft: Model, head: Path | None, args: argparse.Namespace
+) -> dict[str, object]:
+    """A target's costs and generations with the draft model, or with its MTP layers where
+    its file has them, and with an EAGLE-3 head where one is given."""
+    mtp = read_gguf_info(path).architecture in MTP_ARCHITECTURES
     started = time.perf_counter()
-    target = Model(path, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers)
+    target = Model(path, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers, load_mtp=mtp)
     loaded = time.perf_counter() - started
+    drafts: dict[str, dict[str, object]] = {}
     try:
         prompt = prompt_text(args.prompt_words)
         prompt_tokens = target.tokenize(prompt)
@@ -253,15 +301,39 @@ def measure_target(
         target.logits(
             context + context[: args.widths], args.widths
         )  # untimed: the first calls set up buffers
-        draft_raw, verify = measure_costs(target, draft, context, args.widths)
+        verify = measure_verify(target, context, args.widths)
         plain = specrun_generation(target, prompt_tokens, None, 0, args.tokens)
-        fixed = specrun_generation(target, prompt_tokens, draft, args.gamma, args.tokens)
-        assert draft_raw is not None
-        curve = CostCurve(
-            fixed.draft_ms_per_token / 1e3 if fixed.draft_ms_per_token else draft_raw,
-            verify,
-            plain.overhead_ms_per_round / 1e3,
-        )
+
+        def fixed(source: DraftSource) -> Generation:
+            return specrun_generation(target, prompt_tokens, source, args.gamma, args.tokens)
+
+        def curve(per_token: float, generation: Generation) -> CostCurve:
+            measured = generation.draft_ms_per_token
+            return CostCurve(
+                measured / 1e3 if measured else per_token,
+                verify,
+                plain.overhead_ms_per_round / 1e3,
+            )
+
+        if not mtp:
+            per_token = median_of(decode_timer(draft, context, 1))
+            run = fixed(ModelDraft(draft, target.n_vocab, p_min=0.0))
+            drafts["model"] = drafted(draft.name, per_token, run, curve(per_token, run), None)
+        if mtp or head is not None:  # last: the target keeps the head's rows from here on
+            native_head, rows = open_eagle3(head, target) if head and not mtp else open_mtp(target)
+            try:
+                first, following = head_timers(native_head, rows, target, context)
+                first_s, per_token = median_of(first), median_of(following)
+                run = fixed(HeadDraft(native_head, rows, target.n_vocab))
+            finally:
+                native_head.close()
+            drafts[native_head.kind] = drafted(
+                head.name if head and not mtp else path.name,
+                per_token,
+                run,
+                curve(per_token, run),
+                first_s,
+            )
         result: dict[str, object] = {
             "file": path.name,
             "size_gib": path.stat().st_size / 2**30,
@@ -270,32 +342,74 @@ def measure_target(
             "context": len(context),
             "gamma": args.gamma,
             "verify_ms_by_width": {w: 1e3 * s for w, s in verify.items()},
-            "draft_ms_per_token": 1e3 * draft_raw,
             "specrun_plain": plain.__dict__,
-            "specrun_fixed": fixed.__dict__,
-            "prediction": prediction(curve),
+            "drafts": drafts,
         }
     finally:
         target.close()
     if args.native:  # after specrun has let go of the GPU memory
         gpu_layers = 999 if args.gpu_layers is None else args.gpu_layers
-        for key, run in [
-            (
-                "native_plain",
-                lambda: native_plain(args.native, path, prompt, args.tokens, gpu_layers),
-            ),
-            (
-                "native_speculative",
-                lambda: native_speculative(
-                    args.native, path, args.draft, prompt, args.tokens, args.gamma, gpu_layers
-                ),
-            ),
-        ]:
-            try:
-                result[key] = run()
-            except (OSError, RuntimeError, subprocess.SubprocessError) as error:
-                result[key] = {"error": str(error)}
+        result["native_plain"] = attempt(
+            lambda: native_plain(args.native, path, prompt, args.tokens, gpu_layers)
+        )
+        files = {"model": args.draft, "eagle3": head, "mtp": None}
+        for kind, figures in drafts.items():
+            spec = spec_args(DRAFTS[kind][1], files[kind], gpu_layers)
+            figures["native"] = attempt(
+                lambda spec=spec: native_speculative(
+                    args.native, path, spec, prompt, args.tokens, args.gamma, gpu_layers
+                )
+            )
     return result
+
+
+def attempt(run: Callable[[], dict[str, float]]) -> dict[str, object]:
+    """A native peer's figures, or the error that stopped it."""
+    try:
+        return dict(run())
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        return {"error": str(error)}
+
+
+def generation_rows(r: dict) -> list[tuple[str, dict | None]]:
+    """The report's configurations: plain, then each draft natively and in specrun."""
+    g = r["gamma"]
+    rows: list[tuple[str, dict | None]] = [
+        ("native llama-completion", r.get("native_plain")),
+        ("specrun γ=0", r["specrun_plain"]),
+    ]
+    for kind, d in r["drafts"].items():
+        spec_type = DRAFTS[kind][1]
+        label = "" if kind == "model" else f"{kind} "
+        rows += [
+            (f"native llama-speculative-simple {spec_type} γ={g}", d.get("native")),
+            (f"specrun {label}γ={g}", d["specrun_fixed"]),
+        ]
+    return rows
+
+
+def draft_lines(r: dict) -> list[str]:
+    g, lines = r["gamma"], []
+    token = next(iter(r["verify_ms_by_width"].values()))  # width 1: a plain token
+    for kind, d in r["drafts"].items():
+        inside = d["specrun_fixed"]["draft_ms_per_token"]
+        first = (
+            ""
+            if d["first_ms"] is None
+            else f"{d['first_ms']:.2f} ms a round's first draft (the committed pair taken in), "
+        )
+        lines.append(
+            f"- {DRAFTS[kind][0]} {d['file']}: {first}{d['ms_per_token']:.2f} ms a token "
+            f"decoded alone, {inside:.2f} ms a token inside the loop (γ={g}); "
+            f"{d['ms_per_token'] / token:.2f}× the target's token."
+        )
+    overheads = ", ".join(
+        f"{d['specrun_fixed']['overhead_ms_per_round']:.3f} ms at γ={g} ({DRAFTS[kind][0]})"
+        for kind, d in r["drafts"].items()
+    )
+    plain = r["specrun_plain"]["overhead_ms_per_round"]
+    lines.append(f"- loop overhead per round: {plain:.3f} ms at γ=0, {overheads}.")
+    return lines
 
 
 def render(results: dict) -> str:
@@ -319,16 +433,15 @@ def render(results: dict) -> str:
         if "skipped" in r:
             lines += [f"## {name}: skipped ({r['skipped']})", ""]
             continue
-        fixed, plain, g = r["specrun_fixed"], r["specrun_plain"], r["gamma"]
         written = (
             ""
             if r.get("models_seconds") is None
             else f"models written in {r['models_seconds']:.0f} s, "
         )
+        drafts = ", ".join(f"{DRAFTS[kind][0]} {d['file']}" for kind, d in r["drafts"].items())
         lines += [
             f"## {name} ({r['file']}, {r['size_gib']:.2f} GiB, "
-            f"{written}loaded in {r['load_seconds']:.1f} s) "
-            f"with draft {results['draft']}",
+            f"{written}loaded in {r['load_seconds']:.1f} s) with {drafts}",
             "",
         ]
         widths = r["verify_ms_by_width"]
@@ -338,20 +451,9 @@ def render(results: dict) -> str:
             "| ms | " + " | ".join(f"{ms:.2f}" for ms in widths.values()) + " |",
             "",
         ]
-        lines += [
-            f"- draft: {r['draft_ms_per_token']:.2f} ms a token decoded alone, "
-            f"{fixed['draft_ms_per_token']:.2f} ms a token inside the loop (γ={g}).",
-            f"- loop overhead per round: {plain['overhead_ms_per_round']:.3f} ms at γ=0, "
-            f"{fixed['overhead_ms_per_round']:.3f} ms at γ={g}.",
-            "",
-        ]
+        lines += [*draft_lines(r), ""]
         lines += ["| configuration | tok/s | acceptance |", "|---|---|---|"]
-        for label, row in [
-            ("native llama-completion", r.get("native_plain")),
-            ("specrun γ=0", plain),
-            (f"native llama-speculative-simple γ={g}", r.get("native_speculative")),
-            (f"specrun γ={g}", fixed),
-        ]:
+        for label, row in generation_rows(r):
             if row is None:
                 lines.append(f"| {label} | not run | |")
             elif "error" in row:
@@ -362,18 +464,25 @@ def render(results: dict) -> str:
                     "-" if acceptance is None or acceptance != acceptance else f"{acceptance:.0%}"
                 )
                 lines.append(f"| {label} | {row['tokens_per_second']:.1f} | {shown} |")
+        kinds = list(r["drafts"])
         lines += [
             "",
-            "Predicted with these costs (acceptance is random here, so α is given):",
+            "Predicted with these costs (acceptance is random here, so α is given): the γ auto "
+            "picks, its tok/s and its speedup over plain, with each draft:",
             "",
-            "| α | γ auto picks | tok/s | speedup over plain |",
-            "|---|---|---|---|",
+            "| α | " + " | ".join(DRAFTS[kind][0] for kind in kinds) + " |",
+            "|---" * (len(kinds) + 1) + "|",
         ]
-        lines += [
-            f"| {p['alpha']:.1f} | {p['gamma']} | {p['tokens_per_second']:.1f} "
-            f"| {p['speedup']:.2f}× |"
-            for p in r["prediction"]
-        ]
+        for i, alpha in enumerate(ALPHAS):
+            cells = [r["drafts"][kind]["prediction"][i] for kind in kinds]
+            lines.append(
+                f"| {alpha:.1f} | "
+                + " | ".join(
+                    f"γ={p['gamma']}, {p['tokens_per_second']:.1f} tok/s, {p['speedup']:.2f}×"
+                    for p in cells
+                )
+                + " |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -383,6 +492,12 @@ def main() -> None:
     parser.add_argument("--draft", type=Path, required=True, help="the draft GGUF")
     parser.add_argument(
         "--target", action="append", required=True, help="NAME=PATH; measured in this order"
+    )
+    parser.add_argument(
+        "--head",
+        action="append",
+        default=[],
+        help="NAME=HEAD.gguf: an EAGLE-3 head for the target NAME, measured beside the draft",
     )
     parser.add_argument(
         "--native", type=Path, help="folder with llama-completion and llama-speculative-simple"
@@ -433,6 +548,7 @@ def main() -> None:
         "draft": args.draft.name,
         "alpha_sources": [s for s in [measured_alpha(), *ALPHA_SOURCES] if s],
     }
+    heads = {name: Path(path) for name, _, path in (h.partition("=") for h in args.head)}
     draft = Model(args.draft, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers)
     for spec in args.target:
         name, _, path = spec.partition("=")
@@ -442,7 +558,8 @@ def main() -> None:
         if time.time() > args.deadline:
             results["targets"][name] = {"skipped": "out of time"}
         else:
-            results["targets"][name] = measure_target(name, Path(path), draft, args)
+            head = heads.get(name)
+            results["targets"][name] = measure_target(name, Path(path), draft, head, args)
             results["targets"][name]["models_seconds"] = args.models_seconds
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         (args.out / "results.md").write_text(render(results))

@@ -16,6 +16,9 @@ import pytest
 from bench.gpu import synthetic, trim
 
 KIT = Path(__file__).resolve().parents[2] / "bench" / "gpu"
+# Where bench/native_compare.sh builds the native tools; the kit's CPU mode runs them if there.
+NATIVE = Path(os.environ.get("SPECRUN_NATIVE_BIN", "/tmp/specrun-native/build/bin"))
+TOOLS = ("llama-completion", "llama-speculative-simple")
 
 
 @pytest.mark.parametrize(
@@ -45,6 +48,32 @@ def test_q4_k_m_keeps_six_bits_where_llama_cpp_does() -> None:
     six_bit = [i for i in range(32) if layout[f"blk.{i}.ffn_down.weight"] == Q.Q6_K]
     assert six_bit == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
     assert all(layout[f"blk.{i}.attn_q.weight"] == Q.Q4_K for i in range(32))
+
+
+def test_heads_are_shaped_as_the_published_ones() -> None:
+    """EAGLE-3 heads as yuhuili's Llama 3 heads are (config.json of EAGLE3-LLaMA3.1-Instruct-8B
+    and EAGLE3-LLaMA3.3-Instruct-70B): one layer at the target's width, fc over three target
+    layers, a 32000-token draft vocabulary; the 70B head has its own token embeddings. The MTP
+    twin is the dense trunk plus one layer whose active experts are one dense FFN wide."""
+    Q = synthetic.Q
+    for shape, own in [("llama3-8b", False), ("llama3-70b", True)]:
+        dims = synthetic.SHAPES[shape]
+        layout = {name: (d, kind) for name, d, kind in synthetic.head_tensors(dims, "f16", own)}
+        assert layout["fc.weight"][0] == (dims.n_embd, 3 * dims.n_embd)
+        assert layout["blk.0.attn_q.weight"][0] == (dims.n_embd, 2 * dims.n_embd)
+        assert layout["output.weight"][0] == (32000, dims.n_embd)
+        assert layout["d2t"] == ((32000,), Q.I64)
+        assert ("token_embd.weight" in layout) == own
+        assert not any(name.startswith("blk.1.") for name in layout)
+    assert synthetic.target_layers(32) == [2, 16, 29]
+    dims = synthetic.SHAPES["llama3-8b"]
+    mtp = {name: d for name, d, _ in synthetic.mtp_tensors(dims, "q4_k_m")}
+    trunk = {name for name, _, _ in synthetic.tensors(dims, "q4_k_m")}
+    assert {n.replace("ffn_norm", "post_attention_norm") for n in trunk} < set(mtp)
+    assert mtp["blk.32.nextn.eh_proj.weight"] == (dims.n_embd, 2 * dims.n_embd)
+    experts, width, _ = mtp["blk.32.ffn_gate_exps.weight"]
+    assert experts == synthetic.EXPERTS
+    assert width * (synthetic.EXPERTS_USED + 1) == dims.n_ff  # routed and shared: one dense FFN
 
 
 def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
@@ -84,15 +113,18 @@ def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
 
 
 def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
-    """The kit's own command on tiny shapes, with the installed llama-cpp-python."""
+    """The kit's own command on tiny shapes, with the installed llama-cpp-python, and the
+    native peers where bench/native_compare.sh has built them."""
     env = dict(
         os.environ,
         KIT_WORK=str(tmp_path / "work"),
         OUT=str(tmp_path / "out"),
         PYTHON=sys.executable,
     )
+    native = all((NATIVE / tool).is_file() for tool in TOOLS)
+    command = [str(KIT / "kit.sh"), "run", "--cpu", "--installed"]
     done = subprocess.run(
-        [str(KIT / "kit.sh"), "run", "--cpu", "--installed"],
+        command + (["--native", str(NATIVE)] if native else []),
         env=env,
         capture_output=True,
         text=True,
@@ -101,27 +133,46 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["machine"]["gpu"] == "none" and "CPU" in results["machine"]["backends"]
-    assert set(results["targets"]) == {"tiny-q4_k_m", "tiny-f16"}
-    for target in results["targets"].values():
+    targets = results["targets"]
+    assert list(targets) == ["tiny-q4_k_m", "tiny-mtp-q4_k_m", "tiny-f16"]
+    assert [list(t["drafts"]) for t in targets.values()] == [
+        ["model", "eagle3"],
+        ["mtp"],
+        ["model", "eagle3"],
+    ]
+    for target in targets.values():
         widths = target["verify_ms_by_width"]
         assert list(widths) == [str(w) for w in range(1, 9)] and all(
             ms > 0 for ms in widths.values()
         )
-        assert target["draft_ms_per_token"] > 0
-        for run in ("specrun_plain", "specrun_fixed"):
-            assert target[run]["generated"] == 32 and target[run]["tokens_per_second"] > 0
-            assert target[run]["overhead_ms_per_round"] > 0
-        assert target["specrun_fixed"]["acceptance"] is not None
-        assert [row["alpha"] for row in target["prediction"]] == [0.5, 0.6, 0.7, 0.8, 0.9]
-        gammas = [row["gamma"] for row in target["prediction"]]
-        assert gammas == sorted(gammas)  # a better draft never makes auto draft less
-        assert all(row["speedup"] >= 1.0 for row in target["prediction"])  # γ=0 is always a choice
+        plain = target["specrun_plain"]
+        assert plain["generated"] == 32 and plain["tokens_per_second"] > 0
+        assert plain["overhead_ms_per_round"] > 0
+        assert (target.get("native_plain", {}).get("tokens_per_second", 0) > 0) == native
+        for kind, draft in target["drafts"].items():
+            assert draft["ms_per_token"] > 0
+            assert (draft["first_ms"] is None) == (kind == "model")  # a head's first takes in
+            fixed = draft["specrun_fixed"]
+            assert fixed["generated"] == 32 and fixed["tokens_per_second"] > 0
+            assert fixed["overhead_ms_per_round"] > 0 and fixed["draft_ms_per_token"] > 0
+            assert fixed["acceptance"] is not None
+            assert (draft.get("native", {}).get("tokens_per_second", 0) > 0) == native
+            prediction = draft["prediction"]
+            assert [row["alpha"] for row in prediction] == [0.5, 0.6, 0.7, 0.8, 0.9]
+            gammas = [row["gamma"] for row in prediction]
+            assert gammas == sorted(gammas)  # a better draft never makes auto draft less
+            assert all(row["speedup"] >= 1.0 for row in prediction)  # γ=0 is always a choice
     report = (tmp_path / "out" / "results.md").read_text()
-    assert "CPU only" in report and "## tiny-f16" in report and "| specrun γ=4 |" in report
+    assert "CPU only" in report and "## tiny-f16" in report
+    for row in ("| specrun γ=4 |", "| specrun eagle3 γ=4 |", "| specrun mtp γ=4 |"):
+        assert row in report
+    if native:
+        assert "| native llama-speculative-simple draft-eagle3 γ=4 | " in report
+        assert "| native llama-speculative-simple draft-mtp γ=4 | " in report
 
     # A second call keeps what the first measured.
     again = subprocess.run(
-        [str(KIT / "kit.sh"), "run", "--cpu", "--installed"],
+        command,
         env=env,
         capture_output=True,
         text=True,
