@@ -181,7 +181,7 @@ def test_pull_dry_run_of_a_checkpoint_head(hf_cache, monkeypatch):
 
 
 def test_pull_of_a_checkpoint_head_without_the_extra_says_what_to_install(hf_cache, monkeypatch):
-    monkeypatch.setattr(convert, "CONVERTER_MODULES", ("torch", "specrun_no_such_module"))
+    monkeypatch.setattr(convert, "CONVERTER_MODULES", ("json", "specrun_no_such_module"))
     result = invoke("pull", "llama-8b-eagle3")
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
