@@ -30,7 +30,7 @@ prompt eval time), per repetition; the table gives the median and the range, the
 row run by run against native plain on the same prompt (geometric mean and 95%
 interval), and each specrun row against its native peer (`specrun gamma N` against `native
 draft`). specrun's `--gamma N` forces a plain round now and then (to measure what plain
-decoding costs; with nothing accepted, about one round in ten), native's fixed γ never does:
+decoding costs; with nothing accepted, 15 rounds of 128), native's fixed γ never does:
 so each fixed-γ row is also given with those rounds taken out ("γ rounds alone"), run by run
 against its peer. Every specrun row's text is checked against `gamma 0`'s, the MTP rows'
 against `specrun mtp plain`'s, and MTP rows are paired with `native mtp plain`.
@@ -297,7 +297,7 @@ def specrun(
 
 def gamma_rounds_rate(result: dict) -> float | None:
     """tok/s of a fixed-γ run without the plain rounds specrun forces now and then to measure
-    a plain token (gamma.PlainSamples; with nothing accepted, one round in ten): each taken
+    a plain token (gamma.PlainSamples; with nothing accepted, 15 rounds of 128): each taken
     out at the run's own mean cost of a plain round (its width-1 verify and overhead).
     The zeros that end the trace are where the token limit left no room, as in native's."""
     trace = result["gamma_trace"][1:]  # the first round's token came from the prompt's pass
