@@ -166,6 +166,24 @@ def add_tokenizer(
         writer.add_chat_template(chat_template)
 
 
+def finish_head_or_target(
+    writer: gguf.GGUFWriter,
+    path: Path,
+    n_embd: int,
+    vocab: tuple[list[str], list[float], list[int]],
+    tensors: dict[str, np.ndarray],
+) -> Path:
+    """The attention keys, the tokenizer and the F32 tensors the heads' writers share."""
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(n_embd // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    add_tokenizer(writer, *vocab)
+    for name, tensor in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
+    return finish(writer, path)
+
+
 def finish(writer: gguf.GGUFWriter, path: Path) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -233,14 +251,7 @@ def write_tiny_eagle3_head(
     writer.add_embedding_length(n_embd)
     writer.add_block_count(1)
     writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD)
-    writer.add_rope_dimension_count(n_embd // N_HEAD)
-    writer.add_layer_norm_rms_eps(1e-5)
-    add_tokenizer(writer, tokens, scores, types)
-    for name, tensor in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
-    return finish(writer, path)
+    return finish_head_or_target(writer, path, n_embd, (tokens, scores, types), tensors)
 
 
 MTP_EXPERTS, MTP_EXPERTS_USED, MTP_FF_EXP = 4, 2, 32
@@ -298,11 +309,4 @@ def write_tiny_mtp_model(path: Path, *, seed: int = 0, with_mtp: bool = True) ->
     writer.add_expert_weights_scale(1.0)
     writer.add_expert_weights_norm(True)
     writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD)
-    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
-    writer.add_layer_norm_rms_eps(1e-5)
-    add_tokenizer(writer, tokens, scores, types)
-    for name, tensor in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(tensor, dtype=np.float32))
-    return finish(writer, path)
+    return finish_head_or_target(writer, path, N_EMBD, (tokens, scores, types), tensors)
