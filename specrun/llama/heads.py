@@ -57,6 +57,13 @@ MTP_ARCHITECTURES = frozenset(
     }
 )
 
+# What a head trained by specrun records of its target (`specrun heads train`), checked here.
+TRAINED_FOR_KEYS = (
+    ("specrun.eagle3.target.name", "general.name"),
+    ("specrun.eagle3.target.architecture", "general.architecture"),
+    ("specrun.eagle3.target.block_count", None),  # the target's layer count
+)
+
 
 class NativeHead(Vocabulary):
     """A head's context and batch; `encode` projects the target's rows first (EAGLE-3)."""
@@ -213,6 +220,7 @@ def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead
                 f"{path.name} reads target layers {list(layers)}; {target.name} has "
                 f"{target.n_layer} (0 to {target.n_layer - 1})"
             )
+        _check_trained_for(path, model, target)
         ctx_params = _head_context_params(target)
         ctx_params.ctx_other = target.context  # its token embeddings and output, if it has none
         head = NativeHead("eagle3", path, model, ctx_params, offset=0, encode=True, owns_model=True)
@@ -250,8 +258,33 @@ def open_mtp(target: Model) -> tuple[NativeHead, HiddenRows]:
     return head, target.keep_hidden()
 
 
-def _metadata_int(model: int, key: str) -> int | None:
-    buffer = ctypes.create_string_buffer(32)
+def _check_trained_for(path: Path, head: int, target: Model) -> None:
+    """A head that names the target it was trained for serves only that target."""
+    recorded, actual = [], []
+    for key, target_key in TRAINED_FOR_KEYS:
+        value = _metadata(head, key)
+        if value is None:
+            return  # a head made elsewhere names no target
+        recorded.append(value)
+        actual.append(
+            (_metadata(target.model, target_key) or "") if target_key else str(target.n_layer)
+        )
+    if recorded != actual:
+        name, arch, layers = recorded
+        raise SpecrunError(
+            f"{path.name} was trained for {name} ({arch}, {layers} layers); {target.name} is "
+            f"{actual[0]} ({actual[1]}, {actual[2]} layers): train one for it with "
+            "`specrun heads train`"
+        )
+
+
+def _metadata(model: int, key: str) -> str | None:
+    buffer = ctypes.create_string_buffer(256)
     if llama.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
         return None
-    return int(buffer.value)
+    return buffer.value.decode("utf-8", "replace")
+
+
+def _metadata_int(model: int, key: str) -> int | None:
+    value = _metadata(model, key)
+    return None if value is None else int(value)

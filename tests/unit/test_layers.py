@@ -26,20 +26,26 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specrun.llama",),
     ("specrun.models",),
     ("specrun",),
-    ("specrun.server", "specrun_tui"),
+    ("specrun.server", "specrun_tui", "specrun.training"),
     ("specrun.cli",),
     ("specrun.__main__",),  # `python -m specrun`
 )
 # Third-party packages a layer must not reach: the round loop runs against any model
 # that keeps its protocol, and the library never needs a front end's framework.
 FRONT_END_FRAMEWORKS = frozenset({"typer", "textual", "starlette", "uvicorn"})
+# torch is an optional extra (`specrun[train]`): only the training package imports it.
+NOT_THE_LIBRARY = FRONT_END_FRAMEWORKS | {"torch"}
 FORBIDDEN_EXTERNAL = {
-    "specrun.core": frozenset({"llama_cpp", "gguf", "huggingface_hub"}) | FRONT_END_FRAMEWORKS,
-    "specrun.errors": FRONT_END_FRAMEWORKS,
-    "specrun.system": FRONT_END_FRAMEWORKS,
-    "specrun.llama": FRONT_END_FRAMEWORKS,
-    "specrun.models": FRONT_END_FRAMEWORKS,
-    "specrun": FRONT_END_FRAMEWORKS,
+    "specrun.core": frozenset({"llama_cpp", "gguf", "huggingface_hub"}) | NOT_THE_LIBRARY,
+    "specrun.errors": NOT_THE_LIBRARY,
+    "specrun.system": NOT_THE_LIBRARY,
+    "specrun.llama": NOT_THE_LIBRARY,
+    "specrun.models": NOT_THE_LIBRARY,
+    "specrun": NOT_THE_LIBRARY,
+    "specrun.server": frozenset({"torch", "textual"}),
+    "specrun_tui": frozenset({"torch", "starlette", "uvicorn"}),
+    "specrun.training": FRONT_END_FRAMEWORKS,
+    "specrun.cli": frozenset({"torch"}),
 }
 
 

@@ -1,0 +1,425 @@
+"""Training an EAGLE-3 head for a GGUF target: collect, fit, export.
+
+`train_head` runs the three phases, each resumable: the target's samples are kept in
+shards beside the output (`HEAD.train/`), the head's weights and optimizer in a
+checkpoint there, written every minute and on a stop; a later run with the same output
+goes on from both. The loss is EAGLE-3's: at every unrolled step, the cross-entropy of
+the head's draft distribution against the target's (its top-k probabilities on the draft
+vocabulary), steps weighted by 0.8^k.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from specrun.errors import SpecrunError
+from specrun.llama.capture import Capture, Sample
+from specrun.llama.model import Model
+from specrun.system.files import replaced_atomically
+from specrun.training import data
+from specrun.training.gguf_io import TargetWeights, read_target, write_head
+from specrun.training.head import Eagle3Head, HeadShape
+
+Device = Literal["auto", "cpu", "cuda", "mps"]
+Phase = Literal["collect", "train"]
+STEP_WEIGHT = 0.8  # EAGLE-3's weight of unrolled step k: 0.8^k
+COVERAGE = 0.995  # the draft vocabulary covers this share of the target's top-1 tokens
+MIN_DRAFT_VOCAB, MAX_DRAFT_VOCAB = 1024, 32768
+CHECKPOINT_SECONDS = 60.0
+EVALUATIONS = 20  # held-out measurements over a run
+HELD_OUT_WINDOWS = 48
+SAMPLE_LENGTH = 1024  # a prompt and its answer, at most
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How to train; `minutes` and `steps` bound the fitting (the first reached ends it)."""
+
+    texts: Sequence[Path] = ()
+    prompts: Sequence[data.Prompt] | None = None  # None: the project's prompt set
+    answer_tokens: int = 192
+    minutes: float | None = 30.0
+    steps: int | None = None
+    draft_vocab: int | None = None  # None: the tokens covering COVERAGE of the targets
+    unrolled: int = 3  # training-time-test steps
+    window: int = 256
+    batch: int = 8
+    learning_rate: float = 1e-3
+    slots: int = 16
+    device: Device = "auto"
+    threads: int | None = None
+    seed: int = 0
+    layers: tuple[int, int, int] | None = None  # None: as llama.cpp's converter picks them
+
+
+@dataclass
+class Progress:
+    """What a run has done: in `collect`, positions decoded of `total`; in `train`, the
+    share of the budget spent, the step, the loss and the held-out acceptance per step."""
+
+    phase: Phase
+    done: float
+    total: float
+    step: int = 0
+    loss: float | None = None
+    acceptance: tuple[float, ...] = ()
+    positions_per_second: float = 0.0
+
+
+@dataclass
+class Trained:
+    path: Path
+    steps: int
+    resumed_from: int
+    samples: int
+    positions: int
+    draft_vocab: int
+    acceptance: tuple[float, ...] = field(default_factory=tuple)
+    initial_acceptance: tuple[float, ...] = ()  # before the first step (a fresh run)
+    collect_seconds: float = 0.0
+    train_seconds: float = 0.0
+
+
+def default_layers(n_layer: int) -> tuple[int, int, int]:
+    """The layers llama.cpp's converter gives a head without its own list."""
+    return (min(2, n_layer - 1), n_layer // 2, max(n_layer - 3, 0))
+
+
+def pick_device(device: Device) -> torch.device:
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecrunError("--device cuda: this torch build sees no CUDA device")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise SpecrunError("--device mps: this torch build sees no Metal device")
+    return torch.device(device)
+
+
+def draft_vocabulary(samples: Sequence[Sample], n_vocab: int, size: int | None) -> np.ndarray:
+    """The target ids the head drafts, ascending: the most frequent top-1 tokens, as many
+    as cover COVERAGE of them (or `size`)."""
+    counts = np.zeros(n_vocab, np.int64)
+    for sample in samples:
+        counts += np.bincount(sample.top_ids[:, 0], minlength=n_vocab)
+    order = np.argsort(-counts, kind="stable")
+    if size is None:
+        covered = np.cumsum(counts[order]) / max(counts.sum(), 1)
+        size = int(np.searchsorted(covered, COVERAGE)) + 1
+        size = min(max(size, MIN_DRAFT_VOCAB), MAX_DRAFT_VOCAB)
+        size = min(-(-size // 64) * 64, n_vocab)  # a round width for the kernels
+    if not 1 <= size <= n_vocab:
+        raise SpecrunError(f"the draft vocabulary is 1 to {n_vocab} tokens, not {size}")
+    return np.sort(order[:size])
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # [b, n + unrolled + 1]
+    features: torch.Tensor  # [b, n, width] float16
+    target_ids: torch.Tensor  # [b, n + unrolled + 1, k] draft ids, -1 outside the vocabulary
+    target_probs: torch.Tensor  # [b, n + unrolled + 1, k]
+    lengths: torch.Tensor  # [b] positions of the sample from the window's start
+
+
+def batches(
+    samples: Sequence[Sample], to_draft: np.ndarray, window: int, size: int, unrolled: int
+) -> list[Batch]:
+    """The samples cut in windows, grouped by length into batches."""
+    windows = [
+        (sample, start, min(window, len(sample.tokens) - 1 - start))
+        for sample in samples
+        for start in range(0, len(sample.tokens) - 1, window)
+    ]
+    windows.sort(key=lambda w: w[2])
+    out = []
+    for first in range(0, len(windows), size):
+        group = windows[first : first + size]
+        n = max(length for _, _, length in group)
+        span = n + unrolled + 1
+        k = group[0][0].top_ids.shape[1]
+        tokens = np.zeros((len(group), span), np.int64)
+        features = np.zeros((len(group), n, group[0][0].features.shape[1]), np.float16)
+        ids = np.full((len(group), span, k), -1, np.int64)
+        probs = np.zeros((len(group), span, k), np.float32)
+        lengths = np.zeros(len(group), np.int64)
+        for row, (sample, start, length) in enumerate(group):
+            end = min(start + span, len(sample.tokens))
+            tokens[row, : end - start] = sample.tokens[start:end]
+            features[row, :length] = sample.features[start : start + length]
+            ids[row, : end - start] = to_draft[sample.top_ids[start:end]]
+            probs[row, : end - start] = np.exp(sample.top_logprobs[start:end].astype(np.float32))
+            lengths[row] = len(sample.tokens) - start
+        out.append(
+            Batch(
+                torch.from_numpy(tokens),
+                torch.from_numpy(features),
+                torch.from_numpy(ids),
+                torch.from_numpy(probs),
+                torch.from_numpy(lengths),
+            )
+        )
+    return out
+
+
+def unrolled_loss(
+    head: Eagle3Head, batch: Batch, unrolled: int, device: torch.device
+) -> tuple[torch.Tensor, list[float]]:
+    """EAGLE-3's loss over the batch, and the share of roots per step whose draft is the
+    target's most likely token (teacher-forced: the acceptance of each step alone)."""
+    n = batch.features.shape[1]
+    tokens = batch.tokens.to(device)
+    features = batch.features.to(device, torch.float32)
+    ids, probs = batch.target_ids.to(device), batch.target_probs.to(device)
+    roots = torch.arange(n, device=device)
+    total = torch.zeros((), device=device)
+    accepted = []
+    for step, logits in enumerate(head.unroll(tokens, features, unrolled)):
+        # Root P's step predicts the token after position P + step + 1, from that position's
+        # target distribution; it exists where that position is in the sample.
+        valid = (roots[None, :] + step + 1) < batch.lengths.to(device)[:, None]
+        target_ids = ids[:, step + 1 : step + 1 + n]
+        target_probs = probs[:, step + 1 : step + 1 + n] * (target_ids >= 0)
+        logq = torch.log_softmax(logits.float(), -1)
+        picked = logq.gather(-1, target_ids.clamp(min=0))
+        loss = -(picked * target_probs).sum(-1)
+        count = valid.sum().clamp(min=1)
+        total = total + STEP_WEIGHT**step * (loss * valid).sum() / count
+        hits = (logits.argmax(-1) == target_ids[..., 0]) & valid
+        accepted.append(float(hits.sum()) / float(count))
+    return total, accepted
+
+
+def schedule(fraction: float, peak: float) -> float:
+    """Warm up over the first 3%, then a cosine down to a tenth of the peak."""
+    if fraction < 0.03:
+        return peak * (0.1 + 0.9 * fraction / 0.03)
+    turn = (fraction - 0.03) / 0.97
+    return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(turn, 1.0))))
+
+
+def build_head(
+    weights: TargetWeights, d2t: np.ndarray, layers: tuple[int, int, int], device: torch.device
+) -> Eagle3Head:
+    """A head of the target's width, its output starting from the target's own rows."""
+    shape = HeadShape(
+        n_embd=weights.n_embd,
+        n_head=weights.n_head,
+        n_head_kv=weights.n_head_kv,
+        n_ff=weights.n_ff,
+        target_layers=layers,
+        draft_vocab=len(d2t),
+        rope_base=weights.rope_base,
+        eps=weights.eps,
+    )
+    head = Eagle3Head(shape, torch.from_numpy(weights.embeddings))
+    output = weights.output if weights.output is not None else weights.embeddings
+    with torch.no_grad():
+        head.lm_head.weight.copy_(torch.tensor(output[d2t]))
+        head.output_norm.weight.copy_(torch.tensor(weights.output_norm))
+    return head.to(device)
+
+
+class Checkpoint:
+    """The head's weights, optimizer, step and seconds spent, in one file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def save(
+        self,
+        head: Eagle3Head,
+        optimizer: torch.optim.Optimizer,
+        step: int,
+        seconds: float,
+        d2t: np.ndarray,
+    ) -> None:
+        with replaced_atomically(self.path) as temporary:
+            torch.save(
+                {
+                    "shape": head.shape.as_dict(),
+                    "d2t": d2t,
+                    "model": head.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "seconds": seconds,
+                },
+                temporary,
+            )
+
+    def load(
+        self, head: Eagle3Head, optimizer: torch.optim.Optimizer, d2t: np.ndarray
+    ) -> tuple[int, float]:
+        """The step and seconds to go on from: (0, 0) without a checkpoint of this head."""
+        if not self.path.exists():
+            return 0, 0.0
+        try:
+            saved = torch.load(self.path, map_location="cpu", weights_only=False)
+        except (OSError, RuntimeError, EOFError):
+            return 0, 0.0  # unreadable (cut off by a crash): start over
+        if saved["shape"] != head.shape.as_dict() or not np.array_equal(saved["d2t"], d2t):
+            return 0, 0.0
+        head.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        return int(saved["step"]), float(saved["seconds"])
+
+
+def train_head(
+    target: Path,
+    out: Path,
+    options: TrainOptions = TrainOptions(),
+    on_progress: Callable[[Progress], None] = lambda progress: None,
+) -> Trained:
+    """Train an EAGLE-3 head for the GGUF `target` and write it to `out`."""
+    if options.minutes is None and options.steps is None:
+        raise SpecrunError("training needs a bound: `minutes` or `steps`")
+    device = pick_device(options.device)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    torch.manual_seed(options.seed)
+    work = out.with_name(out.name + ".train")
+
+    start = time.perf_counter()
+    model = Model(target, threads=options.threads, n_ctx=SAMPLE_LENGTH)
+    try:
+        if options.draft_vocab is not None and not 1 <= options.draft_vocab <= model.n_vocab:
+            raise SpecrunError(
+                f"the draft vocabulary is 1 to {model.n_vocab} tokens, not {options.draft_vocab}"
+            )
+        layers = options.layers or default_layers(model.n_layer)
+        prompts = data.default_prompts() if options.prompts is None else options.prompts
+        texts = data.read_texts(model, options.texts, options.window * 4)
+        wanted = data.requests(model, prompts, texts, options.answer_tokens)
+        capture = Capture(model, layers, slots=options.slots, length=SAMPLE_LENGTH)
+        try:
+            samples = data.collect(
+                capture,
+                wanted,
+                data.Shards(work / "samples"),
+                lambda done, total: on_progress(Progress("collect", done, total)),
+            )
+        finally:
+            capture.close()
+    finally:
+        model.close()
+    collect_seconds = time.perf_counter() - start
+
+    weights = read_target(target)
+    train = [s for i, s in samples if not data.held_out(i, len(wanted))]
+    held = [s for i, s in samples if data.held_out(i, len(wanted))]
+    if not train:
+        raise SpecrunError("no samples to learn from: give prompts or --text")
+    d2t = draft_vocabulary(train, len(weights.embeddings), options.draft_vocab)
+    to_draft = np.full(len(weights.embeddings), -1, np.int64)
+    to_draft[d2t] = np.arange(len(d2t))
+    train_batches = batches(train, to_draft, options.window, options.batch, options.unrolled)
+    held_batches = batches(held, to_draft, options.window, options.batch, options.unrolled)
+    held_batches = held_batches[:: max(1, len(held_batches) * options.batch // HELD_OUT_WINDOWS)]
+
+    head = build_head(weights, d2t, layers, device)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=options.learning_rate, weight_decay=0.0)
+    checkpoint = Checkpoint(work / "checkpoint.pt")
+    step, seconds = checkpoint.load(head, optimizer, d2t)
+    resumed_from = step
+    budget = (options.minutes or math.inf) * 60
+
+    def fraction() -> float:
+        by_steps = step / options.steps if options.steps else 0.0
+        return min(max(by_steps, seconds / budget), 1.0)
+
+    def evaluate() -> tuple[float, ...]:
+        head.eval()
+        sums = np.zeros(options.unrolled)
+        with torch.no_grad():
+            for batch in held_batches:
+                sums += unrolled_loss(head, batch, options.unrolled, device)[1]
+        head.train()
+        return tuple(sums / max(len(held_batches), 1))
+
+    rng = np.random.default_rng(options.seed + step)
+    initial = evaluate() if step == 0 else ()
+    acceptance: tuple[float, ...] = ()
+    last_saved = seconds
+    next_evaluation = math.floor(fraction() * EVALUATIONS) + 1
+    positions = 0
+    clock = started = time.perf_counter()
+    loss_value: float | None = None
+    try:
+        while fraction() < 1.0:
+            for index in rng.permutation(len(train_batches)):
+                if fraction() >= 1.0:
+                    break
+                batch = train_batches[index]
+                for group in optimizer.param_groups:
+                    group["lr"] = schedule(fraction(), options.learning_rate)
+                loss, _ = unrolled_loss(head, batch, options.unrolled, device)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # type: ignore[no-untyped-call]
+                torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+                optimizer.step()
+                step += 1
+                positions += int(batch.features.shape[0] * batch.features.shape[1])
+                now = time.perf_counter()
+                seconds += now - clock
+                clock = now
+                loss_value = float(loss.detach())
+                if fraction() * EVALUATIONS >= next_evaluation:
+                    next_evaluation += 1
+                    acceptance = evaluate()
+                    clock = time.perf_counter()  # measuring is not training
+                if seconds - last_saved >= CHECKPOINT_SECONDS:
+                    checkpoint.save(head, optimizer, step, seconds, d2t)
+                    last_saved = seconds
+                on_progress(
+                    Progress(
+                        "train",
+                        fraction(),
+                        1.0,
+                        step,
+                        loss_value,
+                        acceptance,
+                        positions / max(time.perf_counter() - started, 1e-9),
+                    )
+                )
+    except KeyboardInterrupt:
+        checkpoint.save(head, optimizer, step, seconds, d2t)
+        raise
+    checkpoint.save(head, optimizer, step, seconds, d2t)
+    if not acceptance or next_evaluation <= EVALUATIONS:
+        acceptance = evaluate()
+    write_head(
+        out,
+        weights,
+        name=f"{weights.name or target.stem} EAGLE-3 head",
+        target_layers=layers,
+        n_embd=head.shape.n_embd,
+        n_head=head.shape.n_head,
+        n_head_kv=head.shape.n_head_kv,
+        n_ff=head.shape.n_ff,
+        rope_base=head.shape.rope_base,
+        eps=head.shape.eps,
+        tensors=head.gguf_tensors(),
+        d2t=d2t,
+    )
+    return Trained(
+        path=out,
+        steps=step,
+        resumed_from=resumed_from,
+        samples=len(samples),
+        positions=sum(len(s.tokens) for s in train),
+        draft_vocab=len(d2t),
+        acceptance=acceptance,
+        initial_acceptance=initial,
+        collect_seconds=collect_seconds,
+        train_seconds=seconds,
+    )
