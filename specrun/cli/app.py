@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from specrun.cli.chat import chat
+from specrun.cli.heads import app as heads_app
 from specrun.cli.models import app as models_app
 from specrun.cli.options import (
     DRAFTING,
@@ -358,6 +359,7 @@ app.command("chat")(chat)
 app.command("serve")(serve)
 app.command("rpc-server")(rpc_server)
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
+app.add_typer(heads_app, name="heads", help="Train EAGLE-3 heads for a target (needs torch).")
 
 
 # --- the command line, in the supervised child (specrun.__main__) ----------------------------
