@@ -97,11 +97,11 @@ def train(
         None, "--out", "-o", dir_okay=False, help="The head's GGUF (default: in the cache)."
     ),
     minutes: float | None = typer.Option(
-        30.0, "--minutes", min=0.1, help="Training time, collecting the samples apart."
+        40.0, "--minutes", min=0.1, help="Training time, collecting the samples apart."
     ),
     steps: int | None = typer.Option(None, "--steps", min=1, help="At most this many steps."),
     answer_tokens: int = typer.Option(
-        192, "--answer-tokens", min=1, max=896, help="Tokens per answer the target writes."
+        256, "--answer-tokens", min=1, max=896, help="Tokens per answer the target writes."
     ),
     draft_vocab: int | None = typer.Option(
         None,
@@ -110,7 +110,7 @@ def train(
         help="Tokens the head drafts (default: those covering 99.5% of the target's choices).",
     ),
     unrolled: int = typer.Option(
-        3, "--unrolled", min=1, max=8, help="Steps the head learns to draft on its own states."
+        4, "--unrolled", min=1, max=8, help="Steps the head learns to draft on its own states."
     ),
     layers: str | None = typer.Option(
         None, "--layers", help="The three target layers the head reads (default: 2, mid, last-3)."

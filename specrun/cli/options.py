@@ -27,6 +27,7 @@ from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
 from specrun.llama.model import DEFAULT_CTX
 from specrun.llama.placement import Placement
+from specrun.models.demo import demo_paths
 from specrun.options import (
     MTP_LAYERS,
     PROMPT_LOOKUP,
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEMO_TARGET, DEMO_DRAFT = "demo-target", "demo-draft"  # catalog aliases of the embedded pair
+# Catalog aliases of the embedded pair and of the head `make head` trains for its target.
+DEMO_TARGET, DEMO_DRAFT, DEMO_HEAD = "demo-target", "demo-draft", "demo-head"
 LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 MTP = "mtp"  # the --draft value for the target's own MTP layers
 EAGLE3_PREFIX = "eagle3:"  # --draft eagle3:HEAD, an EAGLE-3 head (alias or file) for the target
@@ -185,12 +187,15 @@ class ModelRequest:
             drafts = tuple(d for choice in chosen for d in choice.drafts)
             return ModelChoice(chosen[0].target, drafts if len(drafts) > 1 else drafts[0])
         if target is None:
-            target, draft = DEMO_TARGET, DEMO_DRAFT if draft is None else draft
-            using = (
-                "pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)"
-                if draft == DEMO_DRAFT
-                else "target (SmolLM2-135M-Instruct, F16)"
-            )
+            if draft is None:  # the demo's draft: its trained head where `make head` made one
+                draft = f"{EAGLE3_PREFIX}{DEMO_HEAD}" if demo_paths()[2].is_file() else DEMO_DRAFT
+            target = DEMO_TARGET
+            using = {
+                DEMO_DRAFT: "pair (SmolLM2-135M-Instruct, F16 target, Q4_0 draft)",
+                f"{EAGLE3_PREFIX}{DEMO_HEAD}": (
+                    "target (SmolLM2-135M-Instruct, F16) with its EAGLE-3 head from `make head`"
+                ),
+            }.get(draft, "target (SmolLM2-135M-Instruct, F16)")
             note(f"no --target given: using the demo {using}")
         if draft in (None, "none", LOOKUP, MTP):
             resolved = resolve_target(target, catalog=models)

@@ -41,7 +41,7 @@ from specrun.system.files import MISSING, REGULAR_FILE, what_is
 from specrun.system.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
-_DEMO_ROLES = ("target", "draft")  # the order of specrun.models.demo's (target, draft) pairs
+_DEMO_ROLES = ("target", "draft", "head")  # the order of specrun.models.demo's demo_paths()
 MODEL, EAGLE3 = "model", "eagle3"  # the kinds of entry: a model, or an EAGLE-3 head
 GGUF, HF_CHECKPOINT = "gguf", "hf"  # formats: a GGUF, or a checkpoint converted on pull
 
@@ -269,7 +269,9 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
             raise CatalogError(f"{where}: {error}") from None
     local = table.get("local", "")
     if local.startswith("demo:") and local.removeprefix("demo:") not in _DEMO_ROLES:
-        raise CatalogError(f"{where}: local must be 'demo:target' or 'demo:draft', not '{local}'")
+        raise CatalogError(
+            f"{where}: local must be 'demo:target', 'demo:draft' or 'demo:head', not '{local}'"
+        )
     fields = {k: v for k, v in table.items() if k not in (*_LISTS_OF_ALIASES, "sha256")}
     return CatalogEntry(
         **fields,
@@ -587,9 +589,14 @@ def _local_file(spec: ModelSpec, *, prepare: bool) -> Path:
 
 
 def _demo_file(spec: ModelSpec, role: str, *, prepare: bool) -> Path:
-    path = dict(zip(_DEMO_ROLES, demo.demo_pair_paths()))[role]
+    path = dict(zip(_DEMO_ROLES, demo.demo_paths()))[role]
     if path.is_file():
         return path
+    if role == "head":  # trained here, never prepared on the fly
+        raise NotCached(
+            f"{spec.text} is not trained yet ({path}): run `make head` "
+            "(`specrun heads train`, about an hour on 2 cores)"
+        )
     if not prepare:
         raise NotCached(
             f"{spec.text} is not prepared yet ({path}): "

@@ -25,6 +25,17 @@ def cache_dir() -> Path:
     return Path(base) / "specrun"
 
 
+def heads_dir() -> Path:
+    """Where `specrun heads train` writes a head by default, the demo target's included."""
+    return cache_dir() / "heads"
+
+
+def demo_paths() -> tuple[Path, Path, Path]:
+    """The demo's target, draft and EAGLE-3 head (once `make head` has trained it)."""
+    target, draft = demo_pair_paths()
+    return target, draft, heads_dir() / f"{target.stem}-eagle3.gguf"
+
+
 def demo_source_gguf() -> Path | None:
     """The GGUF inside the installed package, found without importing it (it needs `llm`)."""
     spec = importlib.util.find_spec(SOURCE_PACKAGE)

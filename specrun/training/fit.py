@@ -45,11 +45,11 @@ class TrainOptions:
 
     texts: Sequence[Path] = ()
     prompts: Sequence[data.Prompt] | None = None  # None: the project's prompt set
-    answer_tokens: int = 192
-    minutes: float | None = 30.0
+    answer_tokens: int = 256
+    minutes: float | None = 40.0
     steps: int | None = None
     draft_vocab: int | None = None  # None: the tokens covering COVERAGE of the targets
-    unrolled: int = 3  # training-time-test steps
+    unrolled: int = 4  # training-time-test steps
     window: int = 256
     batch: int = 8
     learning_rate: float = 1e-3

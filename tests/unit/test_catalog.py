@@ -29,6 +29,7 @@ from specrun.models.convert import (
     pick_target_files,
     unpack_converter,
 )
+from specrun.models.demo import demo_paths
 from specrun.models.hub import (
     DownloadError,
     FetchPlan,
@@ -47,6 +48,7 @@ from tests.support.hfcache import (
     add_cached_file,
     write_tiny_gguf,
 )
+from tests.support.tinymodels import write_tiny_eagle3_head, write_tiny_model
 
 # --- the catalog file ------------------------------------------------------------------------
 
@@ -775,3 +777,18 @@ def test_a_download_that_cannot_fit_is_refused_with_the_numbers(tmp_path):
         plan.check_room(tmp_path, 20_000_000_000)
     plan.check_room(tmp_path, 40_000_000_000)  # room enough: no error
     assert free_bytes(tmp_path / "not" / "made" / "yet") > 0  # measured where the folder will be
+
+
+def test_the_demo_drafts_with_its_trained_head_once_make_head_made_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRUN_CACHE", str(tmp_path))
+    target, draft, head = demo_paths()
+    target.parent.mkdir(parents=True)
+    write_tiny_model(target)
+    write_tiny_model(draft, noise=0.1)
+    assert ModelRequest(None, None, None).resolve().draft == draft
+    with pytest.raises(NotCached, match="run `make head`"):
+        resolve_model("demo-head", catalog=load_catalog())
+    head.parent.mkdir(parents=True)
+    write_tiny_eagle3_head(head)
+    assert ModelRequest(None, None, None).resolve().draft == Eagle3Head(head)
+    assert ModelRequest(None, "demo-draft", None).resolve().draft == draft  # still chosen by name
