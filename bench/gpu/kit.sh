@@ -167,6 +167,14 @@ run() {
     MODELS_SECONDS=$(($(date +%s) - t0))
     say "models ready in ${MODELS_SECONDS} s; measuring"
     measure "${targets[@]}"
+    # How fast `specrun heads train` fits a head of the target's shape, where torch is installed.
+    if $PY -c "import torch" 2> /dev/null; then
+        local shape=8b seconds=45
+        [ "$CPU" = 1 ] && shape=tiny seconds=3
+        $PY $KIT/train_rate.py --shape $shape --seconds $seconds --out "$OUT" || say "the training rate failed"
+    else
+        say "no torch here: the training rate is not measured"
+    fi
     # The 70B-shaped target (42 GB) and its head (with its own token embeddings, as published:
     # 4.9 GB) only with time to spare, in place of the 8B F16 and MTP targets (disk is 64 GiB).
     if [ "$CPU" = 0 ] && [ "$(left)" -gt 300 ]; then

@@ -133,6 +133,9 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["machine"]["gpu"] == "none" and "CPU" in results["machine"]["backends"]
+    training = json.loads((tmp_path / "out" / "train-rate.json").read_text())
+    assert training["shape"] == "tiny" and training["positions_per_second"] > 0
+    assert "## EAGLE-3 head training (tiny shape" in (tmp_path / "out" / "results.md").read_text()
     targets = results["targets"]
     assert list(targets) == ["tiny-q4_k_m", "tiny-mtp-q4_k_m", "tiny-f16"]
     assert [list(t["drafts"]) for t in targets.values()] == [
