@@ -14,6 +14,7 @@ and, drafting from the target's hidden states at a fixed γ (N: --gamma, or the 
 as in `specrun eagle3 8`):
   native eagle3 N       llama-speculative-simple --spec-type draft-eagle3 with the head (--head)
   specrun eagle3 N      specrun with the head, --draft eagle3:HEAD --gamma N
+  specrun eagle3 auto   specrun with the head, --gamma auto (learned state kept like a user's)
   native mtp plain      llama-completion on the MTP target (--mtp-target)
   native mtp N          llama-speculative-simple --spec-type draft-mtp on it
   specrun mtp plain     specrun on it, no draft
@@ -23,7 +24,8 @@ Without --head or --mtp-target, they are written into a scratch folder from the 
 and each round yields one token: these rows compare what rounds cost).
 The native tools are built from the llama.cpp that the pinned llama-cpp-python vendors,
 with specrun's CPU flags (bench/native_compare.sh builds them). Every prompt is sent raw
-(no chat template), so every row sees the same tokens. A file's figure is its total
+(a record with "template": "chat" is first written out with the target's chat template),
+so every row sees the same tokens. A file's figure is its total
 tokens (those of the answer: no row counts the end-of-generation token) over its total
 decode seconds, wall time after the prompt (for llama-completion its total time less its
 prompt eval time), per repetition; the table gives the median and the range, then each
@@ -53,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 SPECRUN = Path(sys.executable).with_name("specrun")
@@ -261,6 +264,8 @@ def specrun(
         target, drafting = args.mtp_target, ["--draft", "none", "--gamma", "0"]
     elif mode.startswith("mtp"):
         target, drafting = args.mtp_target, ["--draft", "mtp", "--gamma", str(row_gamma(row, args))]
+    elif mode == "eagle3 auto":
+        drafting = ["--draft", f"eagle3:{args.head}", "--gamma", "auto"]
     elif mode.startswith("eagle3"):
         drafting = ["--draft", f"eagle3:{args.head}", "--gamma", str(row_gamma(row, args))]
     elif mode.startswith("gamma"):
@@ -292,7 +297,36 @@ def specrun(
     result = json.loads(out)
     fixed = mode != "mtp plain" and row_gamma(row, args) > 0 and "auto" not in mode
     rate = gamma_rounds_rate(result) if fixed and mode != "lookup" else None
+    DRAFTING[row].append(result)
     return result["generated_tokens"], result["decode_seconds"], result["text"], rate
+
+
+DRAFTING: dict[str, list[dict]] = defaultdict(list)  # each specrun row's --json results
+
+
+def drafting_figures(row: str) -> str | None:
+    """A drafting row's acceptance over all its runs: the share of drafts accepted, the
+    tokens a round committed, and per draft position the share accepted where drafted."""
+    results = [r for r in DRAFTING[row] if r["drafted"]]
+    if not results:
+        return None
+    drafted, accepted = sum(r["drafted"] for r in results), sum(r["accepted"] for r in results)
+    rounds = sum(r["rounds"] for r in results)
+    tokens = sum(r["generated_tokens"] for r in results)
+    positions = max(len(r["per_position_acceptance"]) for r in results)
+    by_position = [
+        statistics.mean(
+            r["per_position_acceptance"][k]
+            for r in results
+            if len(r["per_position_acceptance"]) > k
+        )
+        for k in range(positions)
+    ]
+    return (
+        f"acceptance {accepted / drafted:.2f}, {tokens / rounds:.2f} tokens a round, mean γ "
+        f"{statistics.mean(r['mean_gamma'] for r in results):.2f}, by position "
+        + " ".join(f"{a:.2f}" for a in by_position)
+    )
 
 
 def gamma_rounds_rate(result: dict) -> float | None:
@@ -338,13 +372,35 @@ def _run(
     ).stdout
 
 
+def prompt_texts(path: str, target: str) -> list[str]:
+    """A file's prompts as raw text: a record with "template": "chat" is one user turn,
+    written out with the target's chat template (its markup as text, which every row's raw
+    prompt turns back into the same tokens)."""
+    records = [json.loads(line) for line in open(path) if line.strip()]
+    if all(r.get("template", "raw") == "raw" for r in records):
+        return [r["prompt"] for r in records]
+    from specrun.llama.model import Model
+    from specrun.prompt import Message, chat_text
+
+    model = Model(target, n_ctx=256, threads=1)
+    try:
+        return [
+            chat_text(model, [Message("user", r["prompt"])])
+            if r.get("template", "raw") == "chat"
+            else r["prompt"]
+            for r in records
+        ]
+    finally:
+        model.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     rows, repeat = args.rows, args.repeat
     target, draft = models(args)
     head_models(args, target)
     learned = tempfile.mkdtemp(prefix="side-by-side-state-")  # the `auto` rows' learned state
-    sets = {f: [json.loads(line)["prompt"] for line in open(f) if line.strip()] for f in args.files}
+    sets = {f: prompt_texts(f, target) for f in args.files}
     # What a user's `auto` would know: one earlier run, on a prompt of none of the sets.
     if "specrun auto" in rows:
         specrun(
@@ -443,6 +499,12 @@ def main(argv: list[str] | None = None) -> None:
             ]
             if differ:
                 print(f"  {row}: text differs from {reference(row)} on prompts {differ}")
+    figures = {row: drafting_figures(row) for row in rows}
+    if any(figures.values()):
+        print("\ndrafting, every file and repetition:")
+        for row, line in figures.items():
+            if line is not None:
+                print(f"  {row:20} {line}")
 
 
 def gamma_rounds(runs: dict[tuple[str, int, int, str], float], f: str, rows: list[str]) -> None:

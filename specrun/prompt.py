@@ -30,16 +30,9 @@ class Message:
 
 def render(model: Model, messages: list[Message]) -> list[int]:
     """Token ids of a conversation, ending where the assistant's reply begins."""
-    template = model.chat_template
-    if template is None:
-        # No template: the turns as plain text, each on its own paragraph.
-        text = "\n\n".join(m.content for m in messages)
-        return model.tokenize(text, add_special=True, parse_special=False)
-    formatter = Jinja2ChatFormatter(
-        template=template,
-        bos_token=model.token_text(model.bos),
-        eos_token=model.token_text(model.eos),
-    )
+    formatter = _formatter(model)
+    if formatter is None:
+        return model.tokenize(chat_text(model, messages), add_special=True, parse_special=False)
     prompt = _format(model, formatter, messages)
     # The same conversation with each content a unique marker shows what is markup.
     nonce = secrets.token_hex(8)
@@ -62,6 +55,25 @@ def render(model: Model, messages: list[Message]) -> list[int]:
     if len(tokens) >= 2 and tokens[0] == tokens[1] == model.bos:
         del tokens[0]
     return tokens
+
+
+def chat_text(model: Model, messages: list[Message]) -> str:
+    """The conversation as the chat template writes it, markup as text: a raw prompt for a
+    tool that takes no messages (as `render` tokenizes it, where no content holds markup)."""
+    formatter = _formatter(model)
+    if formatter is None:  # no template: the turns as plain text, each on its own paragraph
+        return "\n\n".join(m.content for m in messages)
+    return _format(model, formatter, messages)
+
+
+def _formatter(model: Model) -> Jinja2ChatFormatter | None:
+    if model.chat_template is None:
+        return None
+    return Jinja2ChatFormatter(
+        template=model.chat_template,
+        bos_token=model.token_text(model.bos),
+        eos_token=model.token_text(model.eos),
+    )
 
 
 def _format(model: Model, formatter: Jinja2ChatFormatter, messages: list[Message]) -> str:
