@@ -61,7 +61,11 @@ class _Bars:
             self.bar.update(int(progress.done) - self.bar.n)
             return
         self.bar.update(int(progress.done * 100) - self.bar.n)
-        figures = {"step": progress.step, "loss": f"{progress.loss:.3f}"}
+        figures = {
+            "step": progress.step,
+            "loss": f"{progress.loss:.3f}",
+            "pos/s": f"{progress.positions_per_second:.0f}",
+        }
         if progress.acceptance:
             figures["held-out acc"] = "/".join(f"{a:.2f}" for a in progress.acceptance)
         self.bar.set_postfix(figures, refresh=False)

@@ -5,6 +5,8 @@ checkpoint."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +19,9 @@ from tests.e2e.test_cli import assert_one_line_error
 from tests.support.cli import specrun
 
 pytest.importorskip("torch")
+
+# Where bench/native_compare.sh builds the native tools from the vendored llama.cpp.
+NATIVE = Path(os.environ.get("SPECRUN_NATIVE_BIN", "/tmp/specrun-native/build/bin"))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +53,9 @@ def train(target: Path, out: Path, prompts: Path, *options: str) -> list[str]:
     ]
 
 
-def test_a_trained_head_is_written_and_drafts(tmp_path, tiny_target, prompts):
+def test_a_trained_head_is_written_and_drafts_here_and_in_native_llama_cpp(
+    tmp_path, tiny_target, prompts
+):
     out = tmp_path / "head.gguf"
     done = specrun(*train(tiny_target, out, prompts, "--steps", "20"))
     assert done.returncode == 0, done.stderr
@@ -62,6 +69,18 @@ def test_a_trained_head_is_written_and_drafts(tmp_path, tiny_target, prompts):
     assert used.returncode == 0, used.stderr
     result = json.loads(used.stdout)
     assert result["draft_kind"] == "eagle3" and result["drafted"] > 0
+    native = NATIVE / "llama-speculative-simple"
+    if not native.is_file():
+        return  # the native peer is checked where bench/native_compare.sh built it
+    log = subprocess.run(
+        [str(native), "-m", str(tiny_target), "-md", str(out), "--spec-type", "draft-eagle3",
+         "-p", "the cat and the dog", "-n", "16", "--temp", "0", "-t", "1",
+         "--spec-draft-n-max", "3", "--spec-draft-n-min", "3"],
+        capture_output=True, text=True, errors="replace", timeout=120,
+    )  # fmt: skip
+    assert log.returncode == 0, log.stderr[-2000:]
+    drafted = re.search(r"n_drafted\s*=\s*(\d+)", log.stdout + log.stderr)
+    assert drafted and int(drafted.group(1)) > 0
 
 
 @pytest.mark.parametrize(
