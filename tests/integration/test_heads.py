@@ -212,7 +212,11 @@ def test_a_draft_model_a_head_and_lookup_together_keep_greedy_identity(
     ):
         assert several.draft is not None and several.draft.name == "lookup+draft.gguf+eagle3:h.gguf"
         assert several.draft_model is not None and several.head is not None
+        drafted = []
         for prompt in [*PROMPTS, "the cat the cat the cat the cat"]:
             tokens, rounds = two_turns(several, prompt)
             assert tokens == two_turns(plain, prompt)[0], prompt
-            assert sum(r.drafted for r in rounds) > 0
+            drafted.append(sum(r.drafted for r in rounds))
+        # A fixed γ drafts in every answer; auto, once it has measured that drafting does not
+        # pay on the tiny models, may decode a whole short answer plainly (timing decides).
+        assert all(drafted) if gamma != "auto" else any(drafted), drafted
