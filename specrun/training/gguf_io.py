@@ -70,6 +70,8 @@ def read_target(path: Path) -> TargetWeights:
 
     def number(key: str, default: float | None = None) -> float:
         found = value(f"{arch}.{key}", default)
+        if isinstance(found, list):  # one per layer (OpenELM, Gemma 3n): the head takes the widest
+            found = max(found) if found else default
         if found is None:
             raise SpecrunError(f"{path.name} has no {arch}.{key}: not a target a head can learn")
         return float(found)  # type: ignore[arg-type]
@@ -86,7 +88,8 @@ def read_target(path: Path) -> TargetWeights:
         n_embd=int(number("embedding_length")),
         n_head=n_head,
         n_head_kv=int(number("attention.head_count_kv", n_head)),
-        n_ff=int(number("feed_forward_length")),
+        # A mixture of experts names no dense width: the head's FFN is then 8/3 of its own.
+        n_ff=int(number("feed_forward_length", 8 * int(number("embedding_length")) // 3)),
         n_ctx_train=int(number("context_length")),
         rope_base=number("rope.freq_base", 10000.0),
         eps=number("attention.layer_norm_rms_epsilon", 1e-5),
