@@ -24,7 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from specrun.training.fit import Batch, pick_device, unrolled_loss  # noqa: E402
-from specrun.training.head import Eagle3Head, HeadShape  # noqa: E402
+from specrun.training.gguf_io import HeadShape  # noqa: E402
+from specrun.training.head import Eagle3Head  # noqa: E402
 
 SHAPES = {  # (n_embd, n_head, n_head_kv, n_ff, n_vocab, draft_vocab, window, batch)
     "8b": (4096, 32, 8, 14336, 128256, 32000, 512, 4),

@@ -25,8 +25,8 @@ from specrun.llama.capture import Capture, Sample
 from specrun.llama.model import Model
 from specrun.system.files import replaced_atomically
 from specrun.training import data
-from specrun.training.gguf_io import TargetWeights, read_target, write_head
-from specrun.training.head import Eagle3Head, HeadShape
+from specrun.training.gguf_io import HeadShape, TargetWeights, read_target, write_head
+from specrun.training.head import Eagle3Head
 
 Device = Literal["auto", "cpu", "cuda", "mps"]
 Phase = Literal["collect", "train"]
@@ -401,13 +401,7 @@ def train_head(
         out,
         weights,
         name=f"{weights.name or target.stem} EAGLE-3 head",
-        target_layers=layers,
-        n_embd=head.shape.n_embd,
-        n_head=head.shape.n_head,
-        n_head_kv=head.shape.n_head_kv,
-        n_ff=head.shape.n_ff,
-        rope_base=head.shape.rope_base,
-        eps=head.shape.eps,
+        shape=head.shape,
         tensors=head.gguf_tensors(),
         d2t=d2t,
     )

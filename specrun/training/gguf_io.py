@@ -10,7 +10,7 @@ for (`specrun.eagle3.target.*`), which `open_eagle3` checks.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import gguf
@@ -23,6 +23,27 @@ from specrun.system.files import replaced_atomically
 ARCH = "eagle3"
 # What a head records of its target, which `open_eagle3` compares.
 TARGET_NAME_KEY, TARGET_ARCH_KEY, TARGET_LAYERS_KEY = (key for key, _ in TRAINED_FOR_KEYS)
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    """What the exported GGUF's metadata says, and all the module needs to be built."""
+
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    target_layers: tuple[int, int, int]
+    draft_vocab: int
+    rope_base: float
+    eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
 
 
 @dataclass
@@ -105,13 +126,7 @@ def write_head(
     target: TargetWeights,
     *,
     name: str,
-    target_layers: tuple[int, int, int],
-    n_embd: int,
-    n_head: int,
-    n_head_kv: int,
-    n_ff: int,
-    rope_base: float,
-    eps: float,
+    shape: HeadShape,
     tensors: dict[str, np.ndarray],
     d2t: np.ndarray,
 ) -> Path:
@@ -119,17 +134,17 @@ def write_head(
     with replaced_atomically(path) as temporary:
         writer = gguf.GGUFWriter(os.fspath(temporary), ARCH)
         writer.add_name(name)
-        writer.add_array(f"{ARCH}.target_layers", [int(i) for i in target_layers])
+        writer.add_array(f"{ARCH}.target_layers", [int(i) for i in shape.target_layers])
         writer.add_uint32(f"{ARCH}.target_hidden_size", target.n_embd)
         writer.add_context_length(target.n_ctx_train)
-        writer.add_embedding_length(n_embd)
+        writer.add_embedding_length(shape.n_embd)
         writer.add_block_count(1)
-        writer.add_feed_forward_length(n_ff)
-        writer.add_head_count(n_head)
-        writer.add_head_count_kv(n_head_kv)
-        writer.add_rope_dimension_count(n_embd // n_head)
-        writer.add_rope_freq_base(rope_base)
-        writer.add_layer_norm_rms_eps(eps)
+        writer.add_feed_forward_length(shape.n_ff)
+        writer.add_head_count(shape.n_head)
+        writer.add_head_count_kv(shape.n_head_kv)
+        writer.add_rope_dimension_count(shape.head_dim)
+        writer.add_rope_freq_base(shape.rope_base)
+        writer.add_layer_norm_rms_eps(shape.eps)
         writer.add_vocab_size(len(target.embeddings))
         writer.add_string(TARGET_NAME_KEY, target.name)
         writer.add_string(TARGET_ARCH_KEY, target.architecture)

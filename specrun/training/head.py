@@ -17,33 +17,13 @@ up to P and to its own keys of the steps before (the head's cache while it draft
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-@dataclass(frozen=True)
-class HeadShape:
-    """What the exported GGUF's metadata says, and all the module needs to be built."""
-
-    n_embd: int
-    n_head: int
-    n_head_kv: int
-    n_ff: int
-    target_layers: tuple[int, int, int]
-    draft_vocab: int
-    rope_base: float
-    eps: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
+from specrun.training.gguf_io import HeadShape
 
 
 class RmsNorm(nn.Module):

@@ -82,13 +82,7 @@ def test_the_torch_head_computes_what_llama_cpp_computes(tmp_path, tiny_target):
         tmp_path / "h.gguf",
         weights,
         name="parity",
-        target_layers=layers,
-        n_embd=head.shape.n_embd,
-        n_head=head.shape.n_head,
-        n_head_kv=head.shape.n_head_kv,
-        n_ff=head.shape.n_ff,
-        rope_base=head.shape.rope_base,
-        eps=head.shape.eps,
+        shape=head.shape,
         tensors={
             k: v.astype(np.float16).astype(np.float32) for k, v in head.gguf_tensors().items()
         },
