@@ -153,7 +153,7 @@ def train(
         trained = train_head(path, out, options, bars)
     except KeyboardInterrupt:
         bars.close()
-        note("stopped: the checkpoint is kept; the same command goes on from it")
+        note("stopped: the samples and the checkpoint are kept; the same command goes on from them")
         raise
     finally:
         bars.close()

@@ -2,12 +2,14 @@
 as the target saw them (`specrun.llama.capture.Sample`), kept in shards on disk.
 
 A run's requests are a fixed list (prompts answered greedily and sampled, then text
-chunks teacher-forced); each shard names the requests it holds, so a run stopped while
-collecting goes on from the requests no shard holds yet.
+chunks teacher-forced), whose fingerprint names the folder of its shards; each shard names
+the requests it holds, so a run stopped while collecting goes on from the requests no shard
+holds yet.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -116,6 +118,15 @@ def requests(
         for temperature in (0.0, SAMPLED_TEMPERATURE)
     ]
     return answers + [Request(chunk, 0, 0.0, seed=0) for chunk in texts]
+
+
+def fingerprint(wanted: Sequence[Request]) -> str:
+    """Names a request list: shards of another (other prompts, text or lengths) are not reused."""
+    digest = hashlib.sha256()
+    for request in wanted:
+        digest.update(np.asarray(request.tokens, np.int64).tobytes())
+        digest.update(f"{request.max_new} {request.temperature} {request.seed};".encode())
+    return digest.hexdigest()[:16]
 
 
 @dataclass

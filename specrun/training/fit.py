@@ -305,7 +305,7 @@ def train_head(
             samples = data.collect(
                 capture,
                 wanted,
-                data.Shards(work / "samples"),
+                data.Shards(work / f"samples-{data.fingerprint(wanted)}"),
                 lambda done, total: on_progress(Progress("collect", done, total)),
             )
         finally:

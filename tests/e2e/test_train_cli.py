@@ -118,14 +118,14 @@ def test_ctrl_c_keeps_the_checkpoint_and_the_run_resumes(tmp_path, tiny_target, 
         text=True,
     )
     deadline = time.monotonic() + 120
-    samples = out.with_name("head.gguf.train") / "samples"
-    while not any(samples.glob("shard-*.npz")) and time.monotonic() < deadline:
+    work = out.with_name("head.gguf.train")
+    while not any(work.glob("samples-*/shard-*.npz")) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(3)  # into the training
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    assert "the checkpoint is kept" in stderr
+    assert "the samples and the checkpoint are kept" in stderr
     assert "Traceback" not in stderr
     assert checkpoint.is_file() and not out.exists()
     resumed = specrun(*train(tiny_target, out, prompts, "--steps", "5"))

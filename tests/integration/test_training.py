@@ -168,7 +168,8 @@ def test_a_stopped_run_resumes_from_its_checkpoint(tmp_path, tiny_target, text_f
     with pytest.raises(KeyboardInterrupt):
         train_head(tiny_target, out, options(texts=(text_file,), steps=20), stop)
     assert not out.exists()
-    assert len(Shards(out.with_name("h.gguf.train") / "samples").done()) > 2 * len(PROMPTS)
+    [samples] = out.with_name("h.gguf.train").glob("samples-*")
+    assert len(Shards(samples).done()) > 2 * len(PROMPTS)
     collected: list[float] = []
 
     def watch(progress: fit.Progress) -> None:
@@ -179,6 +180,9 @@ def test_a_stopped_run_resumes_from_its_checkpoint(tmp_path, tiny_target, text_f
     assert collected and set(collected) == {0}  # every sample came from the shards
     assert (resumed.resumed_from, resumed.steps) == (stopped_at, 20)
     assert out.is_file()
+    collected.clear()  # other data (no text) is collected anew, never taken from those shards
+    train_head(tiny_target, out, options(steps=22), watch)
+    assert collected[0] > 0 and len(list(out.with_name("h.gguf.train").glob("samples-*"))) == 2
 
 
 def test_a_trained_head_serves_only_its_target(tmp_path, trained):
