@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import llama_cpp as llama
 import numpy as np
 
+from specrun.core.sampling import SamplingParams, pick
 from specrun.errors import SpecrunError
 from specrun.llama import ext
 from specrun.llama.diagnose import load_failure
@@ -40,13 +41,12 @@ class Sample:
 
 @dataclass(frozen=True)
 class Request:
-    """A prompt to answer with up to `max_new` tokens (0: the text is only read);
-    `temperature` 0 is greedy."""
+    """A prompt to answer with up to `max_new` tokens (0: the text is only read), each
+    chosen by `params` (its seed included)."""
 
     tokens: Sequence[int]
     max_new: int
-    temperature: float
-    seed: int
+    params: SamplingParams
 
 
 def top_logprobs(logits: np.ndarray, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
@@ -69,13 +69,19 @@ class _Builder:
         self.index = index  # the request's place in what was asked
         self.tokens: list[int] = []
         self.blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.rng = np.random.default_rng(request.seed)
+        self.rng = request.params.rng()
         self.answer = len(request.tokens)
         self.next = -1  # the token chosen to decode next
 
-    def add(self, tokens: Sequence[int], features: np.ndarray, logits: np.ndarray) -> None:
+    def add(
+        self, tokens: Sequence[int], features: np.ndarray, top: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        """Positions decoded: their tokens, layer inputs and top-k (`top_logprobs`)."""
         self.tokens.extend(tokens)
-        self.blocks.append((features.astype(np.float16), *top_logprobs(logits)))
+        self.blocks.append((features.astype(np.float16), *top))
+
+    def choose(self, logits: np.ndarray) -> None:
+        self.next = pick(logits, self.request.params, self.rng)[0]
 
     def sample(self) -> Sample:
         features, ids, logprobs = (np.concatenate(column) for column in zip(*self.blocks))
@@ -89,7 +95,7 @@ class Capture:
     def __init__(
         self, target: Model, layers: Sequence[int], *, slots: int = 16, length: int = 1024
     ) -> None:
-        if not layers or max(layers) >= target.n_layer or min(layers) < 0:
+        if not target.has_layers(layers):
             raise SpecrunError(f"{target.name} has layers 0 to {target.n_layer - 1}: not {layers}")
         self.target = target
         self.layers = tuple(layers)
@@ -139,23 +145,17 @@ class Capture:
                 continue
             entries = [(slot, b.next, len(b.tokens)) for slot, b in active.items()]
             features, logits = self._decode(entries)
+            ids, logprobs = top_logprobs(logits)
             progress(len(entries))
             for i, (slot, token, _) in enumerate(entries):
-                active[slot].add([token], features[i : i + 1], logits[i : i + 1])
-                self._choose(active[slot], logits[i])
+                active[slot].add(
+                    [token], features[i : i + 1], (ids[i : i + 1], logprobs[i : i + 1])
+                )
+                active[slot].choose(logits[i])
 
     def _finished(self, builder: _Builder) -> bool:
         done = len(builder.tokens) - builder.answer >= builder.request.max_new
         return done or self.target.is_eog(builder.next) or len(builder.tokens) >= self.length
-
-    def _choose(self, builder: _Builder, logits: np.ndarray) -> None:
-        temperature = builder.request.temperature
-        if temperature <= 0:
-            builder.next = int(np.argmax(logits))
-            return
-        scaled = logits.astype(np.float64) / temperature
-        probs = np.exp(scaled - scaled.max())
-        builder.next = int(builder.rng.choice(len(probs), p=probs / probs.sum()))
 
     def _prefill(self, slot: int, builder: _Builder, tokens: list[int]) -> int:
         for start in range(0, len(tokens), self.n_batch):
@@ -163,13 +163,13 @@ class Capture:
             features, logits = self._decode(
                 [(slot, token, start + i) for i, token in enumerate(chunk)]
             )
-            builder.add(chunk, features, logits)
-        self._choose(builder, logits[-1])
+            builder.add(chunk, features, top_logprobs(logits))
+        builder.choose(logits[-1])
         return len(tokens)
 
     def _decode(self, entries: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
         """Decode (sequence, token, position) entries in one pass: every row's layer inputs
-        and logits, in entry order (copies)."""
+        (a copy) and logits (llama.cpp's buffer, valid until the next decode), in entry order."""
         batch = self._batch
         for i, (seq, token, pos) in enumerate(entries):
             batch.token[i], batch.pos[i], batch.logits[i] = token, pos, True
@@ -186,7 +186,7 @@ class Capture:
             [np.ctypeslib.as_array(get(self._ctx, layer), (n, d)) for layer in self.layers], axis=1
         )
         logits = np.ctypeslib.as_array(llama.llama_get_logits(self._ctx), (n, self.target.n_vocab))
-        return features, logits.copy()
+        return features, logits
 
     def close(self) -> None:
         batch, ctx = getattr(self, "_batch", None), getattr(self, "_ctx", None)

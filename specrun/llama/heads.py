@@ -215,7 +215,7 @@ def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead
                 f"{path.name} was made for a target of hidden size {hidden}; "
                 f"{target.name} has {target.n_embd}"
             )
-        if not layers or max(layers) >= target.n_layer or min(layers) < 0:
+        if not target.has_layers(layers):
             raise SpecrunError(
                 f"{path.name} reads target layers {list(layers)}; {target.name} has "
                 f"{target.n_layer} (0 to {target.n_layer - 1})"

@@ -321,6 +321,10 @@ class Model(Vocabulary):
 
     # --- hidden states for a head ---------------------------------------------------
 
+    def has_layers(self, layers: Sequence[int]) -> bool:
+        """Whether `layers` (a head's, or those a head is trained on) are all this model's."""
+        return bool(layers) and 0 <= min(layers) and max(layers) < self.n_layer
+
     def keep_hidden(self, layers: Sequence[int] = ()) -> HiddenRows:
         """Keep, from each decode on, every position's hidden state for a head: the inputs
         of `layers`, side by side (EAGLE-3), or with none given, the last hidden state

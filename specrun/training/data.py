@@ -19,11 +19,13 @@ from typing import Literal
 
 import numpy as np
 
+from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
 from specrun.llama.capture import Capture, Request, Sample
 from specrun.llama.model import Model
 from specrun.prompt import Message, prompt_tokens, render
 from specrun.system.files import replaced_atomically
+from specrun.system.textio import read_text
 
 Template = Literal["chat", "raw"]
 SHARD_SAMPLES = 32  # samples per shard: what a stop while collecting may lose
@@ -45,10 +47,7 @@ def default_prompts() -> list[Prompt]:
 
 def read_prompts(path: Path) -> list[Prompt]:
     """A JSONL prompt set: {"prompt": ..., "template": "chat" or "raw"} per line."""
-    try:
-        return _prompts(path.read_text("utf-8"), str(path))
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecrunError(f"cannot read {path}: {error}") from None
+    return _prompts(read_text(path, "prompts"), str(path))
 
 
 def _prompts(text: str, name: str) -> list[Prompt]:
@@ -72,10 +71,7 @@ def read_texts(model: Model, paths: Sequence[Path], length: int) -> list[list[in
     lines with "text" (raw) or "messages" (a chat, rendered with the target's template)."""
     chunks: list[list[int]] = []
     for path in paths:
-        try:
-            content = path.read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise SpecrunError(f"cannot read {path}: {error}") from None
+        content = read_text(path, "text")
         if path.suffix != ".jsonl":
             texts = [model.tokenize(content, add_special=True, parse_special=False)]
         else:
@@ -113,11 +109,16 @@ def requests(
     chunk as it is."""
     tokens = [prompt_tokens(model, p.text, raw=p.template == "raw") for p in prompts]
     answers = [
-        Request(t, max_new, temperature, seed=i)
+        Request(t, max_new, _sampling(temperature, seed=i))
         for i, t in enumerate(tokens)
         for temperature in (0.0, SAMPLED_TEMPERATURE)
     ]
-    return answers + [Request(chunk, 0, 0.0, seed=0) for chunk in texts]
+    return answers + [Request(chunk, 0, _sampling(0.0, seed=0)) for chunk in texts]
+
+
+def _sampling(temperature: float, seed: int) -> SamplingParams:
+    """The target's whole distribution at `temperature` (no top-k, top-p or min-p cut)."""
+    return SamplingParams(temperature=temperature, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
 
 
 def fingerprint(wanted: Sequence[Request]) -> str:
@@ -125,7 +126,7 @@ def fingerprint(wanted: Sequence[Request]) -> str:
     digest = hashlib.sha256()
     for request in wanted:
         digest.update(np.asarray(request.tokens, np.int64).tobytes())
-        digest.update(f"{request.max_new} {request.temperature} {request.seed};".encode())
+        digest.update(f"{request.max_new} {request.params};".encode())
     return digest.hexdigest()[:16]
 
 

@@ -96,7 +96,7 @@ def test_the_torch_head_computes_what_llama_cpp_computes(tmp_path, tiny_target):
     target = Model(tiny_target, threads=1)
     tokens = target.tokenize("the cat and the dog in the big red road", add_special=True)
     capture = Capture(target, layers, slots=1, length=64)
-    [(_, sample)] = capture.generate([Request(tokens, 0, 0.0, 0)])
+    [(_, sample)] = capture.generate([Request(tokens, 0, GREEDY)])
     capture.close()
     n = len(tokens) - 2
     with torch.no_grad():
