@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -82,7 +82,7 @@ class Trained:
     samples: int
     positions: int
     draft_vocab: int
-    acceptance: tuple[float, ...] = field(default_factory=tuple)
+    acceptance: tuple[float, ...] = ()
     initial_acceptance: tuple[float, ...] = ()  # before the first step (a fresh run)
     collect_seconds: float = 0.0
     train_seconds: float = 0.0
@@ -108,7 +108,7 @@ def pick_device(device: Device) -> torch.device:
 
 def draft_vocabulary(samples: Sequence[Sample], n_vocab: int, size: int | None) -> np.ndarray:
     """The target ids the head drafts, ascending: the most frequent top-1 tokens, as many
-    as cover COVERAGE of them (or `size`)."""
+    as cover COVERAGE of them (or `size`, which `check_draft_vocab` admitted)."""
     counts = np.zeros(n_vocab, np.int64)
     for sample in samples:
         counts += np.bincount(sample.top_ids[:, 0], minlength=n_vocab)
@@ -118,9 +118,13 @@ def draft_vocabulary(samples: Sequence[Sample], n_vocab: int, size: int | None) 
         size = int(np.searchsorted(covered, COVERAGE)) + 1
         size = min(max(size, MIN_DRAFT_VOCAB), MAX_DRAFT_VOCAB)
         size = min(-(-size // 64) * 64, n_vocab)  # a round width for the kernels
-    if not 1 <= size <= n_vocab:
-        raise SpecrunError(f"the draft vocabulary is 1 to {n_vocab} tokens, not {size}")
     return np.sort(order[:size])
+
+
+def check_draft_vocab(size: int | None, n_vocab: int) -> None:
+    """A draft vocabulary asked for is 1 to the target's tokens: checked before collecting."""
+    if size is not None and not 1 <= size <= n_vocab:
+        raise SpecrunError(f"the draft vocabulary is 1 to {n_vocab} tokens, not {size}")
 
 
 @dataclass
@@ -173,21 +177,22 @@ def batches(
 
 
 def unrolled_loss(
-    head: Eagle3Head, batch: Batch, unrolled: int, device: torch.device
+    head: Eagle3Head, batch: Batch, unrolled: int, device: torch.device, *, measure: bool = False
 ) -> tuple[torch.Tensor, list[float]]:
-    """EAGLE-3's loss over the batch, and the share of roots per step whose draft is the
-    target's most likely token (teacher-forced: the acceptance of each step alone)."""
+    """EAGLE-3's loss over the batch, and with `measure` the share of roots per step whose
+    draft is the target's most likely token (teacher-forced: each step's acceptance alone)."""
     n = batch.features.shape[1]
     tokens = batch.tokens.to(device)
     features = batch.features.to(device, torch.float32)
     ids, probs = batch.target_ids.to(device), batch.target_probs.to(device)
+    lengths = batch.lengths.to(device)[:, None]
     roots = torch.arange(n, device=device)
     total = torch.zeros((), device=device)
     accepted = []
     for step, logits in enumerate(head.unroll(tokens, features, unrolled)):
         # Root P's step predicts the token after position P + step + 1, from that position's
         # target distribution; it exists where that position is in the sample.
-        valid = (roots[None, :] + step + 1) < batch.lengths.to(device)[:, None]
+        valid = (roots[None, :] + step + 1) < lengths
         target_ids = ids[:, step + 1 : step + 1 + n]
         target_probs = probs[:, step + 1 : step + 1 + n] * (target_ids >= 0)
         logq = torch.log_softmax(logits.float(), -1)
@@ -195,8 +200,9 @@ def unrolled_loss(
         loss = -(picked * target_probs).sum(-1)
         count = valid.sum().clamp(min=1)
         total = total + STEP_WEIGHT**step * (loss * valid).sum() / count
-        hits = (logits.argmax(-1) == target_ids[..., 0]) & valid
-        accepted.append(float(hits.sum()) / float(count))
+        if measure:
+            hits = (logits.argmax(-1) == target_ids[..., 0]) & valid
+            accepted.append(float(hits.sum()) / float(count))
     return total, accepted
 
 
@@ -292,10 +298,7 @@ def train_head(
     start = time.perf_counter()
     model = Model(target, threads=options.threads, n_ctx=SAMPLE_LENGTH)
     try:
-        if options.draft_vocab is not None and not 1 <= options.draft_vocab <= model.n_vocab:
-            raise SpecrunError(
-                f"the draft vocabulary is 1 to {model.n_vocab} tokens, not {options.draft_vocab}"
-            )
+        check_draft_vocab(options.draft_vocab, model.n_vocab)
         layers = options.layers or default_layers(model.n_layer)
         prompts = data.default_prompts() if options.prompts is None else options.prompts
         texts = data.read_texts(model, options.texts, options.window * 4)
@@ -330,7 +333,7 @@ def train_head(
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.learning_rate, weight_decay=0.0)
     checkpoint = Checkpoint(work / "checkpoint.pt")
     step, seconds = checkpoint.load(head, optimizer, d2t)
-    resumed_from = step
+    resumed_from, resumed_seconds = step, seconds
     budget = (options.minutes or math.inf) * 60
 
     def fraction() -> float:
@@ -342,7 +345,7 @@ def train_head(
         sums = np.zeros(options.unrolled)
         with torch.no_grad():
             for batch in held_batches:
-                sums += unrolled_loss(head, batch, options.unrolled, device)[1]
+                sums += unrolled_loss(head, batch, options.unrolled, device, measure=True)[1]
         head.train()
         return tuple(sums / max(len(held_batches), 1))
 
@@ -351,9 +354,8 @@ def train_head(
     acceptance: tuple[float, ...] = ()
     last_saved = seconds
     next_evaluation = math.floor(fraction() * EVALUATIONS) + 1
-    positions = 0
-    clock = started = time.perf_counter()
-    loss_value: float | None = None
+    positions = 0  # trained on in this run, over its training seconds
+    clock = time.perf_counter()
     try:
         while fraction() < 1.0:
             for index in rng.permutation(len(train_batches)):
@@ -372,7 +374,6 @@ def train_head(
                 now = time.perf_counter()
                 seconds += now - clock
                 clock = now
-                loss_value = float(loss.detach())
                 if fraction() * EVALUATIONS >= next_evaluation:
                     next_evaluation += 1
                     acceptance = evaluate()
@@ -386,9 +387,9 @@ def train_head(
                         fraction(),
                         1.0,
                         step,
-                        loss_value,
+                        float(loss.detach()),
                         acceptance,
-                        positions / max(time.perf_counter() - started, 1e-9),
+                        positions / max(seconds - resumed_seconds, 1e-9),
                     )
                 )
     except KeyboardInterrupt:
