@@ -18,25 +18,60 @@ from specrun.errors import OptionError
 
 
 class _CompiledChain(Protocol):
-    """The functions of specrun/core/_sampling.c, on C-contiguous rows (its method table)."""
+    """The functions of specrun/core/_sampling.c (its method table). A row is float32 logits,
+    with `ids` None a whole vocabulary's, else int32 candidates' ids; C-contiguous buffers."""
 
-    def top_k(self, logits: npt.NDArray[np.float32], k: int, /) -> list[tuple[int, float]]:
+    def top_k(
+        self, logits: npt.NDArray[np.float32], ids: npt.NDArray[np.int32] | None, k: int, /
+    ) -> list[tuple[int, float]]:
         """The k best of a row, best first, ties to the lower id: (id, value) each."""
         ...
 
     def distribution(
         self,
         logits: npt.NDArray[np.float32],
+        ids: npt.NDArray[np.int32] | None,
         k: int,
         top_p: float,
         min_p: float,
         temperature: float,
-        ids: npt.NDArray[np.int64],
-        probs: npt.NDArray[np.float64],
+        out_ids: npt.NDArray[np.int64],
+        out_probs: npt.NDArray[np.float64],
         /,
     ) -> int:
-        """The chain on a row: writes the first `keep` of `ids` and `probs` (k each), returns
-        keep."""
+        """The chain on a row: writes the first `keep` of `out_ids` and `out_probs` (k each),
+        returns keep."""
+        ...
+
+    def verify_greedy(
+        self,
+        logits: npt.NDArray[np.float32],
+        ids: npt.NDArray[np.int32] | None,
+        drafts: npt.NDArray[np.int64],
+        near_tie: float,
+        /,
+    ) -> tuple[int, int, list[bool]]:
+        """`verify_greedy` on a round's rows [n + 1, width]."""
+        ...
+
+    def verify(
+        self,
+        logits: npt.NDArray[np.float32],
+        ids: npt.NDArray[np.int32] | None,
+        drafts: npt.NDArray[np.int64],
+        q_at: npt.NDArray[np.int64],
+        q_ids: npt.NDArray[np.int64],
+        q_probs: npt.NDArray[np.float64],
+        uniforms: npt.NDArray[np.float64],
+        k: int,
+        top_p: float,
+        min_p: float,
+        temperature: float,
+        /,
+    ) -> tuple[int, int]:
+        """`verify`'s rule on a round's rows [n + 1, width]: draft i's q on
+        q_ids/q_probs[q_at[i]:q_at[i + 1]], uniforms[i] deciding row i, uniforms[n] drawing
+        the next token."""
         ...
 
 
@@ -83,13 +118,62 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """One position's best tokens, as a model that samples on its device returns them
+    (llama.cpp's backend top-k): their ids (int32) and logits (float32), in no particular
+    order. Every other token ranks below them all, so a chain whose top-k keeps at most
+    this many needs nothing more of the row."""
+
+    ids: np.ndarray
+    logits: np.ndarray
+
+
+@dataclass(frozen=True)
+class CandidateRows:
+    """The candidates of each of a pass's positions: ids and logits [rows, width]."""
+
+    ids: np.ndarray
+    logits: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, row: int) -> Candidates:
+        return Candidates(self.ids[row], self.logits[row])
+
+
+# A position's logits: a whole vocabulary's row, or a device's candidates. A pass's: the same.
+Row = np.ndarray | Candidates
+Rows = np.ndarray | CandidateRows
+
+
+def candidate_width(params: SamplingParams, n_vocab: int) -> int | None:
+    """How many candidates a row needs under `params`: greedy, the best two (the choice
+    and how near a tie it was); sampling, top-k's; None where the chain needs the whole
+    row (top-k off or as wide as the vocabulary)."""
+    if params.greedy:
+        return 2
+    return params.top_k if 0 < params.top_k < n_vocab else None
+
+
+@dataclass(frozen=True)
 class Distribution:
-    """A sampling distribution on its support: token ids in ascending order and their
-    probabilities; every other token has probability 0. Ascending ids sample as the
+    """A sampling distribution on its support: token ids (int64) in ascending order and
+    their probabilities; every other token has probability 0. Ascending ids sample as the
     dense vector would."""
 
     ids: np.ndarray
     probs: np.ndarray
+
+    @classmethod
+    def point_mass(cls, token: int) -> Distribution:
+        """A proposal with no distribution (prompt lookup): all mass on its token."""
+        return cls(np.array([token], np.int64), _ONE)
+
+    @classmethod
+    def of_dense(cls, probs: np.ndarray) -> Distribution:
+        ids = np.flatnonzero(probs)
+        return cls(ids, probs[ids].astype(np.float64))
 
     @overload
     def __getitem__(self, tokens: int | np.integer) -> float: ...
@@ -114,8 +198,12 @@ class Distribution:
         return out
 
 
+_ONE = np.ones(1)
+_ONE.flags.writeable = False  # shared by every point mass
+
+
 def compiled() -> bool:
-    """Whether `distribution` and `greedy_choice` run in C (specrun/core/_sampling.c, built by
+    """Whether the chain and verification run in C (specrun/core/_sampling.c, built by
     setup.py where a compiler is), rather than in numpy."""
     return _compiled is not None
 
@@ -142,33 +230,57 @@ def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
     return ids if len(ids) == k else ids[np.lexsort((ids, -logits[ids]))[:k]]
 
 
-def distribution(logits: np.ndarray, params: SamplingParams) -> Distribution:
-    """One row of logits at temperature > 0: llama.cpp's chain top-k -> top-p -> min-p ->
-    temperature, computed on the top-k candidates only (the whole vocabulary when top-k is off).
+def _chain_k(row: Row, params: SamplingParams) -> int:
+    """Top-k's k for a row; a row of candidates must hold that many."""
+    if isinstance(row, Candidates):
+        k = params.top_k if params.top_k > 0 else len(row.ids) + 1
+        if k > len(row.ids):
+            raise ValueError(f"top-k {params.top_k} needs more than {len(row.ids)} candidates")
+        return k
+    n_vocab = row.shape[-1]
+    return params.top_k if 0 < params.top_k < n_vocab else n_vocab
+
+
+def _buffers(row: Row | Rows) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """A row's or a pass's (logits, ids) as the compiled code reads them, or None where it
+    cannot (not compiled, or logits other than llama.cpp's float32)."""
+    if _compiled is None:
+        return None
+    if isinstance(row, (Candidates, CandidateRows)):
+        if row.logits.dtype != np.float32 or row.ids.dtype != np.int32:
+            return None
+        return np.ascontiguousarray(row.logits), np.ascontiguousarray(row.ids)
+    return (np.ascontiguousarray(row), None) if row.dtype == np.float32 else None
+
+
+def distribution(row: Row, params: SamplingParams) -> Distribution:
+    """One row at temperature > 0: llama.cpp's chain top-k -> top-p -> min-p ->
+    temperature, computed on the top-k candidates only (the whole vocabulary when top-k is
+    off).
 
     specrun/core/_sampling.c computes the same, step for step (the sum aside, to rounding), on
     float32 rows (llama.cpp's): in numpy the chain's calls on ~40 numbers cost more than
     the pass over the row."""
-    n_vocab = logits.shape[-1]
-    k = params.top_k if 0 < params.top_k < n_vocab else n_vocab
-    if _compiled is not None and logits.dtype == np.float32:
+    k = _chain_k(row, params)
+    buffers = _buffers(row)
+    if buffers is not None:
+        assert _compiled is not None
         ids, probs = np.empty(k, np.int64), np.empty(k)
         keep = _compiled.distribution(
-            np.ascontiguousarray(logits),
-            k,
-            params.top_p,
-            params.min_p,
-            params.temperature,
-            ids,
-            probs,
+            *buffers, k, params.top_p, params.min_p, params.temperature, ids, probs
         )
         return Distribution(ids[:keep], probs[:keep])
-    ids = _top_k_ids(logits, k) if k < n_vocab else np.arange(n_vocab)
-    x = logits[ids]
+    if isinstance(row, Candidates):
+        ids, x = row.ids.astype(np.int64), row.logits
+    elif k < len(row):
+        ids = _top_k_ids(row, k)
+        x = row[ids]
+    else:
+        ids, x = np.arange(len(row)), row
     # Candidates best first, ties to the lower id; top-p and min-p look at untempered
     # probs: exp(x - x0) up to their sum. Methods rather than numpy's functions, which
     # add a wrapper to each call.
-    order = np.lexsort((ids, -x))
+    order = np.lexsort((ids, -x))[:k]
     ids, x = ids[order], x[order].astype(np.float64)
     x -= x[0]
     base = np.exp(x)
@@ -199,55 +311,72 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return out.reshape(logits.shape)
 
 
-def greedy_choice(row: np.ndarray) -> tuple[int, float]:
-    """A row's argmax (its first occurrence, as numpy's argmax) and how far the next-best
-    logit lies below it: under NEAR_TIE, a choice that a slightly different batch width
-    could have flipped. One pass over the row: the compiled top 2 (best first, ties to
-    the lower id), else numpy's argmax and the maxima around it."""
-    if _compiled is None or row.dtype != np.float32 or len(row) < 2:
-        best = int(row.argmax())
-        second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
-        return best, float(row[best]) - float(second)
-    (best, value), (_, second) = _compiled.top_k(np.ascontiguousarray(row), 2)
-    return best, value - second
+def greedy_choice(row: Row) -> tuple[int, float]:
+    """A row's best token (ties to the lower id, as numpy's argmax) and how far the
+    next-best logit lies below it: under NEAR_TIE, a choice that a slightly different batch
+    width could have flipped. One pass over the row: the compiled top 2, else numpy's."""
+    buffers = _buffers(row)
+    size = len(row.ids) if isinstance(row, Candidates) else len(row)
+    if buffers is not None and size >= 2:
+        assert _compiled is not None
+        (best, value), (_, second) = _compiled.top_k(*buffers, 2)
+        return best, value - second
+    if isinstance(row, Candidates):
+        order = np.lexsort((row.ids, -row.logits))
+        gap = row.logits[order[0]] - row.logits[order[1]] if size >= 2 else np.inf
+        return int(row.ids[order[0]]), float(gap)
+    best = int(row.argmax())
+    second = max(row[:best].max(initial=-np.inf), row[best + 1 :].max(initial=-np.inf))
+    return best, float(row[best]) - float(second)
 
 
-def verify_greedy(
-    target_logits: np.ndarray, draft_tokens: Sequence[int]
-) -> tuple[int, int, list[bool]]:
-    """`verify` at temperature 0: accept drafts while each is its row's argmax. Also
+def verify_greedy(rows: Rows, draft_tokens: Sequence[int]) -> tuple[int, int, list[bool]]:
+    """`verify` at temperature 0: accept drafts while each is its row's best token. Also
     returns, for each row read (one per committed token), whether it was a near tie.
 
     Row by row, each read once (0.6 MB at a 152k vocabulary), and no row after the
-    first rejection is read.
+    first rejection is read; compiled, in one call.
     """
+    if len(rows) != len(draft_tokens) + 1:
+        raise ValueError("need one target row per draft token plus the bonus")
+    buffers = _buffers(rows)
+    if buffers is not None:
+        assert _compiled is not None
+        return _compiled.verify_greedy(*buffers, np.array(draft_tokens, np.int64), NEAR_TIE)
     ties = []
-    for i, row in enumerate(target_logits):
-        best, gap = greedy_choice(row)
+    for i in range(len(rows)):
+        best, gap = greedy_choice(rows[i])
         ties.append(gap < NEAR_TIE)
         if i == len(draft_tokens) or best != draft_tokens[i]:
             return i, best, ties
-    raise ValueError("need one target row per draft token plus the bonus")
+    raise AssertionError("the last row always decides")
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     """Draw an index from a probability vector (inverse CDF; robust to rounding)."""
+    return _sample_at(probs, rng.random())
+
+
+def _sample_at(probs: np.ndarray, u: float) -> int:
+    """The index the inverse CDF gives at u in [0, 1)."""
     cdf = probs.cumsum()  # methods, as in `distribution`
-    return min(int(cdf.searchsorted(rng.random() * cdf[-1], side="right")), len(cdf) - 1)
+    return min(int(cdf.searchsorted(u * cdf[-1], side="right")), len(cdf) - 1)
 
 
 def pick(
-    logits: np.ndarray, params: SamplingParams, rng: np.random.Generator
+    logits: Row, params: SamplingParams, rng: np.random.Generator
 ) -> tuple[int, Distribution | None]:
-    """Choose a token from one row of logits; return it with its distribution (None when greedy)."""
+    """Choose a token from one row; return it with its distribution (None when greedy)."""
     if params.greedy:
+        if isinstance(logits, Candidates):
+            return greedy_choice(logits)[0], None
         return int(np.argmax(logits)), None
     q = distribution(logits, params)
     return q.sample(rng), q
 
 
 def verify(
-    target_logits: np.ndarray,
+    target_logits: Rows,
     draft_tokens: Sequence[int],
     draft_probs: Sequence[Distribution | np.ndarray | None],
     params: SamplingParams,
@@ -262,25 +391,63 @@ def verify(
     point mass at the token.
 
     Returns (number accepted, next token). Greedy accepts d_i iff it is the target's
-    argmax; sampling accepts with probability min(1, p_i(d_i) / q_i(d_i)) and on the
-    first rejection draws from norm(max(0, p_i - q_i)) (Leviathan et al. 2023).
-    p_i is computed only for the rows the rule reaches.
+    best token; sampling accepts with probability min(1, p_i(d_i) / q_i(d_i)) and on the
+    first rejection draws from norm(max(0, p_i - q_i)) (Leviathan et al. 2023). The round
+    draws its n + 1 uniforms at once: u_i decides row i, u_n draws the token that follows
+    (at a rejection or after the last row), independent of the decisions before it.
+    Compiled, the rule is one call (sampling's `_compiled.verify`); `verify_reference`
+    is the same in numpy, step for step.
     """
     n = len(draft_tokens)
-    assert target_logits.shape[0] == n + 1, "need one target row per draft token plus the bonus"
+    if len(target_logits) != n + 1:
+        raise ValueError("need one target row per draft token plus the bonus")
     if params.greedy:
         return verify_greedy(target_logits, draft_tokens)[:2]
+    uniforms = rng.random(n + 1)
+    qs = [
+        Distribution.point_mass(token)
+        if q is None
+        else (q if isinstance(q, Distribution) else Distribution.of_dense(q))
+        for token, q in zip(draft_tokens, draft_probs)
+    ]
+    buffers = _buffers(target_logits)
+    if buffers is None:
+        return verify_reference(target_logits, draft_tokens, qs, params, uniforms)
+    assert _compiled is not None
+    q_at = np.zeros(n + 1, np.int64)
+    np.cumsum([len(q.ids) for q in qs], out=q_at[1:])
+    return _compiled.verify(
+        *buffers,
+        np.array(draft_tokens, np.int64),
+        q_at,
+        np.concatenate([q.ids for q in qs], dtype=np.int64) if qs else q_at[:0],
+        np.concatenate([q.probs for q in qs], dtype=np.float64) if qs else uniforms[:0],
+        uniforms,
+        _chain_k(target_logits[0], params),
+        params.top_p,
+        params.min_p,
+        params.temperature,
+    )
 
-    for i, token in enumerate(draft_tokens):
+
+def verify_reference(
+    target_logits: Rows,
+    draft_tokens: Sequence[int],
+    qs: Sequence[Distribution],
+    params: SamplingParams,
+    uniforms: np.ndarray,
+) -> tuple[int, int]:
+    """`verify`'s rule at temperature > 0 in numpy, row by row: p_i only for the rows the
+    rule reaches; `uniforms` as `verify` draws them."""
+    n = len(draft_tokens)
+    for i, (token, q) in enumerate(zip(draft_tokens, qs)):
         p = distribution(target_logits[i], params)
-        q = draft_probs[i]
-        q_token = 1.0 if q is None else q[token]
-        if rng.random() * q_token < p[token]:
+        if uniforms[i] * q[token] < p[token]:
             continue
-        # max(0, p - q) is zero off p's support, so it is computed on that support;
-        # a point mass's residual is p without the proposed token.
-        q_on_p = (p.ids == token) if q is None else q[p.ids]
-        residual = np.maximum(p.probs - q_on_p, 0.0)
+        # max(0, p - q) is zero off p's support, so it is computed on that support.
+        residual = np.maximum(p.probs - q[p.ids], 0.0)
         # Zero mass cannot happen after a rejection in exact arithmetic; rounding can.
-        return i, int(p.ids[sample(residual if residual.sum() > 0 else p.probs, rng)])
-    return n, distribution(target_logits[n], params).sample(rng)
+        chosen = _sample_at(residual if residual.sum() > 0 else p.probs, uniforms[n])
+        return i, int(p.ids[chosen])
+    p = distribution(target_logits[n], params)
+    return n, int(p.ids[_sample_at(p.probs, uniforms[n])])

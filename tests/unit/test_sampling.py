@@ -9,6 +9,9 @@ from scipy.stats import chisquare
 
 from specrun.core import sampling
 from specrun.core.sampling import (
+    CandidateRows,
+    Candidates,
+    Distribution,
     SamplingParams,
     _top_k_ids,
     distribution,
@@ -16,6 +19,8 @@ from specrun.core.sampling import (
     probabilities,
     sample,
     verify,
+    verify_greedy,
+    verify_reference,
 )
 from specrun.errors import SpecrunError
 
@@ -23,12 +28,30 @@ DRAWS = 20_000
 P_VALUE_FLOOR = 1e-3  # seeded, so each test is deterministic; a wrong rule fails by far
 
 
-def first_token_counts(p_logits, q_logits, params, n_drafts, seed, proposal="model"):
-    """Run the accept/resample rule many times; count the first committed token."""
+def top_candidates(rows: np.ndarray, width: int, seed: int = 0) -> CandidateRows:
+    """What a device's top-k leaves of each row: its `width` best (ties to the lower id),
+    in no particular order."""
+    rng = np.random.default_rng(seed)
+    rows = np.atleast_2d(rows)
+    ids = np.stack(
+        [rng.permutation(np.lexsort((np.arange(len(row)), -row))[:width]) for row in rows]
+    ).astype(np.int32)
+    return CandidateRows(ids, np.take_along_axis(rows, ids, axis=1))
+
+
+def first_token_counts(
+    p_logits, q_logits, params, n_drafts, seed, proposal="model", candidates=None
+):
+    """Run the accept/resample rule many times; count the first committed token. With
+    `candidates`, the target's rows and the draft's q come from that many candidates per
+    row, as from a device's sampler."""
     rng = np.random.default_rng(seed)
     n_vocab = p_logits.shape[-1]
     target_rows = np.tile(p_logits, (n_drafts + 1, 1))
     q = probabilities(q_logits, params)
+    if candidates:
+        target_rows = top_candidates(target_rows, candidates)
+        q = distribution(top_candidates(q_logits, candidates)[0], params).dense(n_vocab)
     counts = np.zeros(n_vocab)
     for _ in range(DRAWS):
         if proposal == "model":
@@ -162,7 +185,7 @@ def test_invalid_sampling_values_are_user_errors(bad):
 
 
 def top_k_compiled(logits, k):
-    ids, values = map(np.array, zip(*sampling._compiled.top_k(logits, k)))
+    ids, values = map(np.array, zip(*sampling._compiled.top_k(logits, None, k)))
     np.testing.assert_array_equal(values, logits[ids])
     return ids
 
@@ -214,17 +237,24 @@ def test_the_compiled_top_k_is_ranked_and_refuses_wrong_sizes():
     logits = np.round(np.random.default_rng(3).normal(size=5000), 1).astype(np.float32)
     np.testing.assert_array_equal(top_k_compiled(logits, 60), ranked(logits)[:60])
     with pytest.raises(ValueError, match="need 1 <= k"):
-        sampling._compiled.top_k(logits[:5], 6)
+        sampling._compiled.top_k(logits[:5], None, 6)
     with pytest.raises(ValueError, match="need 1 <= k"):
-        sampling._compiled.top_k(logits, 0)
-    with pytest.raises(ValueError, match="ids must hold k = 10"):
+        sampling._compiled.top_k(logits, None, 0)
+    with pytest.raises(ValueError, match="must hold k = 10"):
         sampling._compiled.distribution(
-            logits, 10, 0.9, 0.05, 0.8, np.empty(9, np.int64), np.empty(10)
+            logits, None, 10, 0.9, 0.05, 0.8, np.empty(9, np.int64), np.empty(10)
         )
     with pytest.raises(ValueError, match="temperature > 0"):
         sampling._compiled.distribution(
-            logits, 10, 0.9, 0.05, 0.0, np.empty(10, np.int64), np.empty(10)
+            logits, None, 10, 0.9, 0.05, 0.0, np.empty(10, np.int64), np.empty(10)
         )
+    # Another dtype than the C reads is refused, not misread.
+    with pytest.raises(ValueError, match="rows must be floats of 4 bytes"):
+        sampling._compiled.top_k(logits.astype(np.float64), None, 3)
+    with pytest.raises(ValueError, match="ids must be integers of 4 bytes"):
+        sampling._compiled.top_k(logits[:8], np.arange(8), 3)
+    with pytest.raises(ValueError, match="one id per logit"):
+        sampling._compiled.top_k(logits[:8], np.arange(7, dtype=np.int32), 3)
 
 
 CHAINS = [
@@ -272,3 +302,95 @@ def test_a_draft_distribution_verifies_as_its_dense_vector(params):
         assert verify(p_logits, drafts, qs, params, sparse_rng) == verify(
             p_logits, drafts, dense, params, dense_rng
         )
+
+
+def test_candidates_give_the_rows_distribution(monkeypatch):
+    """A device's top-k candidates and the whole row: the same p, compiled and in numpy,
+    for any chain whose top-k keeps no more than the candidates; fewer is an error."""
+    rng = np.random.default_rng(12)
+    rows = [rng.normal(0, 2, 152_064), np.round(rng.normal(0, 2, 3000), 1)]
+    rows = [row.astype(np.float32) for row in rows]
+    for params in [p for p in CHAINS if p.top_k]:
+        for row in rows:
+            candidates = top_candidates(row, params.top_k, seed=params.top_k)[0]
+            for compiled in (sampling._compiled, None):
+                monkeypatch.setattr(sampling, "_compiled", compiled)
+                whole, top = distribution(row, params), distribution(candidates, params)
+                np.testing.assert_array_equal(whole.ids, top.ids)
+                np.testing.assert_allclose(whole.probs, top.probs, rtol=1e-12)
+    with pytest.raises(ValueError, match="needs more than 5 candidates"):
+        distribution(top_candidates(rows[1], 5)[0], SamplingParams(top_k=6))
+    with pytest.raises(ValueError, match="needs more than 5 candidates"):
+        distribution(top_candidates(rows[1], 5)[0], SamplingParams(top_k=0))
+
+
+@pytest.mark.parametrize("params", [FILTERED, SamplingParams(temperature=1.2, top_k=5)])
+def test_candidate_rows_reproduce_target(params):
+    """The chi-square test on rows and drafts made from a device's candidates alone."""
+    rng = np.random.default_rng(21)
+    p_logits = rng.normal(0, 1.5, 30).astype(np.float32)
+    q_logits = p_logits + rng.normal(0, 1.0, 30).astype(np.float32)
+    counts = first_token_counts(p_logits, q_logits, params, 3, seed=5, candidates=params.top_k)
+    assert_follows(counts, probabilities(p_logits, params))
+
+
+def random_rounds(params, candidates, seed, rounds=300, n_vocab=3000):
+    """Rounds of target rows, drafts and their q's, some drafts a lookup's point mass."""
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        n = int(rng.integers(0, 9))
+        rows = rng.normal(0, 2, (n + 1, n_vocab)).astype(np.float32)
+        if rng.random() < 0.3:  # rows with ties: the order among equals matters
+            rows = np.round(rows, 0)
+        q_rows = rows[:n] + rng.normal(0, 1, (n, n_vocab)).astype(np.float32)
+        target = top_candidates(rows, candidates, seed=n) if candidates else rows
+        drafts, qs = [], []
+        for row, q_row in zip(rows, q_rows):
+            if params.greedy:  # mostly the target's own choice, so that prefixes are accepted
+                chosen = rng.random() < 0.7
+                drafts.append(int(np.argmax(row)) if chosen else int(rng.integers(0, n_vocab)))
+                qs.append(None)
+            elif rng.random() < 0.2:
+                drafts.append(int(rng.integers(0, n_vocab)))
+                qs.append(None)
+            else:
+                token, q = pick(q_row, params, rng)
+                drafts.append(token)
+                qs.append(q)
+        yield target, drafts, qs
+
+
+@pytest.mark.parametrize("candidates", [None, 40], ids=["whole rows", "candidates"])
+@pytest.mark.parametrize("params", CHAINS[:3], ids=["defaults", "k100", "k7"])
+def test_the_compiled_verify_is_the_reference(params, candidates, monkeypatch):
+    """One compiled call per round and the numpy rule, row by row: the same decisions and
+    the same token from the same uniforms, on whole rows and on a device's candidates."""
+    if candidates and candidates < params.top_k:
+        candidates = params.top_k
+    for seed, (rows, drafts, qs) in enumerate(random_rounds(params, candidates, seed=3)):
+        compiled = verify(rows, drafts, qs, params, np.random.default_rng(seed))
+        uniforms = np.random.default_rng(seed).random(len(drafts) + 1)
+        points = [Distribution.point_mass(d) if q is None else q for d, q in zip(drafts, qs)]
+        with monkeypatch.context() as numpy_only:
+            numpy_only.setattr(sampling, "_compiled", None)
+            assert compiled == verify_reference(rows, drafts, points, params, uniforms)
+
+
+@pytest.mark.parametrize("candidates", [None, 2], ids=["whole rows", "candidates"])
+def test_the_compiled_greedy_verify_is_the_reference(candidates, monkeypatch):
+    """Greedy: the same accepted prefix, next token and near ties, compiled and in numpy,
+    with ties among the logits (the lower id wins)."""
+    accepted = []
+    for rows, drafts, _ in random_rounds(SamplingParams(temperature=0), candidates, seed=4):
+        compiled = verify_greedy(rows, drafts)
+        with monkeypatch.context() as numpy_only:
+            numpy_only.setattr(sampling, "_compiled", None)
+            assert compiled == verify_greedy(rows, drafts)
+        accepted.append(compiled[0])
+    assert 0 < np.mean(accepted) < 8  # prefixes of every length were accepted
+    rows = np.zeros((3, 10), np.float32)
+    rows[:, 4] = rows[:, 6] = 1.0  # a tie: the lower id is the choice, and a near tie
+    assert verify_greedy(rows, [4, 4]) == (2, 4, [True, True, True])
+    assert verify_greedy(top_candidates(rows[:2], 2), [6]) == (0, 4, [True])
+    tied = Candidates(np.array([9, 3], np.int32), np.ones(2, np.float32))
+    assert pick(tied, SamplingParams(temperature=0), np.random.default_rng())[0] == 3
