@@ -116,6 +116,7 @@ class Engine:
             reproducible=options.reproducible,
             devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
             load_mtp=any(isinstance(c, MtpLayers) for c in choices),
+            backend_sampling=options.backend_sampling,
         )
         drafts: list[DraftSource] = []
         try:
@@ -137,6 +138,7 @@ class Engine:
                             options.draft_gpu_layers, placed.draft_layers if placed else None
                         ),
                         main_gpu=placed.draft_gpu if placed else None,
+                        backend_sampling=options.backend_sampling,
                     )
                     drafts.append(ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min))
                     check_compatible(target, draft_model)

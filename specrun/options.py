@@ -12,6 +12,7 @@ from pathlib import Path
 
 from specrun.core.gamma import GAMMA_MAX
 from specrun.core.lookup import LookupDraft
+from specrun.core.model import BackendSampling
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ class LoadOptions:
     reproducible: bool = False
     # HOST:PORT of each RPC server (`specrun rpc-server`) whose devices take target layers.
     rpc: tuple[str, ...] = ()
+    # Each row's candidates chosen on the output layer's device, so that only they reach
+    # the loop ("auto": where that device is a GPU or an RPC server; on the CPU its top-k
+    # costs more than specrun's own search over the row).
+    backend_sampling: BackendSampling = "auto"
 
 
 @dataclass(frozen=True)

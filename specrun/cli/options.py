@@ -19,10 +19,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args
 
 import typer
 
+from specrun.core.model import BackendSampling
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
 from specrun.llama.model import DEFAULT_CTX
@@ -251,6 +252,7 @@ def _load(
     verbose: bool,
     reproducible: bool,
     rpc: str | None,
+    backend_sampling: str,
 ) -> LoadOptions:
     from specrun.llama.devices import gpu_offload_supported
     from specrun.llama.rpc import parse_endpoints
@@ -267,6 +269,8 @@ def _load(
         )
     if fit not in ("on", "off"):
         raise OptionError(f"--fit must be on or off, got {fit!r}")
+    if backend_sampling not in get_args(BackendSampling):
+        raise OptionError(f"--backend-sampling must be auto, on or off, got {backend_sampling!r}")
     return LoadOptions(
         n_ctx=ctx,
         gpu_layers=gpu_layers,
@@ -276,6 +280,7 @@ def _load(
         verbose=verbose,
         reproducible=reproducible,
         rpc=parse_endpoints(rpc) if rpc is not None else (),
+        backend_sampling=cast(BackendSampling, backend_sampling),
     )
 
 
@@ -455,6 +460,16 @@ LOAD = OptionGroup(
                 metavar="HOST:PORT[,HOST:PORT...]",
                 help="Also place target layers on these machines' devices "
                 "(`specrun rpc-server` there); the draft stays here.",
+            ),
+        ),
+        "backend_sampling": (
+            str,
+            typer.Option(
+                "auto",
+                "--backend-sampling",
+                help="Choose each row's top-k candidates on the output layer's device, so "
+                "only they reach the loop (auto: where it is a GPU or an RPC server; on, "
+                "off).",
             ),
         ),
     },

@@ -17,8 +17,20 @@ import numpy as np
 from specrun.core.costs import RoundLike
 from specrun.core.gamma import GAMMA_MAX, AdaptiveGamma, GammaPolicy, PlainSamples, parse_policy
 from specrun.core.model import LanguageModel
-from specrun.core.sampling import Distribution, SamplingParams, pick
+from specrun.core.sampling import (
+    CandidateRows,
+    Candidates,
+    Distribution,
+    Row,
+    SamplingParams,
+    candidate_width,
+    pick,
+)
 from specrun.core.sequence import Tokens
+
+# A draft stopping at `p_min` judges its confidence on at least this many candidates where
+# its device samples (llama.cpp's draft samples from its top 10).
+P_MIN_CANDIDATES = 10
 
 # Where proposals come from: a draft model, prompt lookup, lookup then a model or head,
 # an EAGLE-3 head, or the target's own MTP layers.
@@ -76,23 +88,29 @@ class ModelDraft:
             start = time.perf_counter()
             self.model.logits(ctx.but_last(), 0)
             proposal.catch_up_seconds = time.perf_counter() - start
+        # Vocabularies may differ by padding (<= 128 ids): ids beyond the target's are never
+        # proposed, so such a draft reads whole rows, cut to the target's vocabulary.
+        top = candidate_width(params, self.target_vocab)
+        if top is not None and self.p_min > 0:
+            top = max(top, P_MIN_CANDIDATES)
+        if self.model.n_vocab != self.target_vocab:
+            top = None
         for _ in range(n):
-            # Vocabularies may differ by padding (<= 128 ids); ids beyond the target's are never
-            # proposed.
-            logits = self.model.logits(ctx.then(proposal.tokens), 1, view=True)[
-                0, : self.target_vocab
-            ]
-            if self.p_min > 0 and top_probability(logits) < self.p_min:
+            rows = self.model.logits(ctx.then(proposal.tokens), 1, view=True, top=top)
+            row = rows[0] if isinstance(rows, CandidateRows) else rows[0, : self.target_vocab]
+            if self.p_min > 0 and top_probability(row) < self.p_min:
                 break
-            token, q = pick(logits, params, rng)
+            token, q = pick(row, params, rng)
             proposal.tokens.append(token)
             proposal.probs.append(q)
         return proposal
 
 
-def top_probability(logits: np.ndarray) -> float:
+def top_probability(row: Row) -> float:
     """The top token's probability at temperature 1, 1 / sum(exp(x - max)), with no
-    probability vector: one float32 pass, summed in float64."""
+    probability vector: one float32 pass, summed in float64. On a device's candidates,
+    among them (as llama.cpp's draft judges it, on its top 10)."""
+    logits = row.logits if isinstance(row, Candidates) else row
     shifted = logits - logits.max()
     return 1.0 / float(np.exp(shifted, out=shifted).sum(dtype=np.float64))
 

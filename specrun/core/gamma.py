@@ -13,6 +13,7 @@ from specrun.core.costs import CostModel, CostState, RoundLike, expected_rate, i
 from specrun.errors import OptionError
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
+GAMMA_LIMIT = 32  # the longest any policy may be asked for: a verify reads at most this + 1 rows
 PRIOR = 1.0  # auto's weak prior: one accepted and one rejected token (α = 0.5)
 # Plain samples (PlainSamples): after the first, more plain rounds come no sooner than
 # PLAIN_SAMPLE_SPACING rounds later (so a fixed γ stays what was asked in 8 rounds of 9),
@@ -372,8 +373,8 @@ class PlainSamples:
 def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
     """`auto`, `heuristic` or a fixed number N (0 = plain decoding); each with plain
     samples, except plain decoding itself."""
-    if not 0 <= gamma_max <= 32:
-        raise OptionError(f"`gamma_max` must be between 0 and 32, got {gamma_max}")
+    if not 0 <= gamma_max <= GAMMA_LIMIT:
+        raise OptionError(f"`gamma_max` must be between 0 and {GAMMA_LIMIT}, got {gamma_max}")
     spec = spec.strip().lower()
     if spec == "auto":
         return PlainSamples(AdaptiveGamma(gamma_max))
@@ -381,7 +382,7 @@ def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
         return PlainSamples(HeuristicGamma(gamma_max))
     if spec.removeprefix("fixed:").isdigit():
         gamma = int(spec.removeprefix("fixed:"))
-        if gamma > 32:
-            raise OptionError(f"`gamma` {gamma} is too large (at most 32)")
+        if gamma > GAMMA_LIMIT:
+            raise OptionError(f"`gamma` {gamma} is too large (at most {GAMMA_LIMIT})")
         return PlainSamples(FixedGamma(gamma)) if gamma else FixedGamma(0)
     raise OptionError(f"`gamma` must be auto, heuristic or a number, got {spec!r}")

@@ -21,7 +21,7 @@ import numpy as np
 from specrun.core.drafting import DraftSource, Proposal
 from specrun.core.gamma import FixedGamma, GammaPolicy
 from specrun.core.model import LanguageModel
-from specrun.core.sampling import SamplingParams, verify, verify_greedy
+from specrun.core.sampling import Rows, SamplingParams, candidate_width, verify, verify_greedy
 from specrun.core.sequence import Tokens
 from specrun.core.text import Detokenizer, Segment, TextStream
 from specrun.errors import OptionError, SpecrunError
@@ -108,13 +108,16 @@ def generate(
     rng = rng if rng is not None else params.rng()
     ctx = Tokens(prompt)  # append-only: each model compares only what is new
 
+    # Where the target's device samples, only each row's best candidates leave it.
+    top = candidate_width(params, target.n_vocab)
+
     start = time.perf_counter()
     evaluated = target.n_evaluated
     # The whole prompt in one pass, its last position's logits kept (a copy: the draft may
     # decode before the first round reads them). Decoding its last token apart, as the
     # other rounds decode theirs, would cost a forward pass more before the first token.
     # As a view of ctx, so that the next round, like every other, compares only what is new.
-    prompt_logits: np.ndarray | None = target.logits(ctx.then([]), 1)
+    prompt_logits: Rows | None = target.logits(ctx.then([]), 1, top=top)
     if (
         draft is not None and policy.next_gamma() > 0
     ):  # else the draft catches up when it is first asked
@@ -145,7 +148,9 @@ def generate(
             )
             drafted_at = time.perf_counter()
             # A view of llama.cpp's buffer, read before the target's next call.
-            logits = target.logits(ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True)
+            logits = target.logits(
+                ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True, top=top
+            )
         verified_at = time.perf_counter()
         first_of_shape = target.first_of_shape and not prompt_pass
         if params.greedy:

@@ -7,9 +7,16 @@ GGUF over llama.cpp or a fake with fixed logits (bench/loop_ceiling.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol, overload
 
 import numpy as np
+
+from specrun.core.sampling import Rows
+
+# Whether a model's output device chooses each row's candidates (llama.cpp's backend
+# sampling), so that only they, not the whole vocabulary's logits, reach the loop: "auto"
+# where the output layer is on a GPU or an RPC server.
+BackendSampling = Literal["auto", "on", "off"]
 
 
 class LanguageModel(Protocol):
@@ -25,9 +32,22 @@ class LanguageModel(Protocol):
     @property
     def tokens(self) -> Sequence[int]: ...
 
-    def logits(self, seq: Sequence[int], last: int = 1, *, view: bool = False) -> np.ndarray:
+    @overload
+    def logits(
+        self, seq: Sequence[int], last: int = 1, *, view: bool = False, top: None = None
+    ) -> np.ndarray: ...
+
+    @overload
+    def logits(
+        self, seq: Sequence[int], last: int = 1, *, view: bool = False, top: int
+    ) -> Rows: ...
+
+    def logits(
+        self, seq: Sequence[int], last: int = 1, *, view: bool = False, top: int | None = None
+    ) -> Rows:
         """Make the cache hold `seq`; the logits of its last `last` positions, one row each
-        (with `view`, rows valid until the next call)."""
+        (with `view`, rows valid until the next call). With `top`, a model whose device
+        samples may return each row's `top` best candidates instead (CandidateRows)."""
         ...
 
     def is_eog(self, token: int) -> bool:

@@ -15,11 +15,15 @@ import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import overload
 
 import llama_cpp as llama
 import numpy as np
 
+from specrun.core.gamma import GAMMA_LIMIT
 from specrun.core.heads import HiddenRows
+from specrun.core.model import BackendSampling
+from specrun.core.sampling import CandidateRows, Rows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
 from specrun.llama import ext
@@ -54,6 +58,7 @@ class Model(Vocabulary):
         devices: Sequence[int] | None = None,
         reproducible: bool = False,
         load_mtp: bool = False,
+        backend_sampling: BackendSampling = "auto",
     ) -> None:
         self.path = Path(path)
         self.name = self.path.name
@@ -101,6 +106,7 @@ class Model(Vocabulary):
         ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
         ctx_params.n_batch = ctx_params.n_ubatch = n_batch
         ctx_params.n_seq_max = 1
+        ctx_params.n_outputs_max_per_seq = GAMMA_LIMIT + 1  # a verify's rows, when sampled
         ctx_params.n_threads = ctx_params.n_threads_batch = threads
         ctx_params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
         ctx_params.no_perf = True
@@ -114,6 +120,17 @@ class Model(Vocabulary):
         self._memory = llama.llama_get_memory(self._ctx)
         self._init_cache(n_batch)
         self.invariance = self.probe_invariance() if reproducible else None
+        # The output layer is on the last offloaded device whenever any layer is.
+        wanted = backend_sampling == "on" or (
+            backend_sampling == "auto" and self.can_offload and gpu_layers > 0
+        )
+        self.samples_on_device = wanted and self._probe_backend_sampling()
+        if backend_sampling == "on" and not self.samples_on_device:
+            self.close()
+            raise SpecrunError(
+                f"{self.path.name}: this build's backend cannot choose candidates on its "
+                "device; use `backend_sampling` off"
+            )
 
     def _init_cache(self, n_batch: int) -> None:
         """The Python side of the cache: the batch it is fed by and the sequence it holds."""
@@ -147,6 +164,9 @@ class Model(Vocabulary):
         self._logits_view: tuple[int, np.ndarray] | None = (
             None  # llama.cpp's output buffer: (address, view)
         )
+        self.samples_on_device = False  # whether `logits(top=...)` returns candidates
+        self._sampler: tuple[int, llama.llama_sampler_p] | None = None  # attached: (width, chain)
+        self._sampled_views: dict[int, np.ndarray] = {}  # llama.cpp's candidate buffers
         self.hidden_rows: HiddenRows | None = None  # kept for a head (`keep_hidden`)
         self._hidden_layers: tuple[int, ...] = ()  # whose inputs they are; () the last state
         self._hidden_views: dict[int, np.ndarray] = {}  # llama.cpp's buffers, by address
@@ -170,13 +190,27 @@ class Model(Vocabulary):
 
     # --- the one operation the loop needs -------------------------------------------
 
-    def logits(self, seq: Sequence[int], last: int = 1, *, view: bool = False) -> np.ndarray:
+    @overload
+    def logits(
+        self, seq: Sequence[int], last: int = 1, *, view: bool = False, top: None = None
+    ) -> np.ndarray: ...
+
+    @overload
+    def logits(
+        self, seq: Sequence[int], last: int = 1, *, view: bool = False, top: int
+    ) -> Rows: ...
+
+    def logits(
+        self, seq: Sequence[int], last: int = 1, *, view: bool = False, top: int | None = None
+    ) -> Rows:
         """Make the cache hold `seq`; return float32 logits [last, n_vocab] of its last positions.
 
         `last=0` only fills the cache (prompt prefill). `view=True` may return llama.cpp's
         own output buffer, valid only until the next call on this model, for a caller that
         reads the rows at once, as the round loop does: it saves copying 0.6 MB a row at a
         152k vocabulary. Not marked read-only: numpy's argmax copies such an array first.
+        With `top`, where the model samples on its device (`samples_on_device`), each row's
+        `top` best candidates instead (CandidateRows, copies): only they leave the device.
         """
         if len(seq) > self.n_ctx:
             raise SpecrunError(
@@ -184,6 +218,9 @@ class Model(Vocabulary):
             )
         if not 0 <= last <= len(seq):
             raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
+        width = top if self.samples_on_device and top is not None and top < self.n_vocab else None
+        if last:  # a pass without rows leaves the sampler as the last one with rows asked for
+            self._set_sampler(width)
         # Of an append-only sequence seen before, only what follows the part held then can differ.
         base, n_base = (seq.base, seq.n) if isinstance(seq, Continuation) else (None, 0)
         start = min(self._seen, len(self.tokens)) if base is not None and base is self._base else 0
@@ -201,8 +238,13 @@ class Model(Vocabulary):
         # The buffer can be handed out where one decode, the last, makes every row asked for.
         out = (
             None
-            if view and last and spans[-1][0] <= first_out
+            if width is not None or (view and last and spans[-1][0] <= first_out)
             else np.empty((last, self.n_vocab), np.float32)
+        )
+        candidates = (
+            CandidateRows(np.empty((last, width), np.int32), np.empty((last, width), np.float32))
+            if width is not None
+            else None
         )
         self.first_of_shape = False
         for start, end in spans:
@@ -227,12 +269,20 @@ class Model(Vocabulary):
             raise_pending()
             if end > first_out:
                 # Rows before `wanted` had logits only to keep the output layer `min_width` wide.
-                rows = self._outputs(len(chunk) + padding - flagged)[wanted - flagged :][
-                    : end - max(start, first_out)
-                ]
+                outputs, skip = len(chunk) + padding - flagged, wanted - flagged
+                into = slice(max(start, first_out) - first_out, end - first_out)
+                count = into.stop - into.start
+                if candidates is not None and width is not None:
+                    ids, values = self._candidates(outputs, width)
+                    candidates.ids[into] = ids[skip : skip + count]
+                    candidates.logits[into] = values[skip : skip + count]
+                    continue
+                rows = self._outputs(outputs)[skip : skip + count]
                 if out is None:
                     return rows
-                out[max(start, first_out) - first_out : end - first_out] = rows
+                out[into] = rows
+        if candidates is not None:
+            return candidates
         assert out is not None, "the last decode returned its rows as a view"
         return out
 
@@ -294,6 +344,62 @@ class Model(Vocabulary):
                 np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab)),
             )
         return self._logits_view[1][:count]
+
+    def _set_sampler(self, width: int | None) -> None:
+        """From the next decode on, have llama.cpp choose each row's `width` best tokens on
+        the output layer's device (a top-k chain on sequence 0); None: whole rows again.
+        The chain lives until it is replaced: the context only refers to it."""
+        if (self._sampler[0] if self._sampler else None) == width:
+            return
+        chain = None
+        if width is not None:
+            chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
+            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_k(width))
+        attached = llama.llama_set_sampler(self._ctx, 0, chain)  # None detaches
+        if chain is not None and not attached:
+            llama.llama_sampler_free(chain)
+            raise SpecrunError(f"{self.name}: llama.cpp refused a top-{width} backend sampler")
+        previous = self._sampler
+        self._sampler = (width, chain) if width is not None and chain is not None else None
+        if previous is not None:
+            llama.llama_sampler_free(previous[1])
+
+    def _candidates(self, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The last decode's candidates [count, width] (ids, logits) in batch order: views of
+        llama.cpp's buffers, whose rows lie a vocabulary apart."""
+        found = llama.llama_get_sampled_candidates_count_ith(self._ctx, -count)
+        if found != width:
+            raise SpecrunError(f"{self.name}: the backend chose {found} candidates, not {width}")
+        ids = llama.llama_get_sampled_candidates_ith(self._ctx, -count)
+        values = llama.llama_get_sampled_logits_ith(self._ctx, -count)
+        return self._sampled_view(ids)[:count, :width], self._sampled_view(values)[:count, :width]
+
+    def _sampled_view(
+        self, pointer: ctypes._Pointer[ctypes.c_int32] | ctypes._Pointer[ctypes.c_float]
+    ) -> np.ndarray:
+        """A [n_batch, n_vocab] view of a sampled buffer from `pointer` on, once per address."""
+        address = ctypes.addressof(pointer.contents)
+        view = self._sampled_views.get(address)
+        if view is None:
+            view = np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab))
+            self._sampled_views[address] = view
+        return view
+
+    def _probe_backend_sampling(self) -> bool:
+        """Whether this build's backend chooses candidates on the output layer's device: one
+        token decoded with a top-2 sampler attached (llama.cpp accepts any chain and runs
+        what its backend cannot on the CPU, whole rows and all)."""
+        try:
+            self._set_sampler(2)
+            self._fill_batch([0], 0, 0)
+            decoded = self._decode() == 0
+            return decoded and llama.llama_get_sampled_candidates_count_ith(self._ctx, -1) == 2
+        except SpecrunError:  # refused outright (llama.cpp's tensor-split mode)
+            return False
+        finally:
+            self._set_sampler(None)
+            self.reset()
+            raise_pending()
 
     def _drop(self, keep: int) -> bool:
         dropped: bool = llama.llama_memory_seq_rm(self._memory, 0, keep, -1)
@@ -413,13 +519,16 @@ class Model(Vocabulary):
             getattr(self, "_batch", None),
             getattr(self, "_ctx", None),
             getattr(self, "_model", None),
+            getattr(self, "_sampler", None),
         )
-        self._batch = self._ctx = self._model = None
-        batch, ctx, model = handles
+        self._batch = self._ctx = self._model = self._sampler = None
+        batch, ctx, model, sampler = handles
         if batch is not None:
             llama.llama_batch_free(batch)
         if ctx:
             llama.llama_free(ctx)
+        if sampler is not None:  # after the context that refers to it
+            llama.llama_sampler_free(sampler[1])
         if model:
             llama.llama_model_free(model)
 

@@ -194,6 +194,7 @@ class Placed(Protocol):
 
     n_layer: int
     invariance: Invariance | None
+    samples_on_device: bool
 
     @property
     def offloaded_layers(self) -> int: ...
@@ -209,6 +210,7 @@ class PlacementRecord(_PlacementFields, total=False):
     where the models ran; the optional ones only where they apply."""
 
     reproducible: InvarianceMode
+    backend_sampling: bool
     rpc: list[str]
     fit: str
     gpu_bytes_estimated: int
@@ -222,6 +224,7 @@ class Placement:
     device: str  # "CPU", an accelerator's name, "... + RPC" with remote devices
     gpu_layers: tuple[str, ...]  # "offloaded/total" for each model, the target first
     reproducible: InvarianceMode | None = None  # the target's, under `reproducible`
+    backend_sampling: bool = False  # the target's device chooses each row's candidates
     rpc: tuple[str, ...] = ()  # the RPC servers' HOST:PORT
     plan: LayerPlan | None = None  # the layers placed by free memory, where there were GPUs
     gpu_bytes_measured: int | None = None  # what loading took on the GPUs, beside the plan's
@@ -235,6 +238,7 @@ class Placement:
             device=accelerator_name() if on_gpu else "CPU",
             gpu_layers=tuple(f"{m.offloaded_layers}/{m.n_layer}" for m in models),
             reproducible=invariance.mode if invariance is not None else None,
+            backend_sampling=models[0].samples_on_device,
         )
 
     def with_rpc(self, servers: Sequence[str]) -> Placement:
@@ -242,13 +246,16 @@ class Placement:
 
     def text(self) -> str:
         """The device and layers in words, e.g. "CPU, GPU layers 0/30 + 0/30"."""
-        return f"{self.device}, GPU layers {' + '.join(self.gpu_layers)}"
+        sampling = ", candidates chosen on the device" if self.backend_sampling else ""
+        return f"{self.device}, GPU layers {' + '.join(self.gpu_layers)}{sampling}"
 
     def as_dict(self) -> PlacementRecord:
         """The JSON record's fields: only those that apply."""
         record: PlacementRecord = {"device": self.device, "gpu_layers": list(self.gpu_layers)}
         if self.reproducible is not None:
             record["reproducible"] = self.reproducible
+        if self.backend_sampling:
+            record["backend_sampling"] = True
         if self.rpc:
             record["rpc"] = list(self.rpc)
         if self.plan is not None:

@@ -51,6 +51,18 @@ def test_stats_and_json_report_the_figures(tiny_target, tiny_draft):
     assert 0 <= record["acceptance_rate"] <= 1 and record["mean_accepted_length"] >= 1
 
 
+def test_backend_sampling_on_gives_the_same_answer_and_says_so(tiny_target, tiny_draft):
+    """--backend-sampling on: this CPU build's backend chooses the candidates (slower here,
+    so auto leaves it off); the answer is the one whole rows give, sampled from a seed."""
+    run = ("run", "-t", str(tiny_target), "-d", str(tiny_draft), "--seed", "4", "-n", "24")
+    run += ("--gamma", "3", "--threads", "1", "--raw", "--json")
+    whole = json.loads(specrun(*run, "the sea").stdout)
+    chosen = json.loads(specrun(*run, "--backend-sampling", "on", "the sea").stdout)
+    assert chosen["text"] == whole["text"] and chosen["accepted"] > 0
+    assert chosen["backend_sampling"] is True
+    assert "backend_sampling" not in whole
+
+
 def test_prompt_comes_from_stdin_then_the_argument(tiny_target):
     result = specrun(
         "run", "-t", str(tiny_target), "--raw", "-n", "1", "--json", "summarise", stdin="the cat\n"
@@ -115,7 +127,14 @@ def test_prompt_longer_than_the_context(tiny_target):
 
 
 @pytest.mark.parametrize(
-    "option", [["--temp", "-1"], ["--top-p", "2"], ["--gamma", "lots"], ["--bogus"]]
+    "option",
+    [
+        ["--temp", "-1"],
+        ["--top-p", "2"],
+        ["--gamma", "lots"],
+        ["--bogus"],
+        ["--backend-sampling", "gpu"],
+    ],
 )
 def test_invalid_option_values(tiny_target, option):
     assert_one_line_error(specrun("run", "-t", str(tiny_target), *option, "hi"), "", code=2)
