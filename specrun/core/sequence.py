@@ -10,6 +10,8 @@ from typing import overload
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
+    if not n:
+        return 0
     a, b = list(a[:n]), list(b[:n])
     if a == b:  # one comparison in C: the usual case, where one sequence extends the other
         return n
@@ -73,7 +75,9 @@ class Continuation(Sequence[int]):
 
     def __getitem__(self, index: int | slice) -> int | list[int]:  # a slice as a list
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
+            start, stop, step = index.indices(self.n + len(self.tail))
+            if self.n <= start <= stop and step == 1:  # a round's usual slice: within the draft
+                return self.tail[start - self.n : stop - self.n]
             if step != 1:
                 return [self[i] for i in range(start, stop, step)]
             head = self.base[start : max(start, min(stop, self.n))]

@@ -139,6 +139,7 @@ class Model(Vocabulary):
         self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
         self._batch_pos = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
         self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
+        self._positions = np.arange(self.n_ctx + n_batch, dtype=np.int32)  # padding may pass n_ctx
         # Every position is in sequence 0, set once: llama.cpp never writes to a batch.
         np.ctypeslib.as_array(batch.n_seq_id, shape=(n_batch,))[:] = 1
         for j in range(n_batch):
@@ -223,8 +224,9 @@ class Model(Vocabulary):
             self._set_sampler(width)
         # Of an append-only sequence seen before, only what follows the part held then can differ.
         base, n_base = (seq.base, seq.n) if isinstance(seq, Continuation) else (None, 0)
-        start = min(self._seen, len(self.tokens)) if base is not None and base is self._base else 0
-        keep = start + common_prefix_length(self.tokens[start:], seq[start : len(self.tokens)])
+        held = len(self.tokens)
+        start = min(self._seen, held) if base is not None and base is self._base else 0
+        keep = start + common_prefix_length(self.tokens[start:], seq[start:held])
         self._base, self._seen = base, n_base  # true from here on: the cache holds a prefix of seq
         keep = min(keep, len(seq) - last)
         if keep < len(seq):  # a decode narrower than `min_width` starts earlier
@@ -290,6 +292,8 @@ class Model(Vocabulary):
         """The decodes that take the cache from `keep` to `end` positions: `n_batch` wide at
         most, those with logits `max_width`, and none narrower than `min_width` where the
         sequence is that long."""
+        if not self.max_width and 0 < end - keep <= self.n_batch:  # a round's: one decode
+            return [(keep, end)]
         outputs_from = max(first_out, keep) if self.max_width else end
         bounds = [
             *range(keep, outputs_from, self.n_batch),
@@ -316,8 +320,8 @@ class Model(Vocabulary):
         self._batch_tokens[:n] = chunk
         if padding:
             self._batch_tokens[n : n + padding] = chunk[-1]
-        self._batch_pos[: n + padding] = np.arange(start, start + n + padding)
-        self._batch_logits[: n + padding] = 0
+        self._batch_pos[: n + padding] = self._positions[start : start + n + padding]
+        self._batch_logits[:flagged] = 0
         self._batch_logits[flagged : n + padding] = 1
         return padding, flagged, wanted
 
