@@ -15,15 +15,20 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
 from specrun import FixedGamma, Model, ModelDraft, Round, SamplingParams, generate
 from specrun.core import sampling
+from specrun.core.sampling import CandidateRows, candidate_width
 
 VOCABS = (49_152, 152_064)  # SmolLM2, Qwen2.5
 CONTEXTS = (512, 4096, 32_768)
 GAMMAS = (0, 4, 8)
+ROWS = ("whole", "device")  # who finds a row's best: the loop, or the device (backend sampling)
 SAMPLINGS = {
     "greedy": SamplingParams(temperature=0),
     "T=0.8": SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=0),
@@ -34,28 +39,76 @@ TABLE_ROWS = (
 LEAD = 6.0  # one token's logit above unit noise: greedy follows it, sampling keeps ~40 candidates
 
 
-def logit_table(n_vocab: int, seed: int = 0) -> np.ndarray:
-    """Row r: the logits at any position p with p % rows == r; token r + 1 leads."""
-    rng = np.random.default_rng(seed)
-    table = rng.standard_normal((TABLE_ROWS, n_vocab), dtype=np.float32)
-    table[np.arange(TABLE_ROWS), (np.arange(TABLE_ROWS) + 1) % TABLE_ROWS] += LEAD
-    return table
+class LogitTable:
+    """Row r: the logits at any position p with p % rows == r; token r + 1 leads. Twice
+    over, so that a run of rows past the end wraps around; with each row's best candidates
+    as a device would choose them, per width, chosen once."""
+
+    def __init__(self, n_vocab: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        table = rng.standard_normal((TABLE_ROWS, n_vocab), dtype=np.float32)
+        table[np.arange(TABLE_ROWS), (np.arange(TABLE_ROWS) + 1) % TABLE_ROWS] += LEAD
+        self.rows = np.concatenate([table, table])
+        self._chosen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self.rows.shape[1])
+
+    def candidates(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's `width` best (ids, logits), kept a vocabulary apart, as in llama.cpp's
+        buffer of sampled candidates."""
+        if width not in self._chosen:
+            ids = np.zeros(self.rows.shape, np.int32)
+            ids[:, :width] = np.argpartition(-self.rows, width, axis=1)[:, :width]
+            values = np.zeros_like(self.rows)
+            values[:, :width] = np.take_along_axis(self.rows, ids[:, :width], axis=1)
+            self._chosen[width] = ids, values
+        return self._chosen[width]
+
+
+def logit_table(n_vocab: int, seed: int = 0) -> LogitTable:
+    return LogitTable(n_vocab, seed)
 
 
 class NullModel(Model):
     """A Model whose native calls cost nothing: the logits of a position are a table row
-    chosen by the position. Every line of Python bookkeeping is Model's own."""
+    chosen by the position. Every line of Python bookkeeping is Model's own. With
+    `on_device`, it samples on its device as a GPU does: each row's best candidates are
+    chosen in the (free) decode, and read from a buffer laid out as llama.cpp's."""
 
     def __init__(
-        self, table: np.ndarray, n_ctx: int, n_batch: int = 512, name: str = "null"
+        self,
+        table: LogitTable,
+        n_ctx: int,
+        n_batch: int = 512,
+        name: str = "null",
+        on_device: bool = False,
     ) -> None:
         self.name = name
-        self.table = np.concatenate([table, table])  # a run of rows past the end wraps around
-        self.n_vocab = table.shape[1]
+        self.logit_table = table
+        self.table = table.rows
+        self.n_vocab = table.n_vocab
         self.n_ctx = self.n_ctx_train = n_ctx
         self.n_batch = n_batch
         self._ctx = self._model = None
         self._init_cache(n_batch)
+        self.samples_on_device = on_device
+
+    def _set_sampler(self, width: int | None) -> None:
+        pass  # the table's candidates are chosen for any width asked
+
+    def _candidates(self, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates of the last decode's rows: views, as of llama.cpp's buffers."""
+        ids, values = self.logit_table.candidates(width)
+        first = self._first_row(count)
+        if first + count > len(self.table):
+            rows = np.arange(first, first + count) % len(self.table)
+            return ids[rows, :width], values[rows, :width]
+        return ids[first : first + count, :width], values[first : first + count, :width]
+
+    def _first_row(self, count: int) -> int:
+        return int(self._batch_pos[self._batch.n_tokens - count] % TABLE_ROWS)
 
     def _decode(self) -> int:
         return 0
@@ -64,7 +117,7 @@ class NullModel(Model):
         """Row p % TABLE_ROWS for each of the last `count` positions p. llama.cpp writes
         its logits during the decode, which costs nothing here: like its buffer, what this
         returns is a view (up to TABLE_ROWS + 1 rows, a round's; a copy beyond)."""
-        first = self._batch_pos[self._batch.n_tokens - count] % TABLE_ROWS
+        first = self._first_row(count)
         if first + count <= len(self.table):
             return self.table[first : first + count]
         return np.take(self.table, np.arange(first, first + count), axis=0, mode="wrap")
@@ -82,39 +135,164 @@ class NullModel(Model):
         return b" t%d" % token
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One configuration's generations: its rate, and per round how many rows each step
+    handled (drafted rows, target rows read), for the breakdown."""
+
+    us_round: float
+    us_token: float
+    tokens_s: float
+    accepted_s: float
+    draft_rows: float  # a round's draft tokens: one row each
+    target_rows: float  # a round's target rows read: the accepted drafts and one more
+
+
 def run(
-    n_vocab: int, context: int, gamma: int, params: SamplingParams, tokens: int, table: np.ndarray
-) -> dict[str, float]:
+    table: LogitTable,
+    context: int,
+    gamma: int,
+    params: SamplingParams,
+    tokens: int,
+    on_device: bool = False,
+) -> Measured:
     """One generation after a `context`-token prompt: time per round and per token, of the
     rounds after the first (whose token the prompt's pass chose)."""
     n_ctx = context + tokens + 16
-    target = NullModel(table, n_ctx, name="target")
-    draft = ModelDraft(NullModel(table, n_ctx, name="draft"), n_vocab) if gamma else None
+    n_vocab = table.n_vocab
+    width = candidate_width(params, n_vocab)
+    if on_device and width:
+        table.candidates(width)  # the device's work, chosen before the clock starts
+    target = NullModel(table, n_ctx, name="target", on_device=on_device)
+    draft = (
+        ModelDraft(NullModel(table, n_ctx, name="draft", on_device=on_device), n_vocab)
+        if gamma
+        else None
+    )
     prompt = [int(t) for t in np.random.default_rng(1).integers(TABLE_ROWS, n_vocab, context)]
     events = generate(
         target, prompt, draft=draft, params=params, policy=FixedGamma(gamma), max_tokens=tokens
     )
     next(events)  # the prefill, not timed
-    assert next(
-        events
-    ).prompt_pass  # the first token, from the prompt's pass: not a round of the loop
+    first = next(events)
+    assert isinstance(first, Round) and first.prompt_pass  # its token is the prompt pass's
     start = time.perf_counter()
     rounds = [e for e in events if isinstance(e, Round)]
     seconds = time.perf_counter() - start
     committed = sum(len(r.tokens) for r in rounds)
     assert committed == tokens - 1, f"committed {committed} of {tokens - 1} tokens"
     accepted = sum(r.accepted for r in rounds)
-    return {
-        "us_round": seconds / len(rounds) * 1e6,
-        "us_token": seconds / committed * 1e6,
-        "tokens_s": committed / seconds,
-        "accepted_s": accepted / seconds,
-    }
+    return Measured(
+        us_round=seconds / len(rounds) * 1e6,
+        us_token=seconds / committed * 1e6,
+        tokens_s=committed / seconds,
+        accepted_s=accepted / seconds,
+        draft_rows=sum(r.drafted for r in rounds) / len(rounds),
+        target_rows=sum(r.accepted + 1 for r in rounds) / len(rounds),
+    )
 
 
-def median_run(repeats: int, *args) -> dict[str, float]:
+def median_run(repeats: int, *args: Any) -> Measured:
     runs = [run(*args) for _ in range(repeats)]
-    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    return Measured(
+        *(statistics.median(getattr(r, f.name) for r in runs) for f in fields(Measured))
+    )
+
+
+def microseconds(step: Callable[[int], object], repeats: int = 240) -> float:
+    """The median time of `step(i)`, in µs, over i = 0, 1, ...: a step given a table row
+    takes row i, so that it meets its rows in the caches as the loop does, mostly not."""
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        step(i % (2 * TABLE_ROWS))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where a round's time goes, µs: each step's unit cost, measured beside the loop on the
+    same table, times how often a round takes it; Python is what remains of the round."""
+
+    copy: float  # candidates out of the device's buffer (backend sampling)
+    scan: float  # searching whole rows for their best (the loop's own, without it)
+    chain: float  # top-p, min-p and temperature on the candidates, p and q
+    accept: float  # the accept/reject rule, the residual and the draw, in verify's call
+    python: float  # the rest: the loop, Model's bookkeeping, drafting, the text
+
+
+def breakdown(
+    table: LogitTable, params: SamplingParams, measured: Measured, on_device: bool
+) -> Breakdown:
+    rows = table.rows
+    n = round(measured.target_rows) - 1  # a verify's drafts: every one accepted here
+    drafts = [int(np.argmax(row)) for row in rows[:n]]
+    k = candidate_width(params, table.n_vocab) or table.n_vocab
+    ids, values = table.candidates(k)
+
+    def chosen(first: int, count: int) -> CandidateRows:
+        """What Model.logits copies out of the device's buffers for `count` rows."""
+        out = CandidateRows(np.empty((count, k), np.int32), np.empty((count, k), np.float32))
+        out.ids[:] = ids[first : first + count, :k]
+        out.logits[:] = values[first : first + count, :k]
+        return out
+
+    if params.greedy:
+        scan_draft = microseconds(lambda i: np.argmax(rows[i]))  # ModelDraft's greedy pick
+        scan_target = microseconds(lambda i: sampling.greedy_choice(rows[i]))
+        chain = chain_in_verify = 0.0
+    else:
+        # A draft token's chain is a call of its own; a verified row's, inside verify's call.
+        chain = microseconds(lambda i: sampling.distribution(chosen(i, 1)[0], params))
+        scan_draft = scan_target = (
+            microseconds(lambda i: sampling.distribution(rows[i], params)) - chain
+        )
+        chain_in_verify = chain_cost(chosen(0, 2 * TABLE_ROWS), params)
+    candidates = chosen(0, n + 1)
+    target: sampling.Rows = candidates if on_device else rows[: n + 1]
+    if params.greedy:
+        verified = microseconds(lambda i: sampling.verify_greedy(target, drafts))
+    else:
+        qs = [sampling.distribution(candidates[i], params) for i in range(n)]
+        rng = np.random.default_rng(0)
+        verified = microseconds(lambda i: sampling.verify(target, drafts, qs, params, rng))
+    steps = {
+        "copy": measured.draft_rows * microseconds(lambda i: chosen(i % TABLE_ROWS, 1))
+        + microseconds(lambda i: chosen(i % TABLE_ROWS, n + 1))
+        if on_device
+        else 0.0,
+        "scan": 0.0
+        if on_device
+        else measured.draft_rows * scan_draft + measured.target_rows * scan_target,
+        "chain": measured.draft_rows * chain + measured.target_rows * chain_in_verify,
+        "accept": verified
+        - measured.target_rows * chain_in_verify
+        - (0.0 if on_device else measured.target_rows * scan_target),
+    }
+    steps = {name: max(value, 0.0) for name, value in steps.items()}
+    return Breakdown(**steps, python=max(measured.us_round - sum(steps.values()), 0.0))
+
+
+def chain_cost(candidates: CandidateRows, params: SamplingParams) -> float:
+    """The compiled chain on one row of candidates, as verify's call runs it: µs."""
+    compiled = sampling._compiled
+    if compiled is None:
+        return microseconds(lambda i: sampling.distribution(candidates[i], params))
+    k = candidates.ids.shape[1]
+    ids, probs = np.empty(k, np.int64), np.empty(k)
+    return microseconds(
+        lambda i: compiled.distribution(
+            candidates.logits[i],
+            candidates.ids[i],
+            k,
+            params.top_p,
+            params.min_p,
+            params.temperature,
+            ids,
+            probs,
+        )
+    )
 
 
 def main() -> None:
@@ -127,6 +305,13 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="152k vocabulary, 4k context only")
     parser.add_argument(
+        "--rows",
+        choices=(*ROWS, "both"),
+        default="both",
+        help="whole: the loop searches whole rows (a CPU's backend); device: the device "
+        "chooses each row's candidates (backend sampling, a GPU's); both (default)",
+    )
+    parser.add_argument(
         "--numpy-sampling",
         action="store_true",
         help="sampling in numpy, as where specrun/core/_sampling.c was not compiled",
@@ -136,27 +321,35 @@ def main() -> None:
         sampling._compiled = None
     print(f"sampling: {'compiled' if sampling.compiled() else 'numpy'}")
     vocabs, contexts = ((152_064,), (4096,)) if args.quick else (VOCABS, CONTEXTS)
+    row_modes = ROWS if args.rows == "both" else (args.rows,)
     print(
         f"median of {args.repeats} generations of {args.tokens} tokens; rounds only: "
-        "the prefill and the prompt pass's token excluded"
+        "the prefill and the prompt pass's token excluded. µs a round, and where it goes: "
+        "each step's cost beside the loop times its count in a round; python the rest"
     )
     print(
-        f"{'vocab':>7} {'context':>7} {'sampling':>8} {'γ':>2} {'µs/round':>9} {'µs/token':>9} "
-        f"{'tokens/s':>9} {'accepted/s':>10}"
+        f"{'vocab':>7} {'context':>7} {'sampling':>8} {'γ':>2} {'rows':>6} {'µs/round':>9} "
+        f"{'µs/token':>9} {'tokens/s':>9} {'accepted/s':>10} | {'copy':>5} {'scan':>5} "
+        f"{'chain':>5} {'accept':>6} {'python':>6}"
     )
     for n_vocab in vocabs:
         table = logit_table(n_vocab)
         for context in contexts:
             for name, params in SAMPLINGS.items():
                 for gamma in GAMMAS:
-                    r = median_run(
-                        args.repeats, n_vocab, context, gamma, params, args.tokens, table
-                    )
-                    print(
-                        f"{n_vocab:>7} {context:>7} {name:>8} {gamma:>2} {r['us_round']:>9.0f} "
-                        f"{r['us_token']:>9.0f} {r['tokens_s']:>9.0f} {r['accepted_s']:>10.0f}",
-                        flush=True,
-                    )
+                    for rows in row_modes:
+                        on_device = rows == "device"
+                        r = median_run(
+                            args.repeats, table, context, gamma, params, args.tokens, on_device
+                        )
+                        b = breakdown(table, params, r, on_device)
+                        print(
+                            f"{n_vocab:>7} {context:>7} {name:>8} {gamma:>2} {rows:>6} "
+                            f"{r.us_round:>9.0f} {r.us_token:>9.0f} {r.tokens_s:>9.0f} "
+                            f"{r.accepted_s:>10.0f} | {b.copy:>5.0f} {b.scan:>5.0f} "
+                            f"{b.chain:>5.0f} {b.accept:>6.0f} {b.python:>6.0f}",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":

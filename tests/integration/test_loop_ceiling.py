@@ -3,7 +3,6 @@ configuration, checked for what it commits and for how much each round compares.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import specrun.llama.model as runtime
@@ -15,10 +14,14 @@ from specrun.core.loop import Round, generate
 N_VOCAB, CONTEXT, TOKENS = 49_152, 512, 40
 
 
-def tokens_of(gamma: int, params, table: np.ndarray) -> list[int]:
+def tokens_of(gamma: int, params, table, on_device: bool = False) -> list[int]:
     n_ctx = CONTEXT + TOKENS + 16
-    target = loop_ceiling.NullModel(table, n_ctx)
-    draft = ModelDraft(loop_ceiling.NullModel(table, n_ctx), N_VOCAB) if gamma else None
+    target = loop_ceiling.NullModel(table, n_ctx, on_device=on_device)
+    draft = (
+        ModelDraft(loop_ceiling.NullModel(table, n_ctx, on_device=on_device), N_VOCAB)
+        if gamma
+        else None
+    )
     prompt = list(range(100, 100 + CONTEXT))
     rounds = [
         e
@@ -32,13 +35,29 @@ def tokens_of(gamma: int, params, table: np.ndarray) -> list[int]:
     return [t for r in rounds for t in r.tokens]
 
 
+@pytest.mark.parametrize("rows", loop_ceiling.ROWS)
 @pytest.mark.parametrize("sampling", list(loop_ceiling.SAMPLINGS))
-def test_the_smallest_ceiling_run_commits_exactly_max_tokens(sampling):
+def test_the_smallest_ceiling_run_commits_exactly_max_tokens(sampling, rows):
     table = loop_ceiling.logit_table(N_VOCAB)
+    params = loop_ceiling.SAMPLINGS[sampling]
     for gamma in loop_ceiling.GAMMAS:
-        loop_ceiling.run(
-            N_VOCAB, CONTEXT, gamma, loop_ceiling.SAMPLINGS[sampling], TOKENS, table
-        )  # asserts it
+        on_device = rows == "device"
+        measured = loop_ceiling.run(table, CONTEXT, gamma, params, TOKENS, on_device)  # asserts it
+        assert measured.target_rows == measured.draft_rows + 1  # every draft accepted
+        steps = loop_ceiling.breakdown(table, params, measured, on_device)
+        assert (steps.scan == 0) == on_device  # the device searched the rows, not the loop
+        assert (steps.chain == 0) == params.greedy
+
+
+def test_the_device_candidates_give_the_tokens_whole_rows_give():
+    """The bench's emulated backend sampling commits what whole rows commit, greedy and
+    sampled from one seed: what it measures is the same work, done elsewhere."""
+    table = loop_ceiling.logit_table(N_VOCAB)
+    for params in loop_ceiling.SAMPLINGS.values():
+        for gamma in (0, 8):
+            assert tokens_of(gamma, params, table, on_device=True) == tokens_of(
+                gamma, params, table
+            )
 
 
 def test_greedy_speculation_over_null_models_equals_plain_decoding(monkeypatch):
