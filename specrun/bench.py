@@ -22,7 +22,7 @@ from specrun.core.drafting import DraftSource, HybridDraft
 from specrun.core.exactness import first_divergence
 from specrun.core.gamma import GAMMA_MAX, parse_policy
 from specrun.core.loop import Round, generate
-from specrun.core.sampling import NEAR_TIE, SamplingParams
+from specrun.core.sampling import NEAR_TIE, SamplingParams, candidate_width
 from specrun.core.stats import Stats, StatsRecord
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.model import Model
@@ -152,10 +152,11 @@ class CostCurve:
 
 
 def measure_verify(
-    target: Model, context: list[int], max_width: int, repeats: int = 5
+    target: Model, context: list[int], max_width: int, repeats: int = 5, top: int | None = None
 ) -> dict[int, float]:
     """Median time of one target call evaluating k new positions, k = 1..max_width; each
-    call first rolls back to the same context."""
+    call first rolls back to the same context. `top`: the candidates a row brings where the
+    target samples on its device, as the loop asks for them (`candidate_width`)."""
 
     def timed(width: int) -> float:
         samples = []
@@ -167,7 +168,7 @@ def measure_verify(
                 else context + [context[-1]] * width
             )
             start = time.perf_counter()
-            target.logits(extension, width, view=True)  # as the round loop reads them
+            target.logits(extension, width, view=True, top=top)  # as the round loop reads them
             samples.append(time.perf_counter() - start)
         return statistics.median(samples)
 
@@ -293,7 +294,9 @@ def run_bench(
 
     table = _table(runs, modes, classes)
     mismatches = _mismatches(target, encoded, runs) if params.greedy else []
-    verify = measure_verify(target, encoded[0], gamma_max + 1)
+    verify = measure_verify(
+        target, encoded[0], gamma_max + 1, top=candidate_width(params, target.n_vocab)
+    )
     draft_per_token = drafting[0] / drafting[1] if drafting[1] else None
     overheads = [
         overhead

@@ -5,6 +5,9 @@ For each target, with the draft beside it, in one process:
   back to the same context first);
 - greedy generation through specrun at γ = 0 and at a fixed γ (no confidence cut-off),
   with the loop's own time per round, and the draft's time per token inside the loop;
+- the loop's share of a round: its time but the models' decodes (synchronized), at γ = 0
+  and with the draft model at the fixed γ, greedy and at T = 0.8, with backend sampling
+  as `auto` chooses it (on where the output layer is on the GPU);
 - with an EAGLE-3 head for the target (--head NAME=HEAD), the head's time per token (a
   round's first draft, which takes in the committed pair through its `fc` encoder, and the
   next ones) and specrun at the same fixed γ with the head; a target whose file has MTP
@@ -36,13 +39,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import llama_cpp as llama
+
 from bench.head_cost import decode_timer, head_timers
 from specrun.bench import CostCurve, measure_verify
 from specrun.core.drafting import DraftSource, ModelDraft
 from specrun.core.gamma import GAMMA_MAX, FixedGamma
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Round, generate
-from specrun.core.sampling import SamplingParams, compiled
+from specrun.core.sampling import SamplingParams, candidate_width, compiled
 from specrun.core.stats import Stats
 from specrun.llama.devices import accelerator_name, build_info
 from specrun.llama.gguf import read_gguf_info
@@ -59,6 +64,22 @@ ALPHA_SOURCES = [
 ]
 DEMO_RESULTS = Path(__file__).resolve().parents[1] / "results" / "demo.txt"
 GREEDY = SamplingParams(temperature=0.0)
+SAMPLED = SamplingParams(temperature=0.8, seed=0)  # llama.cpp's defaults otherwise
+
+
+class TimedModel(Model):
+    """A Model that adds up its decodes' time, each waited for (a GPU's decode returns
+    before its work is done): the models' time in a round, against which the loop's own is
+    measured."""
+
+    native_seconds = 0.0
+
+    def _decode(self) -> int:
+        start = time.perf_counter()
+        status = super()._decode()
+        llama.llama_synchronize(self.context)
+        self.native_seconds += time.perf_counter() - start
+        return status
 
 
 def measured_alpha() -> str | None:
@@ -131,26 +152,46 @@ class Generation:
     acceptance: float | None
     overhead_ms_per_round: float
     draft_ms_per_token: float | None  # inside the loop: the decode plus the loop's per-token work
+    # The round but its models' decodes (the target's and a draft model's; a head's decodes
+    # count as the loop's, so none is given with a head): per round, and its share of a round.
+    loop_ms_per_round: float | None = None
+    loop_share: float | None = None
 
 
 def specrun_generation(
-    target: Model, prompt: list[int], source: DraftSource | None, gamma: int, tokens: int
+    target: Model,
+    prompt: list[int],
+    source: DraftSource | None,
+    gamma: int,
+    tokens: int,
+    params: SamplingParams = GREEDY,
 ) -> Generation:
     source = source if gamma else None
+    timed = [m for m in (target, getattr(source, "model", None)) if isinstance(m, TimedModel)]
     stats = Stats()
     overheads: list[float] = []
+    loops: list[float] = []
+    rounds = 0.0
+    native = sum(m.native_seconds for m in timed)
     for event in generate(
-        target, prompt, draft=source, params=GREEDY, policy=FixedGamma(gamma), max_tokens=tokens
+        target, prompt, draft=source, params=params, policy=FixedGamma(gamma), max_tokens=tokens
     ):
         stats.add(event)
-        if isinstance(event, Round):
+        decoded = sum(m.native_seconds for m in timed) - native
+        native += decoded
+        if isinstance(event, Round) and not event.prompt_pass:
             overheads.append(event.overhead_seconds)
+            loops.append(event.seconds - decoded)
+            rounds += event.seconds
+    measured_loop = timed and (source is None or isinstance(source, ModelDraft)) and loops
     return Generation(
         tokens_per_second=stats.tokens_per_second or 0.0,
         generated=stats.generated,
         acceptance=stats.accepted / stats.drafted if stats.drafted else None,
         overhead_ms_per_round=1e3 * statistics.median(overheads),
         draft_ms_per_token=1e3 * stats.costs.t_draft if stats.costs.t_draft is not None else None,
+        loop_ms_per_round=1e3 * statistics.median(loops) if measured_loop else None,
+        loop_share=sum(loops) / rounds if measured_loop and rounds else None,
     )
 
 
@@ -291,7 +332,7 @@ def measure_target(
     its file has them, and with an EAGLE-3 head where one is given."""
     mtp = read_gguf_info(path).architecture in MTP_ARCHITECTURES
     started = time.perf_counter()
-    target = Model(path, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers, load_mtp=mtp)
+    target = TimedModel(path, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers, load_mtp=mtp)
     loaded = time.perf_counter() - started
     drafts: dict[str, dict[str, object]] = {}
     try:
@@ -301,7 +342,9 @@ def measure_target(
         target.logits(
             context + context[: args.widths], args.widths
         )  # untimed: the first calls set up buffers
-        verify = measure_verify(target, context, args.widths)
+        verify = measure_verify(
+            target, context, args.widths, top=candidate_width(GREEDY, target.n_vocab)
+        )
         plain = specrun_generation(target, prompt_tokens, None, 0, args.tokens)
 
         def fixed(source: DraftSource) -> Generation:
@@ -319,6 +362,14 @@ def measure_target(
             per_token = median_of(decode_timer(draft, context, 1))
             run = fixed(ModelDraft(draft, target.n_vocab, p_min=0.0))
             drafts["model"] = drafted(draft.name, per_token, run, curve(per_token, run), None)
+            drafts["model"]["specrun_sampled"] = specrun_generation(
+                target,
+                prompt_tokens,
+                ModelDraft(draft, target.n_vocab, p_min=0.0),
+                args.gamma,
+                args.tokens,
+                SAMPLED,
+            ).__dict__
         if mtp or head is not None:  # last: the target keeps the head's rows from here on
             native_head, rows = open_eagle3(head, target) if head and not mtp else open_mtp(target)
             try:
@@ -342,6 +393,7 @@ def measure_target(
             "context": len(context),
             "gamma": args.gamma,
             "verify_ms_by_width": {w: 1e3 * s for w, s in verify.items()},
+            "backend_sampling": target.samples_on_device,
             "specrun_plain": plain.__dict__,
             "drafts": drafts,
         }
@@ -385,6 +437,8 @@ def generation_rows(r: dict) -> list[tuple[str, dict | None]]:
             (f"native llama-speculative-simple {spec_type} γ={g}", d.get("native")),
             (f"specrun {label}γ={g}", d["specrun_fixed"]),
         ]
+        if "specrun_sampled" in d:
+            rows.append((f"specrun {label}γ={g} T=0.8", d["specrun_sampled"]))
     return rows
 
 
@@ -409,6 +463,22 @@ def draft_lines(r: dict) -> list[str]:
     )
     plain = r["specrun_plain"]["overhead_ms_per_round"]
     lines.append(f"- loop overhead per round: {plain:.3f} ms at γ=0, {overheads}.")
+    shares = [("γ=0", r["specrun_plain"])]
+    if "model" in r["drafts"]:
+        model = r["drafts"]["model"]
+        shares += [(f"γ={g} greedy", model["specrun_fixed"])]
+        shares += [(f"γ={g} T=0.8", model["specrun_sampled"])]
+    shown = [
+        f"{row['loop_ms_per_round']:.3f} ms, {row['loop_share']:.1%} at {label}"
+        for label, row in shares
+        if row.get("loop_share") is not None
+    ]
+    if shown:
+        sampling = "the device" if r.get("backend_sampling") else "the loop (whole rows)"
+        lines.append(
+            "- the loop's own time a round (all but the decodes) and its share of the round, "
+            f"with the draft model; candidates chosen by {sampling}: " + "; ".join(shown) + "."
+        )
     return lines
 
 
@@ -549,7 +619,7 @@ def main() -> None:
         "alpha_sources": [s for s in [measured_alpha(), *ALPHA_SOURCES] if s],
     }
     heads = {name: Path(path) for name, _, path in (h.partition("=") for h in args.head)}
-    draft = Model(args.draft, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers)
+    draft = TimedModel(args.draft, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers)
     for spec in args.target:
         name, _, path = spec.partition("=")
         if "verify_ms_by_width" in results["targets"].get(name, {}):

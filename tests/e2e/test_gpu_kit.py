@@ -150,6 +150,8 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
         )
         plain = target["specrun_plain"]
         assert plain["generated"] == 32 and plain["tokens_per_second"] > 0
+        assert 0 < plain["loop_share"] < 1
+        assert target["backend_sampling"] is False  # auto: whole rows on the CPU
         assert plain["overhead_ms_per_round"] > 0
         assert (target.get("native_plain", {}).get("tokens_per_second", 0) > 0) == native
         for kind, draft in target["drafts"].items():
@@ -160,6 +162,13 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
             assert fixed["overhead_ms_per_round"] > 0 and fixed["draft_ms_per_token"] > 0
             assert fixed["acceptance"] is not None
             assert (draft.get("native", {}).get("tokens_per_second", 0) > 0) == native
+            # The loop's share of a round, with the draft model (a head's decodes are not
+            # told apart from the loop's); greedy, and sampled from a seed.
+            for run in [fixed, draft.get("specrun_sampled")] if kind == "model" else []:
+                assert 0 < run["loop_share"] < 1 and run["loop_ms_per_round"] > 0
+                assert run["generated"] == 32
+            if kind != "model":
+                assert fixed["loop_share"] is None
             prediction = draft["prediction"]
             assert [row["alpha"] for row in prediction] == [0.5, 0.6, 0.7, 0.8, 0.9]
             gammas = [row["gamma"] for row in prediction]
@@ -167,7 +176,13 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
             assert all(row["speedup"] >= 1.0 for row in prediction)  # γ=0 is always a choice
     report = (tmp_path / "out" / "results.md").read_text()
     assert "CPU only" in report and "## tiny-f16" in report
-    for row in ("| specrun γ=4 |", "| specrun eagle3 γ=4 |", "| specrun mtp γ=4 |"):
+    assert "the loop's own time a round" in report
+    for row in (
+        "| specrun γ=4 |",
+        "| specrun γ=4 T=0.8 |",
+        "| specrun eagle3 γ=4 |",
+        "| specrun mtp γ=4 |",
+    ):
         assert row in report
     if native:
         assert "| native llama-speculative-simple draft-eagle3 γ=4 | " in report
