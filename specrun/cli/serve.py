@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 
 import typer
@@ -25,6 +26,7 @@ from specrun.errors import OptionError, SpecrunError
 from specrun.options import DraftOptions, LoadOptions
 
 API_KEY_ENV = "SPECRUN_API_KEY"
+ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # a page's Origin header
 
 
 @takes(SAMPLING, DRAFTING, LOAD, MODELS)
@@ -50,6 +52,13 @@ def serve(
         metavar="NAME",
         help="Also answer requests for this Host name (repeatable; .example.com: it and its"
         " subdomains; *: any). Without it: localhost, --host and IP addresses.",
+    ),
+    cors: list[str] = typer.Option(
+        [],
+        "--cors",
+        metavar="ORIGIN",
+        help="Let web pages from this origin call the API (repeatable; e.g. "
+        "http://localhost:3000; *: any). Off by default.",
     ),
     queue: int = typer.Option(
         64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
@@ -81,6 +90,12 @@ def serve(
         raise OptionError(f"--read-timeout must be more than 0 seconds, got {read_timeout:g}")
     if any(not name.strip() for name in allowed_hosts):
         raise OptionError("--allowed-host is empty")
+    for origin in cors:
+        if origin != "*" and not ORIGIN.fullmatch(origin):
+            raise OptionError(
+                f"--cors takes an origin, a scheme and a host with its port if any "
+                f"(http://localhost:3000), or *; got {origin!r}"
+            )
     # Bound before the models load: a port in use is one line now, not after a long load.
     with listen(host, port) as listener:
         address, port = listener.getsockname()[:2]
@@ -100,6 +115,7 @@ def serve(
                 model=choice.target.stem,
                 api_key=api_key,
                 hosts=AllowedHosts.of(host, allowed_hosts),
+                cors=tuple(cors),
                 queue=queue,
                 read_timeout=read_timeout,
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),

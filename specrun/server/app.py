@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -30,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
+from specrun.server import metrics
 from specrun.server.connection import connection_type, late
 from specrun.server.requests import (
     AllowedHosts,
@@ -134,9 +136,14 @@ class Api:
     started: int = field(default_factory=lambda: int(time.time()))
     read_timeout: float = READ_TIMEOUT_SECONDS  # for a request's body, once its headers are in
 
-    def app(self, api_key: str | None, hosts: AllowedHosts = LOOPBACK) -> Starlette:
+    def app(
+        self, api_key: str | None, hosts: AllowedHosts = LOOPBACK, cors: tuple[str, ...] = ()
+    ) -> Starlette:
+        """`cors`: the origins whose pages may call the API (`*`: any); outermost, so that a
+        browser's preflight, which carries no key, is answered, and errors carry the headers."""
         routes = [
             Route("/health", self.health),
+            Route("/metrics", self.metrics),
             Route("/v1/models", self.models),
             Route("/v1/stats", self.stats),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -145,6 +152,19 @@ class Api:
         return Starlette(
             routes=routes,
             middleware=[
+                *(
+                    [
+                        Middleware(
+                            CORSMiddleware,
+                            allow_origins=list(cors),
+                            allow_methods=["GET", "POST"],
+                            allow_headers=["Authorization", "Content-Type"],
+                            max_age=600,
+                        )
+                    ]
+                    if cors
+                    else []
+                ),
                 Middleware(Gate, hosts=hosts),
                 *([Middleware(BearerAuth, key=api_key)] if api_key else []),
             ],
@@ -172,6 +192,9 @@ class Api:
                 ],
             }
         )
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(metrics.exposition(self.worker), media_type=metrics.CONTENT_TYPE)
 
     async def stats(self, request: Request) -> Response:
         return JSONResponse({"model": self.model, **self.worker.snapshot()})
@@ -225,32 +248,27 @@ class Api:
         )
 
     async def _chunks(self, job: Job, endpoint: Endpoint) -> AsyncIterator[str]:
-        """Server-sent events in OpenAI's chunk format; the last chunk carries usage and the
-        figures."""
+        """Server-sent events in OpenAI's chunk format. The usage and the figures come in the
+        last chunk; with `stream_options.include_usage`, as OpenAI sends them: in a chunk of
+        their own with no choices, after every other chunk's `"usage": null`."""
+        separate = job.request.include_usage
+        no_usage: dict[str, object] = {"usage": None} if separate else {}
+
+        def chunk(choice: dict[str, object]) -> dict[str, object]:
+            return {**self._record(job, endpoint, choice, chunk=True), **no_usage}
+
         try:
             if endpoint.opening:
-                yield _sse(
-                    self._record(
-                        job, endpoint, {**endpoint.opening, "finish_reason": None}, chunk=True
-                    )
-                )
+                yield _sse(chunk({**endpoint.opening, "finish_reason": None}))
             while (event := await job.next_round()) is not None:
                 if event.text:
-                    yield _sse(
-                        self._record(
-                            job,
-                            endpoint,
-                            {**endpoint.part(event.text), "finish_reason": None},
-                            chunk=True,
-                        )
-                    )
-            last = self._record(
-                job,
-                endpoint,
-                {**endpoint.part(""), "finish_reason": job.finish_reason()},
-                chunk=True,
-            )
-            yield _sse({**last, "usage": _usage(job.stats), "specrun": job.stats.as_dict()})
+                    yield _sse(chunk({**endpoint.part(event.text), "finish_reason": None}))
+            last = chunk({**endpoint.part(""), "finish_reason": job.finish_reason()})
+            figures = {"usage": _usage(job.stats), "specrun": job.stats.as_dict()}
+            if separate:
+                yield _sse(last)
+                last = {**self._record(job, endpoint, {}, chunk=True), "choices": []}
+            yield _sse({**last, **figures})
         except ApiError as error:  # the answer had begun: the error is the stream's last word
             yield _sse(error.body())
         yield "data: [DONE]\n\n"
@@ -351,6 +369,7 @@ def serve(
     model: str,
     api_key: str | None,
     hosts: AllowedHosts,
+    cors: tuple[str, ...] = (),
     queue: int,
     read_timeout: float,
     ready: Callable[[], None],
@@ -359,7 +378,7 @@ def serve(
     once the engine is free to close."""
     worker = Worker(engine, queue=queue)
     config = uvicorn.Config(
-        Api(worker, model, read_timeout=read_timeout).app(api_key, hosts),
+        Api(worker, model, read_timeout=read_timeout).app(api_key, hosts, cors),
         http=connection_type(read_timeout),
         lifespan="off",
         ws="none",

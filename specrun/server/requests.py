@@ -22,6 +22,7 @@ from specrun.errors import OptionError
 from specrun.prompt import Message, render
 
 ROLES = ("system", "user", "assistant")
+Endpoint = Literal["chat", "completion"]
 NUMBER = (int, float)
 MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
@@ -194,6 +195,75 @@ def _check_text(text: str, where: str, path: str) -> None:
 
 
 @dataclass(frozen=True)
+class Unsupported:
+    """A field OpenAI's API (or llama-server's) defines that this server does not act on. Set
+    to anything that asks for something, it is refused by name: an answer that ignored it would
+    answer another question (an agent's tools never called, a schema not kept). Fields that
+    change nothing in the answer (`user`, `metadata`, `store`, ...) and fields no one defined
+    are ignored, as OpenAI-compatible servers do."""
+
+    name: str
+    endpoints: tuple[Endpoint, ...]
+    asks_nothing: Callable[[Any], bool]  # the values that leave the answer as it is
+    what: str  # what the field asks for, in the error's words
+
+
+def _nothing(value: Any) -> bool:
+    """null, false, zero, or empty: asks for nothing (but a bool is not a number here)."""
+    return (
+        value is None
+        or value is False
+        or value in ("", [], {})
+        or (isinstance(value, NUMBER) and not isinstance(value, bool) and value == 0)
+    )
+
+
+BOTH: tuple[Endpoint, ...] = ("chat", "completion")
+UNSUPPORTED = (
+    Unsupported("tools", ("chat",), _nothing, "tool calls"),
+    Unsupported("tool_choice", ("chat",), lambda v: v in (None, "none", "auto"), "tool calls"),
+    Unsupported("functions", ("chat",), _nothing, "function calls"),
+    Unsupported(
+        "function_call", ("chat",), lambda v: v in (None, "none", "auto"), "function calls"
+    ),
+    Unsupported(
+        "response_format",
+        BOTH,
+        lambda v: v is None or v == {"type": "text"},
+        "output constrained to JSON or a schema",
+    ),
+    Unsupported("grammar", BOTH, _nothing, "output constrained by a grammar"),
+    Unsupported("json_schema", BOTH, _nothing, "output constrained to a schema"),
+    Unsupported("logprobs", BOTH, _nothing, "log probabilities"),
+    Unsupported("top_logprobs", BOTH, _nothing, "log probabilities"),
+    Unsupported("presence_penalty", BOTH, _nothing, "a presence penalty"),
+    Unsupported("frequency_penalty", BOTH, _nothing, "a frequency penalty"),
+    Unsupported("repeat_penalty", BOTH, lambda v: v is None or v == 1, "a repeat penalty"),
+    Unsupported("logit_bias", BOTH, _nothing, "biased logits"),
+    Unsupported("audio", ("chat",), _nothing, "audio output"),
+    Unsupported("modalities", ("chat",), lambda v: v in (None, ["text"]), "output beyond text"),
+    Unsupported("prediction", ("chat",), _nothing, "predicted output"),
+    Unsupported("web_search_options", ("chat",), _nothing, "web search"),
+    Unsupported("reasoning_effort", ("chat",), _nothing, "a reasoning effort"),
+    Unsupported("echo", ("completion",), _nothing, "the prompt echoed"),
+    Unsupported("best_of", ("completion",), lambda v: v in (None, 1), "several answers"),
+    Unsupported("suffix", ("completion",), _nothing, "text after the answer (infill)"),
+)
+
+
+def _check_supported(body: dict[str, Any], endpoint: Endpoint) -> None:
+    for field in UNSUPPORTED:
+        if endpoint in field.endpoints and not field.asks_nothing(body.get(field.name)):
+            raise ApiError(
+                400,
+                f"`{field.name}` asks for {field.what}, which this server does not do yet; "
+                "leave it out, or set it to a value that asks for nothing",
+                param=field.name,
+                code="unsupported_parameter",
+            )
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """A checked request: the prompt (chat messages, or text sent as is) and how to answer."""
 
@@ -202,6 +272,7 @@ class GenerationRequest:
     max_tokens: int | None  # None: until the context is full
     stop: tuple[str, ...]
     stream: bool
+    include_usage: bool = False  # streamed: a last chunk with the usage and no choices
 
     @property
     def prompt_field(self) -> PromptField:
@@ -215,6 +286,7 @@ class GenerationRequest:
 
 def chat_request(body: dict[str, Any], model: str, defaults: SamplingParams) -> GenerationRequest:
     """A /v1/chat/completions body, for the server of `model` with sampling `defaults`."""
+    _check_supported(body, "chat")
     return _generation_request(body, model, _messages, defaults)
 
 
@@ -222,6 +294,7 @@ def completion_request(
     body: dict[str, Any], model: str, defaults: SamplingParams
 ) -> GenerationRequest:
     """A /v1/completions body, whose prompt is sent as is."""
+    _check_supported(body, "completion")
     return _generation_request(body, model, _text, defaults)
 
 
@@ -247,10 +320,38 @@ def _generation_request(
     max_tokens = _field(body, "max_tokens", (int,), "an integer")
     if max_tokens is None:  # the chat API's newer name
         max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
-    stream = _field(body, "stream", (bool,), "true or false")
+    stream = bool(_field(body, "stream", (bool,), "true or false"))
     return GenerationRequest(
-        asked, _sampling(body, defaults), max_tokens, _stop(body), bool(stream)
+        asked,
+        _sampling(body, defaults),
+        max_tokens,
+        _stop(body),
+        stream,
+        include_usage=_include_usage(body, stream),
     )
+
+
+def _include_usage(body: dict[str, Any], stream: bool) -> bool:
+    """`stream_options.include_usage`; stream options without a stream are a mistake."""
+    options = _field(body, "stream_options", (dict,), "an object")
+    if options is None:
+        return False
+    if not stream:
+        raise ApiError(
+            400,
+            "`stream_options` is only for a streamed answer: set `stream` to true",
+            param="stream_options",
+            code="invalid_value",
+        )
+    include = options.get("include_usage")
+    if include is not None and not isinstance(include, bool):
+        raise ApiError(
+            400,
+            f"`stream_options.include_usage` must be true or false, got {json.dumps(include)[:40]}",
+            param="stream_options.include_usage",
+            code="invalid_type",
+        )
+    return bool(include)
 
 
 def _field(

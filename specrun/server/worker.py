@@ -40,6 +40,26 @@ def shutting_down() -> ApiError:
 
 
 @dataclass
+class Speculation:
+    """Drafting since the server started, as vLLM counts it: rounds that drafted, tokens
+    drafted, tokens accepted, and tokens accepted at each draft position."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def add(self, stats: Stats) -> None:
+        self.drafts += stats.position_drafted[0] if stats.position_drafted else 0
+        self.draft_tokens += stats.drafted
+        self.accepted_tokens += stats.accepted
+        for position, accepted in enumerate(stats.position_accepted):
+            if position == len(self.accepted_per_position):
+                self.accepted_per_position.append(0)
+            self.accepted_per_position[position] += accepted
+
+
+@dataclass
 class Job:
     """An admitted request. The worker thread hands its events to the event loop, where they
     feed `stats` and wait in `events`; `cancel` is what the worker polls between rounds."""
@@ -100,6 +120,7 @@ class Worker:
         self.running: Job | None = None
         self.stopping = False
         self.totals: Counter[Total] = Counter(dict.fromkeys(TOTALS, 0))
+        self.speculation = Speculation()  # the drafts of every finished request
         self._turn = asyncio.Lock()  # FIFO: requests run in the order they came
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="specrun-generation")
 
@@ -201,6 +222,7 @@ class Worker:
         self.totals[job.outcome()] += 1
         self.totals["prompt_tokens"] += job.stats.prompt_tokens
         self.totals["completion_tokens"] += job.stats.generated
+        self.speculation.add(job.stats)
 
     def snapshot(self) -> dict[str, object]:
         """The running generation's live figures, the queue, and the totals since the start."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from specrun.core.loop import Round
 from specrun.core.sampling import SamplingParams
@@ -24,6 +25,7 @@ from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
 from specrun.server.app import Api
+from specrun.server.requests import UNSUPPORTED
 from specrun.server.worker import Worker
 from tests.support.server import Server, chat
 
@@ -359,6 +361,125 @@ BAD_REQUESTS = {
 }
 
 
+# A value of each field the server knows but does not act on that asks for something.
+ASKING = {
+    "tools": [{"type": "function", "function": {"name": "get_time", "parameters": {}}}],
+    "tool_choice": "required",
+    "functions": [{"name": "get_time", "parameters": {}}],
+    "function_call": {"name": "get_time"},
+    "response_format": {"type": "json_object"},
+    "grammar": 'root ::= "yes"',
+    "json_schema": {"type": "object"},
+    "logprobs": True,
+    "top_logprobs": 3,
+    "presence_penalty": 0.5,
+    "frequency_penalty": -0.5,
+    "repeat_penalty": 1.1,
+    "logit_bias": {"42": -100},
+    "audio": {"voice": "alloy", "format": "wav"},
+    "modalities": ["text", "audio"],
+    "prediction": {"type": "content", "content": "hello"},
+    "web_search_options": {},
+    "reasoning_effort": "high",
+    "echo": True,
+    "best_of": 3,
+    "suffix": "the end",
+}
+# ... and values that ask for nothing, as clients send them.
+NEUTRAL = {
+    "tool_choice": "none",
+    "response_format": {"type": "text"},
+    "logprobs": False,
+    "presence_penalty": 0,
+    "frequency_penalty": 0.0,
+    "repeat_penalty": 1.0,
+    "logit_bias": {},
+    "modalities": ["text"],
+    "user": "someone",  # bookkeeping, known and ignored
+    "metadata": {"run": "7"},
+    "store": False,
+    "some_future_field": {"x": 1},  # unknown: ignored
+}
+
+
+@pytest.mark.parametrize("field", [f for f in UNSUPPORTED], ids=lambda f: f.name)
+def test_a_field_the_server_does_not_act_on_is_refused_by_name(server, field):
+    """Nothing a client relies on is dropped silently: a tool, a schema, a penalty that the
+    answer would ignore is a 400 that names it."""
+    if field.name == "web_search_options":
+        value = {"search_context_size": "low"}
+    else:
+        value = ASKING[field.name]
+    for endpoint in field.endpoints:
+        path, body = (
+            (CHAT_PATH, {"messages": HELLO})
+            if endpoint == "chat"
+            else (COMPLETIONS_PATH, {"prompt": "hi"})
+        )
+        response = httpx.post(f"{server.url}{path}", json={**body, field.name: value})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert (error["param"], error["code"]) == (field.name, "unsupported_parameter")
+        assert f"`{field.name}`" in error["message"]
+
+
+def test_values_that_ask_for_nothing_are_answered(server):
+    chat_body = {"messages": HELLO, "max_tokens": 2, **NEUTRAL}
+    response = httpx.post(f"{server.url}{CHAT_PATH}", json=chat_body)
+    assert response.status_code == 200, response.text
+    completion = {"prompt": "hi", "max_tokens": 2, "echo": False, "best_of": 1, "logprobs": 0}
+    assert httpx.post(f"{server.url}{COMPLETIONS_PATH}", json=completion).status_code == 200
+
+
+def test_streamed_usage_comes_alone_at_the_end_when_asked(server):
+    """stream_options.include_usage, as the openai client reads it: every chunk's usage is
+    null but the last one's, which has no choices."""
+    stream = server.client().chat.completions.create(
+        model=server.model,
+        messages=HELLO,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert all(c.usage is None for c in chunks[:-1]) and chunks[-1].choices == []
+    assert chunks[-1].usage.completion_tokens == 6
+    assert chunks[-2].choices[0].finish_reason == "length"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks[:-1])
+    assert text == chat(server, "hello", max_tokens=6, temperature=0).choices[0].message.content
+    not_streamed = {"messages": HELLO, "stream_options": {"include_usage": True}}
+    response = httpx.post(f"{server.url}{CHAT_PATH}", json=not_streamed)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "stream_options"
+
+
+def test_metrics_are_prometheus_text_with_the_speculation_counters(server):
+    chat(server, "hello", max_tokens=8)
+    ended = ("stop", "length", "cancelled", "failed")
+    stats = server.wait_for(  # a request is counted just after its answer is sent
+        lambda f: f["totals"]["requests"] == sum(f["totals"][e] for e in ended)
+    )["totals"]
+    response = httpx.get(f"{server.url}/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    families = {f.name: f for f in text_string_to_metric_families(response.text)}
+    value = {name: sum(s.value for s in f.samples) for name, f in families.items()}
+    assert value["specrun:generation_tokens"] == stats["completion_tokens"] > 0
+    assert value["specrun:prompt_tokens"] == stats["prompt_tokens"]
+    assert value["specrun:num_requests_running"] == 0
+    assert families["specrun:spec_decode_num_drafts"].type == "counter"
+    drafted = value["specrun:spec_decode_num_draft_tokens"]
+    accepted = value["specrun:spec_decode_num_accepted_tokens"]
+    assert drafted > 0 and 0 < accepted <= drafted  # the tiny pair drafts at γ 3
+    per_position = families["specrun:spec_decode_num_accepted_tokens_per_pos"].samples
+    assert sum(s.value for s in per_position) == accepted
+    assert [s.labels["position"] for s in per_position] == ["0", "1", "2"]
+    reasons = {
+        s.labels["finished_reason"]: s.value for s in families["specrun:request_success"].samples
+    }
+    assert reasons["length"] == stats["length"] and reasons["stop"] == stats["stop"]
+
+
 @pytest.mark.parametrize("case", BAD_REQUESTS)
 def test_a_bad_request_gets_an_openai_error_and_the_server_serves_on(server, case):
     path, body, status, param, code = BAD_REQUESTS[case]
@@ -483,6 +604,50 @@ def test_an_api_key_is_required_when_set(tiny_target, given):
         assert server.stop() == 0
 
 
+def test_a_browser_page_is_let_in_from_the_origins_given_only(tiny_target):
+    """--cors: a preflight from a listed origin is answered for it, and the answer it asked
+    for carries the header a browser needs; another origin gets neither. Behind a key, the
+    preflight (which carries none) is still answered, and /metrics needs the key."""
+    server = Server(
+        "-t", str(tiny_target), "--cors", "http://localhost:3000", "--api-key", "s3cret"
+    )
+    preflight = {"Access-Control-Request-Method": "POST"}
+    asked = {"Access-Control-Request-Headers": "authorization,content-type"}
+    try:
+        answered = httpx.options(
+            f"{server.url}/v1/chat/completions",
+            headers={"Origin": "http://localhost:3000", **preflight, **asked},
+        )
+        assert answered.status_code == 200
+        assert answered.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert "authorization" in answered.headers["access-control-allow-headers"].lower()
+        refused = httpx.options(
+            f"{server.url}/v1/chat/completions",
+            headers={"Origin": "http://evil.example", **preflight},
+        )
+        assert refused.status_code == 400
+        assert "access-control-allow-origin" not in refused.headers
+        call = httpx.post(
+            f"{server.url}/v1/completions",
+            json={"prompt": "hi", "max_tokens": 2},
+            headers={"Origin": "http://localhost:3000", "Authorization": "Bearer s3cret"},
+        )
+        assert call.status_code == 200
+        assert call.headers["access-control-allow-origin"] == "http://localhost:3000"
+        assert httpx.get(f"{server.url}/metrics").status_code == 401
+    finally:
+        assert server.stop() == 0
+    plain = Server("-t", str(tiny_target))
+    try:
+        answer = httpx.options(
+            f"{plain.url}/v1/chat/completions",
+            headers={"Origin": "http://localhost:3000", **preflight},
+        )
+        assert "access-control-allow-origin" not in answer.headers  # off by default
+    finally:
+        assert plain.stop() == 0
+
+
 def test_listening_beyond_loopback_warns(tiny_target):
     server = Server("-t", str(tiny_target), "--host", "0.0.0.0")
     assert server.stop(signal.SIGINT) == 0
@@ -516,6 +681,7 @@ def test_a_port_in_use_is_one_line_before_anything_loads(tiny_target):
         (["--port", "70000"], "--port"),
         (["--api-key", ""], "--api-key"),
         (["--queue", "-1"], "--queue"),
+        (["--cors", "localhost:3000/"], "--cors"),
     ],
 )
 def test_bad_options_are_one_line_usage_errors(tiny_target, options, message):
