@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from specrun.engine import Engine
     from specrun.errors import SpecrunError
     from specrun.llama.compat import check_compatible
+    from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
     from specrun.llama.model import Model
     from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
 
@@ -41,12 +42,14 @@ _HOMES = {
     "specrun.engine": ("Engine",),
     "specrun.errors": ("SpecrunError",),
     "specrun.llama.compat": ("check_compatible",),
+    "specrun.llama.grammar": ("JSON_GRAMMAR", "schema_grammar"),
     "specrun.llama.model": ("Model",),
     "specrun.options": ("PROMPT_LOOKUP", "DraftOptions", "LoadOptions", "LookupOptions"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "JSON_GRAMMAR",
     "PROMPT_LOOKUP",
     "AdaptiveGamma",
     "DraftOptions",
@@ -68,6 +71,7 @@ __all__ = [
     "check_compatible",
     "generate",
     "parse_policy",
+    "schema_grammar",
 ]
 __version__ = "0.1.0"
 

@@ -25,6 +25,7 @@ from specrun.core.sampling import SamplingParams
 from specrun.llama import rpc
 from specrun.llama.compat import check_compatible
 from specrun.llama.devices import gpu_free_bytes, gpu_handles
+from specrun.llama.grammar import Grammar
 from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
 from specrun.llama.model import DEFAULT_CTX, Model
 from specrun.llama.placement import Gpu, LayerPlan, Placement, plan_layers
@@ -208,10 +209,13 @@ class Engine:
         stop: Sequence[str] = (),
         cancelled: Callable[[], bool] = lambda: False,
         params: SamplingParams | None = None,
+        grammar: str | None = None,
     ) -> Iterator[Event]:
         """Generate from a text prompt (one user turn through the chat template) or token ids.
 
         `params` samples this generation alone; None takes the engine's own (`self.params`).
+        `grammar` (GBNF; `JSON_GRAMMAR`, `schema_grammar(schema)`) constrains the answer:
+        drafts and verification alike, so it is distributed as the constrained target's.
         """
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
         return generate(
@@ -223,6 +227,7 @@ class Engine:
             max_tokens=max_tokens,
             stop=stop,
             cancelled=cancelled,
+            constraint=Grammar(self.target, grammar) if grammar is not None else None,
         )
 
     @property

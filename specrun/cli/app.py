@@ -103,6 +103,18 @@ def run(
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object (text and statistics) instead of the text."
     ),
+    grammar_file: Path | None = typer.Option(
+        None,
+        "--grammar",
+        metavar="FILE",
+        help="Constrain the answer to this GBNF grammar (llama.cpp's), drafts and all.",
+    ),
+    schema_file: Path | None = typer.Option(
+        None,
+        "--json-schema",
+        metavar="FILE",
+        help="Constrain the answer to JSON this schema (a JSON file) allows.",
+    ),
     *,
     sampling: SamplingParams,
     drafting: DraftOptions,
@@ -116,6 +128,7 @@ def run(
         argument_text(system, "--system"),
         [argument_text(text, "--stop") for text in stop],
     )
+    grammar = _grammar(grammar_file, schema_file)
     answer = _Answer(models, as_json=as_json, stats=stats)
     try:
         with on_abort(answer.abandon):
@@ -125,7 +138,7 @@ def run(
             answer.loaded(engine)
             load_notes(engine.target, load)
             tokens = engine.prompt(text, system=system, raw=raw)
-            for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop):
+            for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop, grammar=grammar):
                 answer.add(event)
     # Ctrl-C, SIGTERM, SIGHUP, from the start on: keep the text, end the JSON object.
     except (KeyboardInterrupt, Interrupted) as interrupt:
@@ -138,6 +151,25 @@ def run(
         if answer.engine is not None:
             answer.engine.close()
     answer.finish()
+
+
+def _grammar(grammar_file: Path | None, schema_file: Path | None) -> str | None:
+    """The GBNF text of --grammar, or of the JSON schema in --json-schema (checked now, before
+    the models load); not both."""
+    from specrun.llama.grammar import schema_grammar
+    from specrun.system.textio import read_text
+
+    if grammar_file is not None and schema_file is not None:
+        raise OptionError("--grammar and --json-schema each constrain the answer: give one")
+    if grammar_file is not None:
+        return read_text(grammar_file, "grammar", error=OptionError)
+    if schema_file is None:
+        return None
+    try:
+        schema = json.loads(read_text(schema_file, "JSON schema", error=OptionError))
+    except json.JSONDecodeError as error:
+        raise OptionError(f"--json-schema {schema_file} is not JSON: {error}") from None
+    return schema_grammar(schema)
 
 
 class _Answer:

@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from specrun.core.constraint import Constraint
 from specrun.core.costs import RoundLike
 from specrun.core.gamma import GAMMA_MAX, AdaptiveGamma, GammaPolicy, PlainSamples, parse_policy
 from specrun.core.model import LanguageModel
@@ -54,9 +55,16 @@ class DraftSource(Protocol):
         """Take in the prompt before the first round (may do nothing; `propose` catches up)."""
 
     def propose(
-        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        ctx: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        constraint: Constraint | None = None,
     ) -> Proposal:
-        """Propose up to n tokens to follow ctx."""
+        """Propose up to n tokens to follow ctx; under `constraint` (the committed text's
+        state), a source that samples draws among the tokens it allows, and the loop cuts a
+        deterministic proposal at its first token refused (`allowed_prefix`)."""
 
 
 class ModelDraft:
@@ -78,10 +86,16 @@ class ModelDraft:
         self.model.logits(ctx, 0)
 
     def propose(
-        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        ctx: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        constraint: Constraint | None = None,
     ) -> Proposal:
         proposal = Proposal()
         ctx = ctx if isinstance(ctx, Tokens) else Tokens(ctx)
+        state = constraint.fork() if constraint is not None else None
         # After a round that drafted, the draft lacks at most the target's token and the
         # last accepted draft; more than that, it paused: catch up in one batch, timed apart.
         if len(ctx) - len(self.model.tokens) > 2:
@@ -93,17 +107,30 @@ class ModelDraft:
         top = candidate_width(params, self.target_vocab)
         if top is not None and self.p_min > 0:
             top = max(top, P_MIN_CANDIDATES)
-        if self.model.n_vocab != self.target_vocab:
+        if self.model.n_vocab != self.target_vocab or state is not None:
             top = None
         for _ in range(n):
             rows = self.model.logits(ctx.then(proposal.tokens), 1, view=True, top=top)
             row = rows[0] if isinstance(rows, CandidateRows) else rows[0, : self.target_vocab]
             if self.p_min > 0 and top_probability(row) < self.p_min:
                 break
-            token, q = pick(row, params, rng)
+            token, q = pick(row, params, rng, state)
             proposal.tokens.append(token)
             proposal.probs.append(q)
+            if state is not None:
+                state.accept(token)
         return proposal
+
+
+def allowed_prefix(proposal: Proposal, constraint: Constraint) -> Proposal:
+    """A proposal up to its first token `constraint` refuses: a deterministic one's (prompt
+    lookup's); a sampled draft's tokens were drawn among those it allows."""
+    state = constraint.fork()
+    for i, (token, q) in enumerate(zip(proposal.tokens, proposal.probs)):
+        if q is None and not state.allows(np.array([token]))[0]:
+            return Proposal(proposal.tokens[:i], proposal.probs[:i], proposal.catch_up_seconds)
+        state.accept(token)
+    return proposal
 
 
 def top_probability(row: Row) -> float:
@@ -187,17 +214,28 @@ class HybridDraft:
             source.prefill(ctx)
 
     def propose(
-        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        ctx: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        constraint: Constraint | None = None,
     ) -> Proposal:
         choice = self.choice
         if choice is None:
             proposal = self.lookup.propose(ctx, n, params, rng) if self.lookup else Proposal()
-            return proposal if proposal.tokens else self.drafts[0].propose(ctx, n, params, rng)
+            if constraint is not None:
+                proposal = allowed_prefix(proposal, constraint)
+            if proposal.tokens:
+                return proposal
+            return self.drafts[0].propose(ctx, n, params, rng, constraint)
         asked = {draft.name: choice.gamma(draft.name, n) for draft in self.drafts}
         candidate = self._candidate(choice, asked)
         proposal = Proposal()
         if self.lookup and (lookup_gamma := choice.gamma(LOOKUP, n)):
             proposal = self.lookup.propose(ctx, lookup_gamma, params, rng)
+            if constraint is not None:
+                proposal = allowed_prefix(proposal, constraint)
             if proposal.tokens and (
                 candidate is None
                 or choice.policies[LOOKUP].gamma == 0
@@ -210,7 +248,7 @@ class HybridDraft:
         name, gamma = candidate
         choice.drafter = name
         draft = next(d for d in self.drafts if d.name == name)
-        return draft.propose(ctx, gamma, params, rng)
+        return draft.propose(ctx, gamma, params, rng, constraint)
 
     @staticmethod
     def _candidate(choice: SourceChoice, asked: dict[str, int]) -> tuple[str, int] | None:

@@ -21,6 +21,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal, top_probability
 from specrun.core.sampling import SamplingParams, pick
 from specrun.core.sequence import Continuation, common_prefix_length
@@ -142,9 +143,15 @@ class HeadDraft:
         self._expected = 2  # the prompt's last token, and the first answer token
 
     def propose(
-        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        ctx: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        constraint: Constraint | None = None,
     ) -> Proposal:
         proposal = Proposal()
+        allowed = constraint.fork() if constraint is not None else None
         start = time.perf_counter()
         pending = len(ctx) - 1 - self.held
         if pending > self._expected:  # plain rounds went by, or the prompt was not prefilled
@@ -160,9 +167,11 @@ class HeadDraft:
             row = logits[: self.target_vocab]
             if self.p_min > 0 and top_probability(row) < self.p_min:
                 break
-            token, q = pick(row, params, rng)
+            token, q = pick(row, params, rng, allowed)
             proposal.tokens.append(token)
             proposal.probs.append(q)
+            if allowed is not None:
+                allowed.accept(token)
             self._expected += 1
             if i + 1 < n:
                 fed = self.head.feed(position + i, [token], state[None], own=True, output=True)

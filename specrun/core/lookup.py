@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal
 from specrun.core.sampling import SamplingParams
 from specrun.core.sequence import Continuation
@@ -113,8 +114,14 @@ class LookupDraft:
             self._limits.pop(key, None)
 
     def propose(
-        self, ctx: Sequence[int], n: int, params: SamplingParams, rng: np.random.Generator
+        self,
+        ctx: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        constraint: Constraint | None = None,
     ) -> Proposal:
+        """A continuation seen before; under `constraint` the loop cuts it where refused."""
         start = time.perf_counter()
         new = self._update(ctx)
         indexed = time.perf_counter() - start

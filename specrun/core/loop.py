@@ -18,7 +18,8 @@ from typing import Literal
 
 import numpy as np
 
-from specrun.core.drafting import DraftSource, Proposal
+from specrun.core.constraint import Constraint
+from specrun.core.drafting import DraftSource, Proposal, allowed_prefix
 from specrun.core.gamma import FixedGamma, GammaPolicy
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import Rows, SamplingParams, candidate_width, verify, verify_greedy
@@ -88,12 +89,16 @@ def generate(
     stop: Sequence[str] = (),
     cancelled: Callable[[], bool] = lambda: False,
     rng: np.random.Generator | None = None,
+    constraint: Constraint | None = None,
 ) -> Iterator[Event]:
     """Stream a generation as events: one Prefill, then one Round per target forward pass
     (the first round's is the prompt's).
 
     Without a draft every round is plain decoding (γ = 0). `cancelled` is polled
-    between rounds so a front end can stop a generation cleanly.
+    between rounds so a front end can stop a generation cleanly. Under `constraint` (a
+    grammar, at the start of the answer) every token drafted and committed is one it
+    allows, and the output is distributed as the constrained target's; it follows the
+    committed tokens.
     """
     if not prompt:
         raise SpecrunError("the prompt is empty")
@@ -108,8 +113,9 @@ def generate(
     rng = rng if rng is not None else params.rng()
     ctx = Tokens(prompt)  # append-only: each model compares only what is new
 
-    # Where the target's device samples, only each row's best candidates leave it.
-    top = candidate_width(params, target.n_vocab)
+    # Where the target's device samples, only each row's best candidates leave it (not under
+    # a constraint: the best it allows may lie anywhere in the row).
+    top = candidate_width(params, target.n_vocab) if constraint is None else None
 
     start = time.perf_counter()
     evaluated = target.n_evaluated
@@ -142,10 +148,12 @@ def generate(
             room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
             gamma = min(policy.next_gamma(), room) if draft is not None else 0
             proposal = (
-                draft.propose(ctx, gamma, params, rng)
+                draft.propose(ctx, gamma, params, rng, constraint)
                 if draft is not None and gamma > 0
                 else Proposal()
             )
+            if constraint is not None:
+                proposal = allowed_prefix(proposal, constraint)
             drafted_at = time.perf_counter()
             # A view of llama.cpp's buffer, read before the target's next call.
             logits = target.logits(
@@ -154,10 +162,10 @@ def generate(
         verified_at = time.perf_counter()
         first_of_shape = target.first_of_shape and not prompt_pass
         if params.greedy:
-            accepted, next_token, ties = verify_greedy(logits, proposal.tokens)
+            accepted, next_token, ties = verify_greedy(logits, proposal.tokens, constraint)
         else:
             (accepted, next_token), ties = (
-                verify(logits, proposal.tokens, proposal.probs, params, rng),
+                verify(logits, proposal.tokens, proposal.probs, params, rng, constraint),
                 [],
             )
 
@@ -171,6 +179,9 @@ def generate(
                 finish, ended_at_eog = "stop", True
                 break
         ctx.extend(new_tokens)
+        if constraint is not None:
+            for token in new_tokens:
+                constraint.accept(token)
         generated += len(new_tokens)
         segments, hit_stop = stream.feed(new_tokens, from_draft)
         if hit_stop:

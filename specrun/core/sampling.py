@@ -7,14 +7,15 @@ compiled. The same transform produces both the target's `p` and the draft's `q`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import import_module
 from typing import Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from specrun.errors import OptionError
+from specrun.core.constraint import Constraint
+from specrun.errors import OptionError, SpecrunError
 
 
 class _CompiledChain(Protocol):
@@ -297,6 +298,49 @@ def distribution(row: Row, params: SamplingParams) -> Distribution:
     return Distribution(ids[:keep][by_id], probs[by_id])
 
 
+# How many of a row's best tokens are checked against a constraint before more are: a
+# grammar's check costs per token, and the best few usually hold what it allows.
+CONSTRAINED_WIDTHS = (64, 1024, 16_384)
+
+
+def allowed_best(row: np.ndarray, k: int, constraint: Constraint) -> Candidates:
+    """The k best tokens of a whole row that `constraint` allows (all it allows where fewer),
+    ties to the lower id. The row's best `width` are checked, then more: once k of them are
+    allowed, every token outside ranks below those k, so they are the k best allowed."""
+    n_vocab = len(row)
+    for width in [*(w for w in CONSTRAINED_WIDTHS if w < n_vocab), n_vocab]:
+        ids = _best_ids(row, width)
+        allowed = ids[constraint.allows(ids)]
+        if len(allowed) >= k:
+            break
+    if not len(allowed):
+        raise SpecrunError("the grammar allows no token here")
+    chosen = allowed[np.lexsort((allowed, -row[allowed]))[:k]]
+    return Candidates(chosen.astype(np.int32), row[chosen].astype(np.float32))
+
+
+def _best_ids(row: np.ndarray, width: int) -> np.ndarray:
+    """The ids of a row's `width` best, ties to the lower id, in no particular order."""
+    if width >= len(row):
+        return np.arange(len(row))
+    buffers = _buffers(row)
+    if buffers is not None and width <= CONSTRAINED_WIDTHS[1]:
+        assert _compiled is not None
+        return np.array([token for token, _ in _compiled.top_k(*buffers, width)])
+    return _top_k_ids(row, width)
+
+
+def _under(row: Row, k: int, constraint: Constraint | None) -> Row:
+    """The row a chain with top-k's `k` reads: the whole row, or under a constraint, the best
+    k tokens it allows (which needs the whole row: a device's top candidates may all be
+    refused)."""
+    if constraint is None:
+        return row
+    if isinstance(row, Candidates):
+        raise ValueError("a constraint needs whole rows, not a device's candidates")
+    return allowed_best(row, k, constraint)
+
+
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Logits [n_vocab] or [k, n_vocab] -> dense float64 probabilities of the same shape.
 
@@ -330,9 +374,12 @@ def greedy_choice(row: Row) -> tuple[int, float]:
     return best, float(row[best]) - float(second)
 
 
-def verify_greedy(rows: Rows, draft_tokens: Sequence[int]) -> tuple[int, int, list[bool]]:
-    """`verify` at temperature 0: accept drafts while each is its row's best token. Also
-    returns, for each row read (one per committed token), whether it was a near tie.
+def verify_greedy(
+    rows: Rows, draft_tokens: Sequence[int], constraint: Constraint | None = None
+) -> tuple[int, int, list[bool]]:
+    """`verify` at temperature 0: accept drafts while each is its row's best token (the
+    best that `constraint` allows after the drafts before it). Also returns, for each row
+    read (one per committed token), whether it was a near tie.
 
     Row by row, each read once (0.6 MB at a 152k vocabulary), and no row after the
     first rejection is read; compiled, in one call.
@@ -340,12 +387,15 @@ def verify_greedy(rows: Rows, draft_tokens: Sequence[int]) -> tuple[int, int, li
     if len(rows) != len(draft_tokens) + 1:
         raise ValueError("need one target row per draft token plus the bonus")
     buffers = _buffers(rows)
-    if buffers is not None:
+    if buffers is not None and constraint is None:
         assert _compiled is not None
         return _compiled.verify_greedy(*buffers, np.array(draft_tokens, np.int64), NEAR_TIE)
+    state = constraint.fork() if constraint is not None else None
     ties = []
     for i in range(len(rows)):
-        best, gap = greedy_choice(rows[i])
+        best, gap = greedy_choice(_under(rows[i], 2, state))
+        if state is not None and i < len(draft_tokens) and best == draft_tokens[i]:
+            state.accept(best)
         ties.append(gap < NEAR_TIE)
         if i == len(draft_tokens) or best != draft_tokens[i]:
             return i, best, ties
@@ -364,15 +414,41 @@ def _sample_at(probs: np.ndarray, u: float) -> int:
 
 
 def pick(
-    logits: Row, params: SamplingParams, rng: np.random.Generator
+    logits: Row,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    constraint: Constraint | None = None,
 ) -> tuple[int, Distribution | None]:
-    """Choose a token from one row; return it with its distribution (None when greedy)."""
+    """Choose a token from one row (among those `constraint` allows); return it with its
+    distribution (None when greedy)."""
+    if constraint is not None:
+        logits = _under(logits, _top_k(params, _width(logits)), constraint)
     if params.greedy:
         if isinstance(logits, Candidates):
             return greedy_choice(logits)[0], None
         return int(np.argmax(logits)), None
-    q = distribution(logits, params)
+    q = distribution_of(logits, params)
     return q.sample(rng), q
+
+
+def _width(row: Row) -> int:
+    return len(row.ids) if isinstance(row, Candidates) else len(row)
+
+
+def _top_k(params: SamplingParams, n_vocab: int) -> int:
+    """How many tokens a distribution under `params` may keep: 2 greedy (the choice and its
+    near-tie gap), top-k's k, else all."""
+    if params.greedy:
+        return 2
+    return params.top_k if 0 < params.top_k < n_vocab else n_vocab
+
+
+def distribution_of(row: Row, params: SamplingParams) -> Distribution:
+    """`distribution`, where a row of candidates may hold fewer than top-k's k (all a
+    constraint allows): then the chain keeps what there is."""
+    if isinstance(row, Candidates) and not 0 < params.top_k <= len(row.ids):
+        params = replace(params, top_k=len(row.ids))
+    return distribution(row, params)
 
 
 def verify(
@@ -381,6 +457,7 @@ def verify(
     draft_probs: Sequence[Distribution | np.ndarray | None],
     params: SamplingParams,
     rng: np.random.Generator,
+    constraint: Constraint | None = None,
 ) -> tuple[int, int]:
     """Accept a prefix of the drafted tokens and choose the token that follows it.
 
@@ -396,13 +473,15 @@ def verify(
     draws its n + 1 uniforms at once: u_i decides row i, u_n draws the token that follows
     (at a rejection or after the last row), independent of the decisions before it.
     Compiled, the rule is one call (sampling's `_compiled.verify`); `verify_reference`
-    is the same in numpy, step for step.
+    is the same in numpy, step for step. Under `constraint` (the committed text's state)
+    p_i is the chain on the tokens it allows after the drafts before row i (row by row, in
+    `verify_reference`).
     """
     n = len(draft_tokens)
     if len(target_logits) != n + 1:
         raise ValueError("need one target row per draft token plus the bonus")
     if params.greedy:
-        return verify_greedy(target_logits, draft_tokens)[:2]
+        return verify_greedy(target_logits, draft_tokens, constraint)[:2]
     uniforms = rng.random(n + 1)
     qs = [
         Distribution.point_mass(token)
@@ -411,8 +490,8 @@ def verify(
         for token, q in zip(draft_tokens, draft_probs)
     ]
     buffers = _buffers(target_logits)
-    if buffers is None:
-        return verify_reference(target_logits, draft_tokens, qs, params, uniforms)
+    if buffers is None or constraint is not None:
+        return verify_reference(target_logits, draft_tokens, qs, params, uniforms, constraint)
     assert _compiled is not None
     q_at = np.zeros(n + 1, np.int64)
     np.cumsum([len(q.ids) for q in qs], out=q_at[1:])
@@ -436,18 +515,27 @@ def verify_reference(
     qs: Sequence[Distribution],
     params: SamplingParams,
     uniforms: np.ndarray,
+    constraint: Constraint | None = None,
 ) -> tuple[int, int]:
     """`verify`'s rule at temperature > 0 in numpy, row by row: p_i only for the rows the
     rule reaches; `uniforms` as `verify` draws them."""
     n = len(draft_tokens)
+    state = constraint.fork() if constraint is not None else None
+    k = _top_k(params, _width(target_logits[0])) if state is not None else 0
+
+    def p_of(i: int) -> Distribution:
+        return distribution_of(_under(target_logits[i], k, state), params)
+
     for i, (token, q) in enumerate(zip(draft_tokens, qs)):
-        p = distribution(target_logits[i], params)
+        p = p_of(i)
         if uniforms[i] * q[token] < p[token]:
+            if state is not None:
+                state.accept(token)
             continue
         # max(0, p - q) is zero off p's support, so it is computed on that support.
         residual = np.maximum(p.probs - q[p.ids], 0.0)
         # Zero mass cannot happen after a rejection in exact arithmetic; rounding can.
         chosen = _sample_at(residual if residual.sum() > 0 else p.probs, uniforms[n])
         return i, int(p.ids[chosen])
-    p = distribution(target_logits[n], params)
+    p = p_of(n)
     return n, int(p.ids[_sample_at(p.probs, uniforms[n])])

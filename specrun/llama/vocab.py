@@ -25,6 +25,11 @@ class Vocabulary:
         self._vocab = vocab
         self.n_vocab: int = llama.llama_vocab_n_tokens(vocab)
 
+    @property
+    def vocab(self) -> int:
+        """The native `llama_vocab *` (a grammar reads its tokens' text through it)."""
+        return self._vocab
+
     def tokenize(
         self, text: str, *, add_special: bool = True, parse_special: bool = False
     ) -> list[int]:

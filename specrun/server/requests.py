@@ -18,7 +18,8 @@ from starlette.responses import JSONResponse
 
 from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
-from specrun.errors import OptionError
+from specrun.errors import OptionError, SpecrunError
+from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
 from specrun.prompt import Message, render
 
 ROLES = ("system", "user", "assistant")
@@ -226,14 +227,6 @@ UNSUPPORTED = (
     Unsupported(
         "function_call", ("chat",), lambda v: v in (None, "none", "auto"), "function calls"
     ),
-    Unsupported(
-        "response_format",
-        BOTH,
-        lambda v: v is None or v == {"type": "text"},
-        "output constrained to JSON or a schema",
-    ),
-    Unsupported("grammar", BOTH, _nothing, "output constrained by a grammar"),
-    Unsupported("json_schema", BOTH, _nothing, "output constrained to a schema"),
     Unsupported("logprobs", BOTH, _nothing, "log probabilities"),
     Unsupported("top_logprobs", BOTH, _nothing, "log probabilities"),
     Unsupported("presence_penalty", BOTH, _nothing, "a presence penalty"),
@@ -273,6 +266,8 @@ class GenerationRequest:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool = False  # streamed: a last chunk with the usage and no choices
+    grammar: str | None = None  # GBNF the answer keeps to (response_format, grammar, json_schema)
+    grammar_param: str | None = None  # the field it came from, to name in an error
 
     @property
     def prompt_field(self) -> PromptField:
@@ -321,6 +316,7 @@ def _generation_request(
     if max_tokens is None:  # the chat API's newer name
         max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
     stream = bool(_field(body, "stream", (bool,), "true or false"))
+    grammar, grammar_param = _grammar(body)
     return GenerationRequest(
         asked,
         _sampling(body, defaults),
@@ -328,7 +324,62 @@ def _generation_request(
         _stop(body),
         stream,
         include_usage=_include_usage(body, stream),
+        grammar=grammar,
+        grammar_param=grammar_param,
     )
+
+
+def _grammar(body: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The GBNF grammar the answer must keep to, and the field that asked: OpenAI's
+    `response_format` (`json_object`, `json_schema`), or llama-server's `grammar` (GBNF) or
+    `json_schema` (a schema); one of them at most."""
+    given = [name for name in ("response_format", "grammar", "json_schema") if name in body]
+    asked = [name for name in given if body[name] is not None]
+    if len(asked) > 1:
+        raise ApiError(
+            400,
+            f"`{asked[0]}` and `{asked[1]}` each constrain the answer: send one",
+            param=asked[1],
+            code="invalid_value",
+        )
+    if not asked:
+        return None, None
+    name = asked[0]
+    if name == "grammar":
+        gbnf = _field(body, "grammar", (str,), "a GBNF grammar (a string)")
+        return (gbnf or None), "grammar"
+    if name == "json_schema":
+        schema = _field(body, "json_schema", (dict, bool), "a JSON schema")
+        return _schema(schema, "json_schema"), "json_schema"
+    form = _field(body, "response_format", (dict,), "an object with a `type`")
+    kind = form.get("type")
+    if kind == "text":
+        return None, None
+    if kind == "json_object":
+        return JSON_GRAMMAR, "response_format"
+    if kind == "json_schema":
+        spec = form.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), (dict, bool)):
+            raise ApiError(
+                400,
+                "`response_format.json_schema` must be an object with the `schema`",
+                param="response_format.json_schema",
+                code="invalid_value",
+            )
+        return _schema(spec["schema"], "response_format.json_schema.schema"), "response_format"
+    raise ApiError(
+        400,
+        f"`response_format.type` must be text, json_object or json_schema, got {json.dumps(kind)}",
+        param="response_format.type",
+        code="invalid_value",
+    )
+
+
+def _schema(schema: dict[str, Any] | bool, param: str) -> str:
+    try:
+        return schema_grammar(schema)
+    except SpecrunError as error:
+        raise ApiError(400, str(error), param=param, code="invalid_value") from None
 
 
 def _include_usage(body: dict[str, Any], stream: bool) -> bool:

@@ -188,6 +188,7 @@ class Worker:
                 stop=job.request.stop,
                 cancelled=job.cancel.is_set,
                 params=job.request.params,  # its own: the engine's stay the command line's
+                grammar=job.request.grammar,
             ):
                 started = True
                 hand(event)
@@ -206,6 +207,8 @@ class Worker:
             return ApiError(500, str(error), kind="server_error")
         if isinstance(error, OptionError):
             return bad_value(error)
+        if request.grammar_param and "grammar" in str(error):  # it does not parse
+            return ApiError(400, str(error), param=request.grammar_param, code="invalid_value")
         n_ctx = self.engine.target.n_ctx
         if prompt_length >= n_ctx:  # the library's words name its options, which no client sets
             return ApiError(

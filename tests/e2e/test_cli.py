@@ -63,6 +63,38 @@ def test_backend_sampling_on_gives_the_same_answer_and_says_so(tiny_target, tiny
     assert "backend_sampling" not in whole
 
 
+def test_run_keeps_to_a_json_schema_or_a_grammar(demo_pair, tmp_path):
+    target, draft = map(str, demo_pair)
+    schema = tmp_path / "cat.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+                "required": ["name", "age"],
+            }
+        )
+    )
+    ask = "Describe a cat as JSON, with its name and age."
+    run = ("run", "-t", target, "-d", draft, "--temp", "0", "-n", "64", "--threads", "2")
+    answer = specrun(*run, "--json-schema", str(schema), ask)
+    assert answer.returncode == 0, answer.stderr
+    record = json.loads(answer.stdout)
+    assert isinstance(record["name"], str) and isinstance(record["age"], int)
+    grammar = tmp_path / "yes.gbnf"
+    grammar.write_text('root ::= "yes" | "no"\n')
+    assert specrun(*run, "--grammar", str(grammar), "Is water wet?").stdout.strip() in ("yes", "no")
+    both = specrun(*run, "--grammar", str(grammar), "--json-schema", str(schema), "hi")
+    assert_one_line_error(both, "--grammar and --json-schema", code=2)
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = specrun(*run, "--json-schema", str(tmp_path / "bad.json"), "hi")
+    assert_one_line_error(bad, "is not JSON", code=2)
+    (tmp_path / "bad.gbnf").write_text("root ::= (")
+    assert_one_line_error(
+        specrun(*run, "--grammar", str(tmp_path / "bad.gbnf"), "hi"), "the grammar does not parse"
+    )
+
+
 def test_prompt_comes_from_stdin_then_the_argument(tiny_target):
     result = specrun(
         "run", "-t", str(tiny_target), "--raw", "-n", "1", "--json", "summarise", stdin="the cat\n"

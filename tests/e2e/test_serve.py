@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import pydantic
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -478,6 +479,80 @@ def test_metrics_are_prometheus_text_with_the_speculation_counters(server):
         s.labels["finished_reason"]: s.value for s in families["specrun:request_success"].samples
     }
     assert reasons["length"] == stats["length"] and reasons["stop"] == stats["stop"]
+
+
+class Cat(pydantic.BaseModel):
+    name: str
+    age: int
+    indoor: bool
+
+
+CAT = "Describe a cat as JSON, with its name, its age and whether it lives indoors."
+
+
+def test_structured_output_keeps_to_the_schema(demo_pair):
+    """The openai client's own structured output (a pydantic model as `response_format`),
+    any JSON streamed, and llama-server's `grammar` field, on the real pair."""
+    demo_server = Server("-t", str(demo_pair[0]), "-d", str(demo_pair[1]), "--gamma", "3")
+    try:
+        structured_answers(demo_server)
+    finally:
+        assert demo_server.stop() == 0
+
+
+def structured_answers(demo_server: Server) -> None:
+    client = demo_server.client()
+    parsed = client.chat.completions.parse(
+        model=demo_server.model,
+        messages=[{"role": "user", "content": CAT}],
+        response_format=Cat,
+        max_tokens=96,
+        temperature=0.7,
+        seed=1,
+    )
+    assert isinstance(parsed.choices[0].message.parsed, Cat)
+    assert parsed.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(
+        model=demo_server.model,
+        messages=[
+            {"role": "user", "content": "Give a JSON object with the keys a and b set to 1 and 2."}
+        ],
+        response_format={"type": "json_object"},
+        max_tokens=96,
+        temperature=0,
+        stream=True,
+    )
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    assert isinstance(json.loads(text), dict)
+    answer = client.completions.create(
+        model=demo_server.model,
+        prompt="Is the sky blue? Answer:",
+        max_tokens=8,
+        extra_body={"grammar": 'root ::= " yes" | " no"'},
+    )
+    assert answer.choices[0].text in (" yes", " no")
+
+
+GRAMMAR_ERRORS = {
+    "a grammar that does not parse": ({"grammar": "root ::= ("}, "grammar"),
+    "an unknown format": ({"response_format": {"type": "xml"}}, "response_format.type"),
+    "a schema format without one": (
+        {"response_format": {"type": "json_schema"}},
+        "response_format.json_schema",
+    ),
+    "two constraints": (
+        {"response_format": {"type": "json_object"}, "grammar": 'root ::= "x"'},
+        "grammar",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", GRAMMAR_ERRORS)
+def test_a_bad_constraint_is_named(server, case):
+    fields, param = GRAMMAR_ERRORS[case]
+    response = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, **fields})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
 
 
 @pytest.mark.parametrize("case", BAD_REQUESTS)

@@ -473,7 +473,7 @@ class SimLookup:
     def prefill(self, ctx):
         pass
 
-    def propose(self, ctx, n, params, rng):
+    def propose(self, ctx, n, params, rng, constraint=None):
         return Proposal([1] * n if self.copying[self.round] else [], [None] * n)
 
 
@@ -491,7 +491,7 @@ class SimModel:
     def prefill(self, ctx):
         pass
 
-    def propose(self, ctx, n, params, rng):
+    def propose(self, ctx, n, params, rng, constraint=None):
         return Proposal([self.marker] * n, [None] * n)
 
 

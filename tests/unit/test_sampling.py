@@ -394,3 +394,94 @@ def test_the_compiled_greedy_verify_is_the_reference(candidates, monkeypatch):
     assert verify_greedy(top_candidates(rows[:2], 2), [6]) == (0, 4, [True])
     tied = Candidates(np.array([9, 3], np.int32), np.ones(2, np.float32))
     assert pick(tied, SamplingParams(temperature=0), np.random.default_rng())[0] == 3
+
+
+class Alternating:
+    """A constraint whose allowed tokens depend on its state: at an even position of the
+    text only even ids, at an odd one only odd ids, and never the ids in `banned`."""
+
+    def __init__(self, position: int = 0, banned: frozenset[int] = frozenset({2, 3})) -> None:
+        self.position, self.banned = position, banned
+
+    def allows(self, tokens):
+        tokens = np.asarray(tokens)
+        return (tokens % 2 == self.position % 2) & ~np.isin(tokens, list(self.banned))
+
+    def accept(self, token):
+        assert self.allows([token])[0], "a token it refuses was taken"
+        self.position += 1
+
+    def fork(self):
+        return Alternating(self.position, self.banned)
+
+
+def masked(logits: np.ndarray, constraint) -> np.ndarray:
+    out = np.full_like(logits, -np.inf)
+    allowed = constraint.allows(np.arange(len(logits)))
+    out[allowed] = logits[allowed]
+    return out
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+@pytest.mark.parametrize("proposal", ["model", "lookup"])
+def test_constrained_speculation_reproduces_the_constrained_target(params, proposal):
+    """Under a constraint, drafts drawn among the tokens it allows, verified row by row under
+    the state after the drafts before: the first two committed tokens follow the constrained
+    target's distributions (the second after the first), and nothing refused is produced."""
+    rng = np.random.default_rng(17)
+    n_vocab = 24
+    p_logits = rng.normal(0, 1.5, (3, n_vocab)).astype(np.float32)
+    q_logits = (p_logits + rng.normal(0, 1.0, (3, n_vocab))).astype(np.float32)
+    draws = np.random.default_rng(3)
+    first, second = np.zeros(n_vocab), np.zeros(n_vocab)
+    start = Alternating()
+    for _ in range(DRAWS):
+        state, drafts, qs = start.fork(), [], []
+        for i in range(2):
+            if proposal == "model":
+                token, q = pick(q_logits[i], params, draws, state)
+            else:  # a deterministic proposal: the draft row's best allowed token
+                token, q = int(np.argmax(masked(q_logits[i], state))), None
+            drafts.append(token)
+            qs.append(q)
+            state.accept(token)
+        accepted, token = verify(p_logits, drafts, qs, params, draws, start)
+        committed = [*drafts[:accepted], token]
+        first[committed[0]] += 1
+        if len(committed) > 1:
+            second[committed[1]] += 1
+    after = start.fork()
+    expected_first = probabilities(masked(p_logits[0], after), params)
+    assert_follows(first, expected_first)
+    # Every first token is even, so the second position's distribution is one: odd ids.
+    after.accept(int(np.flatnonzero(expected_first)[0]))
+    assert_follows(second, probabilities(masked(p_logits[1], after), params))
+
+
+class Below:
+    """A constraint allowing the ids below a bound, whatever came before."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+
+    def allows(self, tokens):
+        return np.asarray(tokens) < self.bound
+
+    def accept(self, token):
+        assert token < self.bound
+
+    def fork(self):
+        return self
+
+
+def test_constrained_search_looks_past_the_rows_best_when_they_are_all_refused():
+    """The best tokens a constraint allows, found beyond the first widths checked where the
+    row's best are all refused: greedy, sampled, and none at all an error."""
+    row = np.arange(5000, dtype=np.float32)  # the highest ids are the best
+    greedy = SamplingParams(temperature=0)
+    assert pick(row, greedy, np.random.default_rng(), Below(100))[0] == 99
+    assert verify_greedy(np.stack([row, row]), [99], Below(100)) == (1, 99, [False, False])
+    q = sampling.distribution_of(sampling.allowed_best(row, 40, Below(100)), FILTERED)
+    assert set(q.ids) <= set(range(60, 100)) and q.ids.max() == 99
+    with pytest.raises(SpecrunError, match="allows no token"):
+        sampling.allowed_best(row, 2, Below(0))
