@@ -319,6 +319,26 @@ def allowed_best(row: np.ndarray, k: int, constraint: Constraint) -> Candidates:
     return Candidates(chosen.astype(np.int32), row[chosen].astype(np.float32))
 
 
+def best_allowed(row: Row, constraint: Constraint) -> tuple[int, float]:
+    """Greedy under a constraint: the best token it allows, and how far the next allowed one
+    lies below it, at least (to the next allowed among those checked, else to the last
+    checked: every token not checked ranks below it). Found among the row's best 64 where
+    one is allowed there, which a grammar usually makes so."""
+    if isinstance(row, Candidates):
+        raise ValueError("a constraint needs whole rows, not a device's candidates")
+    n_vocab = len(row)
+    for width in [*(w for w in CONSTRAINED_WIDTHS if w < n_vocab), n_vocab]:
+        ids = _best_ids(row, width)
+        allowed = ids[constraint.allows(ids)]
+        if len(allowed):
+            break
+    else:
+        raise SpecrunError("the grammar allows no token here")
+    ranked = allowed[np.lexsort((allowed, -row[allowed]))]
+    below = row[ranked[1]] if len(ranked) > 1 else row[ids].min() if width < n_vocab else -np.inf
+    return int(ranked[0]), float(row[ranked[0]]) - float(below)
+
+
 def _best_ids(row: np.ndarray, width: int) -> np.ndarray:
     """The ids of a row's `width` best, ties to the lower id, in no particular order."""
     if width >= len(row):
@@ -393,7 +413,7 @@ def verify_greedy(
     state = constraint.fork() if constraint is not None else None
     ties = []
     for i in range(len(rows)):
-        best, gap = greedy_choice(_under(rows[i], 2, state))
+        best, gap = greedy_choice(rows[i]) if state is None else best_allowed(rows[i], state)
         if state is not None and i < len(draft_tokens) and best == draft_tokens[i]:
             state.accept(best)
         ties.append(gap < NEAR_TIE)
@@ -421,12 +441,14 @@ def pick(
 ) -> tuple[int, Distribution | None]:
     """Choose a token from one row (among those `constraint` allows); return it with its
     distribution (None when greedy)."""
-    if constraint is not None:
-        logits = _under(logits, _top_k(params, _width(logits)), constraint)
     if params.greedy:
+        if constraint is not None:
+            return best_allowed(logits, constraint)[0], None
         if isinstance(logits, Candidates):
             return greedy_choice(logits)[0], None
         return int(np.argmax(logits)), None
+    if constraint is not None:
+        logits = _under(logits, _top_k(params, _width(logits)), constraint)
     q = distribution_of(logits, params)
     return q.sample(rng), q
 
@@ -436,10 +458,7 @@ def _width(row: Row) -> int:
 
 
 def _top_k(params: SamplingParams, n_vocab: int) -> int:
-    """How many tokens a distribution under `params` may keep: 2 greedy (the choice and its
-    near-tie gap), top-k's k, else all."""
-    if params.greedy:
-        return 2
+    """How many tokens a distribution under `params` may keep: top-k's k, else all."""
     return params.top_k if 0 < params.top_k < n_vocab else n_vocab
 
 
