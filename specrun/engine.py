@@ -210,12 +210,15 @@ class Engine:
         cancelled: Callable[[], bool] = lambda: False,
         params: SamplingParams | None = None,
         grammar: str | None = None,
+        logprobs: int | None = None,
     ) -> Iterator[Event]:
         """Generate from a text prompt (one user turn through the chat template) or token ids.
 
         `params` samples this generation alone; None takes the engine's own (`self.params`).
         `grammar` (GBNF; `JSON_GRAMMAR`, `schema_grammar(schema)`) constrains the answer:
         drafts and verification alike, so it is distributed as the constrained target's.
+        `logprobs` (0-20): each Round carries its tokens' log-probabilities, with that many of
+        the most likely tokens at each position.
         """
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
         return generate(
@@ -228,6 +231,7 @@ class Engine:
             stop=stop,
             cancelled=cancelled,
             constraint=Grammar(self.target, grammar) if grammar is not None else None,
+            logprobs=logprobs,
         )
 
     @property

@@ -22,7 +22,15 @@ from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftSource, Proposal, allowed_prefix
 from specrun.core.gamma import FixedGamma, GammaPolicy
 from specrun.core.model import LanguageModel
-from specrun.core.sampling import Rows, SamplingParams, candidate_width, verify, verify_greedy
+from specrun.core.sampling import (
+    Rows,
+    SamplingParams,
+    TokenLogprob,
+    candidate_width,
+    token_logprob,
+    verify,
+    verify_greedy,
+)
 from specrun.core.sequence import Tokens
 from specrun.core.text import Detokenizer, Segment, TextStream
 from specrun.errors import OptionError, SpecrunError
@@ -30,6 +38,7 @@ from specrun.errors import OptionError, SpecrunError
 # Why a generation ended: a stop text or end of generation, the token limit, the context
 # full, or the consumer's cancel (the CLI adds "interrupted" for a signal).
 FinishReason = Literal["stop", "length", "context", "cancelled"]
+MAX_TOP_LOGPROBS = 20  # the most likely tokens a position's log-probabilities may list (OpenAI's)
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,8 @@ class Round:
     near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below NEAR_TIE
     ended_at_eog: bool = False  # the answer ended at an end-of-generation token, not in `tokens`
     prompt_pass: bool = False  # the first round: its logits came from the prompt's pass
+    # With `logprobs` asked for: each committed token's, from the target's row that chose it.
+    logprobs: tuple[TokenLogprob, ...] = ()
 
     @property
     def text(self) -> str:
@@ -90,6 +101,7 @@ def generate(
     cancelled: Callable[[], bool] = lambda: False,
     rng: np.random.Generator | None = None,
     constraint: Constraint | None = None,
+    logprobs: int | None = None,
 ) -> Iterator[Event]:
     """Stream a generation as events: one Prefill, then one Round per target forward pass
     (the first round's is the prompt's).
@@ -98,7 +110,9 @@ def generate(
     between rounds so a front end can stop a generation cleanly. Under `constraint` (a
     grammar, at the start of the answer) every token drafted and committed is one it
     allows, and the output is distributed as the constrained target's; it follows the
-    committed tokens.
+    committed tokens. With `logprobs` (0-20), each Round carries its tokens' log-probabilities
+    and that many of the most likely tokens at each position (`TokenLogprob`): the target's,
+    whether a token was drafted or not.
     """
     if not prompt:
         raise SpecrunError("the prompt is empty")
@@ -109,13 +123,19 @@ def generate(
         )
     if max_tokens < 1:
         raise OptionError(f"`max_tokens` must be at least 1, got {max_tokens}")
+    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise OptionError(
+            f"`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {logprobs}"
+        )
     policy = policy or FixedGamma(4)
     rng = rng if rng is not None else params.rng()
     ctx = Tokens(prompt)  # append-only: each model compares only what is new
 
     # Where the target's device samples, only each row's best candidates leave it (not under
     # a constraint: the best it allows may lie anywhere in the row).
-    top = candidate_width(params, target.n_vocab) if constraint is None else None
+    top = candidate_width(params, target.n_vocab)
+    if constraint is not None or logprobs is not None:  # whole rows: log-softmax needs them
+        top = None
 
     start = time.perf_counter()
     evaluated = target.n_evaluated
@@ -178,6 +198,11 @@ def generate(
                 del new_tokens[i:], from_draft[i:]
                 finish, ended_at_eog = "stop", True
                 break
+        chosen = (
+            tuple(token_logprob(logits[j], token, logprobs) for j, token in enumerate(new_tokens))
+            if logprobs is not None and isinstance(logits, np.ndarray)
+            else ()
+        )
         ctx.extend(new_tokens)
         if constraint is not None:
             for token in new_tokens:
@@ -212,6 +237,7 @@ def generate(
             verify_first_of_shape=first_of_shape,
             ended_at_eog=ended_at_eog,
             prompt_pass=prompt_pass,
+            logprobs=chosen,
         )
         round_end = now
         if not prompt_pass:  # the policies learn from the rounds they chose, which decode

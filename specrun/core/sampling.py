@@ -361,6 +361,30 @@ def _under(row: Row, k: int, constraint: Constraint | None) -> Row:
     return allowed_best(row, k, constraint)
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A committed token's log-probability under the target's distribution at its position
+    (the log-softmax of the row: before temperature and the filters), and the `top` most
+    likely tokens there with theirs, best first (ties to the lower id)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def token_logprob(row: np.ndarray, token: int, top: int = 0) -> TokenLogprob:
+    """`token`'s TokenLogprob in a whole row of logits, with the `top` best (0-20)."""
+    best = float(row.max())
+    total = best + float(np.log(np.exp(row - best).sum(dtype=np.float64)))
+    ranked = _best_ids(row, top) if top else np.empty(0, np.int64)
+    ranked = ranked[np.lexsort((ranked, -row[ranked]))]
+    return TokenLogprob(
+        token,
+        float(row[token]) - total,
+        tuple((int(t), float(row[t]) - total) for t in ranked),
+    )
+
+
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Logits [n_vocab] or [k, n_vocab] -> dense float64 probabilities of the same shape.
 

@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from specrun.core.sampling import SamplingParams
+from specrun.core.sampling import SamplingParams, TokenLogprob
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.server import metrics
@@ -53,6 +53,48 @@ SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when t
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
 
 
+Piece = Callable[[int], bytes]  # a token's bytes in text
+
+
+def _chat_logprob(entry: TokenLogprob, piece: Piece) -> dict[str, object]:
+    def one(token: int, logprob: float) -> dict[str, object]:
+        data = piece(token)
+        return {
+            "token": data.decode("utf-8", errors="replace"),
+            "logprob": logprob,
+            "bytes": list(data),
+        }
+
+    return {
+        **one(entry.token, entry.logprob),
+        "top_logprobs": [one(token, logprob) for token, logprob in entry.top],
+    }
+
+
+def _chat_logprobs(entries: list[TokenLogprob], piece: Piece, offset: int) -> dict[str, object]:
+    """OpenAI's chat `logprobs`: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    return {"content": [_chat_logprob(entry, piece) for entry in entries]}
+
+
+def _completion_logprobs(
+    entries: list[TokenLogprob], piece: Piece, offset: int
+) -> dict[str, object]:
+    """The legacy completions `logprobs`: parallel lists, the text offset of each token
+    counted from `offset` (in characters of the answer)."""
+    texts = [piece(entry.token).decode("utf-8", errors="replace") for entry in entries]
+    starts = [offset + sum(len(text) for text in texts[:i]) for i in range(len(texts))]
+
+    def text(token: int) -> str:
+        return piece(token).decode("utf-8", errors="replace")
+
+    return {
+        "tokens": texts,
+        "token_logprobs": [entry.logprob for entry in entries],
+        "top_logprobs": [{text(t): lp for t, lp in entry.top} for entry in entries],
+        "text_offset": starts,
+    }
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """What differs between /v1/chat/completions and /v1/completions."""
@@ -64,6 +106,8 @@ class Endpoint:
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
     opening: dict[str, object] | None  # the first streamed choice, before any text
+    # The tokens' log-probabilities as the endpoint lists them, from a text offset.
+    logprobs: Callable[[list[TokenLogprob], Piece, int], dict[str, object]]
 
 
 CHAT = Endpoint(
@@ -74,6 +118,7 @@ CHAT = Endpoint(
     whole=lambda text: {"message": {"role": "assistant", "content": text}},
     part=lambda text: {"delta": {"content": text}},
     opening={"delta": {"role": "assistant", "content": ""}},
+    logprobs=_chat_logprobs,
 )
 COMPLETION = Endpoint(
     "text_completion",
@@ -83,6 +128,7 @@ COMPLETION = Endpoint(
     whole=lambda text: {"text": text},
     part=lambda text: {"text": text},
     opening=None,
+    logprobs=_completion_logprobs,
 )
 
 
@@ -230,13 +276,22 @@ class Api:
             "choices": [{"index": 0, **choice}],
         }
 
+    def _logprobs(
+        self, job: Job, endpoint: Endpoint, entries: list[TokenLogprob], offset: int = 0
+    ) -> dict[str, object] | None:
+        if job.request.logprobs is None:
+            return None
+        return endpoint.logprobs(entries, self.worker.engine.target.piece, offset)
+
     async def _answer(self, job: Job, endpoint: Endpoint) -> Response:
-        text = []
+        text: list[str] = []
+        entries: list[TokenLogprob] = []
         while (event := await job.next_round()) is not None:
             text.append(event.text)
+            entries.extend(event.logprobs)
         choice: dict[str, object] = {
             **endpoint.whole("".join(text)),
-            "logprobs": None,
+            "logprobs": self._logprobs(job, endpoint, entries),
             "finish_reason": job.finish_reason(),
         }
         return JSONResponse(
@@ -260,9 +315,13 @@ class Api:
         try:
             if endpoint.opening:
                 yield _sse(chunk({**endpoint.opening, "finish_reason": None}))
+            offset = 0  # characters of the answer streamed so far
             while (event := await job.next_round()) is not None:
-                if event.text:
-                    yield _sse(chunk({**endpoint.part(event.text), "finish_reason": None}))
+                if event.text or event.logprobs:
+                    logprobs = self._logprobs(job, endpoint, list(event.logprobs), offset)
+                    part = {**endpoint.part(event.text), "finish_reason": None}
+                    yield _sse(chunk({**part, **({"logprobs": logprobs} if logprobs else {})}))
+                    offset += len(event.text)
             last = chunk({**endpoint.part(""), "finish_reason": job.finish_reason()})
             figures = {"usage": _usage(job.stats), "specrun": job.stats.as_dict()}
             if separate:

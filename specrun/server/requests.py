@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from starlette.responses import JSONResponse
 
+from specrun.core.loop import MAX_TOP_LOGPROBS
 from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
@@ -227,8 +228,6 @@ UNSUPPORTED = (
     Unsupported(
         "function_call", ("chat",), lambda v: v in (None, "none", "auto"), "function calls"
     ),
-    Unsupported("logprobs", BOTH, _nothing, "log probabilities"),
-    Unsupported("top_logprobs", BOTH, _nothing, "log probabilities"),
     Unsupported("presence_penalty", BOTH, _nothing, "a presence penalty"),
     Unsupported("frequency_penalty", BOTH, _nothing, "a frequency penalty"),
     Unsupported("repeat_penalty", BOTH, lambda v: v is None or v == 1, "a repeat penalty"),
@@ -268,6 +267,7 @@ class GenerationRequest:
     include_usage: bool = False  # streamed: a last chunk with the usage and no choices
     grammar: str | None = None  # GBNF the answer keeps to (response_format, grammar, json_schema)
     grammar_param: str | None = None  # the field it came from, to name in an error
+    logprobs: int | None = None  # each token's log-probability and this many alternatives
 
     @property
     def prompt_field(self) -> PromptField:
@@ -282,15 +282,40 @@ class GenerationRequest:
 def chat_request(body: dict[str, Any], model: str, defaults: SamplingParams) -> GenerationRequest:
     """A /v1/chat/completions body, for the server of `model` with sampling `defaults`."""
     _check_supported(body, "chat")
-    return _generation_request(body, model, _messages, defaults)
+    request = _generation_request(body, model, _messages, defaults)
+    top = _field(body, "top_logprobs", (int,), "an integer")
+    if _field(body, "logprobs", (bool,), "true or false"):
+        return replace(request, logprobs=_bounded(top or 0, "top_logprobs", MAX_TOP_LOGPROBS))
+    if top:
+        raise ApiError(
+            400,
+            "`top_logprobs` needs `logprobs`: set it to true",
+            param="top_logprobs",
+            code="invalid_value",
+        )
+    return request
 
 
 def completion_request(
     body: dict[str, Any], model: str, defaults: SamplingParams
 ) -> GenerationRequest:
-    """A /v1/completions body, whose prompt is sent as is."""
+    """A /v1/completions body, whose prompt is sent as is; its `logprobs` is how many of the
+    most likely tokens to list at each position (0-5), as OpenAI's legacy API has it."""
     _check_supported(body, "completion")
-    return _generation_request(body, model, _text, defaults)
+    request = _generation_request(body, model, _text, defaults)
+    top = _field(body, "logprobs", (int,), "an integer (0-5)")
+    return request if top is None else replace(request, logprobs=_bounded(top, "logprobs", 5))
+
+
+def _bounded(value: int, name: str, most: int) -> int:
+    if not 0 <= value <= most:
+        raise ApiError(
+            400,
+            f"`{name}` must be between 0 and {most}, got {value}",
+            param=name,
+            code="invalid_value",
+        )
+    return value
 
 
 def _generation_request(

@@ -189,6 +189,7 @@ class Worker:
                 cancelled=job.cancel.is_set,
                 params=job.request.params,  # its own: the engine's stay the command line's
                 grammar=job.request.grammar,
+                logprobs=job.request.logprobs,
             ):
                 started = True
                 hand(event)

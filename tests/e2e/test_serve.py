@@ -371,8 +371,6 @@ ASKING = {
     "response_format": {"type": "json_object"},
     "grammar": 'root ::= "yes"',
     "json_schema": {"type": "object"},
-    "logprobs": True,
-    "top_logprobs": 3,
     "presence_penalty": 0.5,
     "frequency_penalty": -0.5,
     "repeat_penalty": 1.1,
@@ -390,7 +388,6 @@ ASKING = {
 NEUTRAL = {
     "tool_choice": "none",
     "response_format": {"type": "text"},
-    "logprobs": False,
     "presence_penalty": 0,
     "frequency_penalty": 0.0,
     "repeat_penalty": 1.0,
@@ -479,6 +476,44 @@ def test_metrics_are_prometheus_text_with_the_speculation_counters(server):
         s.labels["finished_reason"]: s.value for s in families["specrun:request_success"].samples
     }
     assert reasons["length"] == stats["length"] and reasons["stop"] == stats["stop"]
+
+
+def test_logprobs_whole_and_streamed_chat_and_completions(server):
+    """The openai client reads each token's log-probability and the most likely tokens,
+    the same whether streamed or not; the legacy completions lists line up with the text."""
+    client = server.client()
+    asked = dict(model=server.model, messages=HELLO, max_tokens=8, temperature=0)
+    whole = client.chat.completions.create(**asked, logprobs=True, top_logprobs=2)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    answer = bytes(b for entry in content for b in entry.bytes)  # a token may split a character
+    assert answer.decode("utf-8", errors="replace") == whole.choices[0].message.content
+    for entry in content:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 2
+        assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert bytes(entry.bytes).decode("utf-8", errors="replace") == entry.token
+    streamed = client.chat.completions.create(**asked, logprobs=True, top_logprobs=2, stream=True)
+    pieces = [
+        c.choices[0].logprobs.content for c in streamed if c.choices and c.choices[0].logprobs
+    ]
+    assert [(e.token, round(e.logprob, 4)) for part in pieces for e in part] == [
+        (e.token, round(e.logprob, 4)) for e in content
+    ]
+    plain = client.chat.completions.create(**asked)
+    assert plain.choices[0].logprobs is None  # not asked for
+    legacy = client.completions.create(
+        model=server.model, prompt="the cat", max_tokens=6, temperature=0, logprobs=3
+    )
+    figures = legacy.choices[0].logprobs
+    assert len(figures.tokens) == len(figures.token_logprobs) == legacy.usage.completion_tokens
+    assert figures.text_offset == [
+        sum(len(t) for t in figures.tokens[:i]) for i in range(len(figures.tokens))
+    ]
+    assert all(len(top) <= 3 for top in figures.top_logprobs)
+    refused = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, "top_logprobs": 2})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
+    too_many = httpx.post(f"{server.url}{COMPLETIONS_PATH}", json={"prompt": "a", "logprobs": 6})
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "logprobs"
 
 
 class Cat(pydantic.BaseModel):
