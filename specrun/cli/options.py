@@ -60,6 +60,12 @@ FLAGS = {
     "top_p": "--top-p",
     "min_p": "--min-p",
     "seed": "--seed",
+    "repeat_penalty": "--repeat-penalty",
+    "presence_penalty": "--presence-penalty",
+    "frequency_penalty": "--frequency-penalty",
+    "penalty_last_n": "--repeat-last-n",
+    "logit_bias": "--logit-bias",
+    "backend_sampling": "--backend-sampling",
     "max_tokens": "--max-tokens",
     "gamma": "--gamma",
     "gamma_max": "--gamma-max",
@@ -213,9 +219,37 @@ class ModelRequest:
 
 
 def _sampling(
-    temp: float, top_k: int, top_p: float, min_p: float, seed: int | None
+    temp: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    seed: int | None,
+    repeat_penalty: float,
+    presence_penalty: float,
+    frequency_penalty: float,
+    repeat_last_n: int,
+    logit_bias: list[str],
 ) -> SamplingParams:
-    return SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    return SamplingParams(
+        temperature=temp,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
+        seed=seed,
+        repeat_penalty=repeat_penalty,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+        penalty_last_n=repeat_last_n,
+        logit_bias=tuple(_bias(text) for text in logit_bias),
+    )
+
+
+def _bias(text: str) -> tuple[int, float]:
+    """llama.cpp's TOKEN_ID(+/-)BIAS: 15043+1, 15043-1.5."""
+    match = re.fullmatch(r"\s*(\d+)\s*([+-]\s*(?:\d+(?:\.\d*)?|\.\d+))\s*", text)
+    if not match:
+        raise OptionError(f"--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS, got {text!r}")
+    return int(match.group(1)), float(match.group(2).replace(" ", ""))
 
 
 def _lookup(lookup_ngram: int, lookup_min: int, lookup_max: int) -> LookupOptions:
@@ -387,6 +421,48 @@ SAMPLING = OptionGroup(
         "seed": (
             int | None,
             typer.Option(None, "--seed", min=0, help="Seed for a reproducible sampled run."),
+        ),
+        "repeat_penalty": (
+            float,
+            typer.Option(
+                SamplingParams.repeat_penalty,
+                "--repeat-penalty",
+                help="Penalize tokens repeated in the last --repeat-last-n (1 = off).",
+            ),
+        ),
+        "presence_penalty": (
+            float,
+            typer.Option(
+                SamplingParams.presence_penalty,
+                "--presence-penalty",
+                help="Less this for a token present there, -2 to 2 (0 = off).",
+            ),
+        ),
+        "frequency_penalty": (
+            float,
+            typer.Option(
+                SamplingParams.frequency_penalty,
+                "--frequency-penalty",
+                help="Less this per time a token occurs there, -2 to 2 (0 = off).",
+            ),
+        ),
+        "repeat_last_n": (
+            int,
+            typer.Option(
+                SamplingParams.penalty_last_n,
+                "--repeat-last-n",
+                min=0,
+                help="Tokens of the text the penalties look back on (0 = off).",
+            ),
+        ),
+        "logit_bias": (
+            list[str],
+            typer.Option(
+                [],
+                "--logit-bias",
+                metavar="ID+BIAS",
+                help="Add BIAS to a token's logit, e.g. 15043+1 or 15043-1.5 (repeatable).",
+            ),
         ),
     },
     _sampling,

@@ -112,6 +112,9 @@ class ModelDraft:
         for _ in range(n):
             rows = self.model.logits(ctx.then(proposal.tokens), 1, view=True, top=top)
             row = rows[0] if isinstance(rows, CandidateRows) else rows[0, : self.target_vocab]
+            if params.penalized and isinstance(row, np.ndarray):  # as the target's row will be
+                row = row.copy()
+                params.penalize(row, ctx.then(proposal.tokens))
             if self.p_min > 0 and top_probability(row) < self.p_min:
                 break
             token, q = pick(row, params, rng, state)

@@ -24,7 +24,7 @@ import numpy as np
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal, top_probability
 from specrun.core.sampling import SamplingParams, pick
-from specrun.core.sequence import Continuation, common_prefix_length
+from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 
 # Rows kept behind the last taken in: a new turn or an edited text that leaves the old one
 # within them needs the row before the first new token, which the target does not decode again.
@@ -165,6 +165,14 @@ class HeadDraft:
         position = len(ctx) - 1 + self.head.offset  # the pair (d_1, the head's own state)
         for i in range(n):
             row = logits[: self.target_vocab]
+            if params.penalized:  # as the target's row will be
+                row = row.copy()
+                history = (
+                    ctx.then(proposal.tokens)
+                    if isinstance(ctx, Tokens)
+                    else [*ctx, *proposal.tokens]
+                )
+                params.penalize(row, history)
             if self.p_min > 0 and top_probability(row) < self.p_min:
                 break
             token, q = pick(row, params, rng, allowed)

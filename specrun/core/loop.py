@@ -181,6 +181,8 @@ def generate(
             )
         verified_at = time.perf_counter()
         first_of_shape = target.first_of_shape and not prompt_pass
+        if params.penalized and isinstance(logits, np.ndarray):
+            logits = _penalized(logits, params, ctx, proposal.tokens)
         if params.greedy:
             accepted, next_token, ties = verify_greedy(logits, proposal.tokens, constraint)
         else:
@@ -245,6 +247,17 @@ def generate(
         yield event
         if finish:
             return
+
+
+def _penalized(
+    rows: np.ndarray, params: SamplingParams, ctx: Tokens, drafts: list[int]
+) -> np.ndarray:
+    """A copy of the verify's rows, each with the bias and penalties for the text before its
+    position: the committed text and the drafts before it, as the draft saw them."""
+    rows = np.array(rows)
+    for j, row in enumerate(rows):
+        params.penalize(row, ctx.then(drafts[:j]))
+    return rows
 
 
 def more_room_hint(target: LanguageModel) -> str:

@@ -90,13 +90,24 @@ NEAR_TIE = 0.05
 @dataclass(frozen=True)
 class SamplingParams:
     """llama.cpp's defaults; temperature 0 means greedy (argmax). The checks name the
-    command-line options because that is where bad values come from."""
+    command-line options because that is where bad values come from.
+
+    Before the chain, a row's logits take `logit_bias` (token, bias) and the penalties for
+    the last `penalty_last_n` tokens of the text before it (llama.cpp's: a repeated token's
+    positive logit divided by `repeat_penalty`, a negative one multiplied; then less
+    `frequency_penalty` per time it occurs and `presence_penalty` once), on every draft row
+    and every verified row alike (`penalize`)."""
 
     temperature: float = 0.8
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
     seed: int | None = None
+    repeat_penalty: float = 1.0  # 1 = off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
@@ -109,6 +120,40 @@ class SamplingParams:
             raise OptionError(f"`min_p` must be in [0, 1), got {self.min_p}")
         if self.seed is not None and self.seed < 0:  # numpy's generators take no negative seed
             raise OptionError(f"`seed` must be >= 0, got {self.seed}")
+        if not self.repeat_penalty > 0:
+            raise OptionError(f"`repeat_penalty` must be > 0 (1 = off), got {self.repeat_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise OptionError(f"`{name}` must be between -2 and 2, got {getattr(self, name)}")
+        if self.penalty_last_n < 0:
+            raise OptionError(f"`penalty_last_n` must be >= 0, got {self.penalty_last_n}")
+        for token, bias in self.logit_bias:
+            if token < 0 or not -100 <= bias <= 100:
+                raise OptionError(
+                    f"`logit_bias` takes token ids >= 0 and biases from -100 to 100, "
+                    f"got {token}: {bias}"
+                )
+
+    @property
+    def penalized(self) -> bool:
+        """Whether rows change before the chain (bias or penalties): then they are read whole."""
+        repeats = self.repeat_penalty != 1 or self.presence_penalty or self.frequency_penalty
+        return bool(self.logit_bias) or bool(repeats and self.penalty_last_n)
+
+    def penalize(self, row: np.ndarray, history: Sequence[int]) -> None:
+        """Apply the bias and the penalties to a whole row of logits, in place; `history` is
+        the text before the row's position (prompt included)."""
+        for token, bias in self.logit_bias:
+            if token < len(row):
+                row[token] += bias
+        repeats = self.repeat_penalty != 1 or self.presence_penalty or self.frequency_penalty
+        if not (repeats and self.penalty_last_n and len(history)):
+            return
+        window = np.asarray(history[-self.penalty_last_n :])
+        tokens, counts = np.unique(window[window < len(row)], return_counts=True)
+        x = row[tokens]
+        x = np.where(x <= 0, x * self.repeat_penalty, x / self.repeat_penalty)
+        row[tokens] = x - counts * self.frequency_penalty - self.presence_penalty
 
     @property
     def greedy(self) -> bool:
@@ -152,6 +197,8 @@ def candidate_width(params: SamplingParams, n_vocab: int) -> int | None:
     """How many candidates a row needs under `params`: greedy, the best two (the choice
     and how near a tie it was); sampling, top-k's; None where the chain needs the whole
     row (top-k off or as wide as the vocabulary)."""
+    if params.penalized:  # a penalty may lift a token into the best: whole rows
+        return None
     if params.greedy:
         return 2
     return params.top_k if 0 < params.top_k < n_vocab else None

@@ -228,10 +228,6 @@ UNSUPPORTED = (
     Unsupported(
         "function_call", ("chat",), lambda v: v in (None, "none", "auto"), "function calls"
     ),
-    Unsupported("presence_penalty", BOTH, _nothing, "a presence penalty"),
-    Unsupported("frequency_penalty", BOTH, _nothing, "a frequency penalty"),
-    Unsupported("repeat_penalty", BOTH, lambda v: v is None or v == 1, "a repeat penalty"),
-    Unsupported("logit_bias", BOTH, _nothing, "biased logits"),
     Unsupported("audio", ("chat",), _nothing, "audio output"),
     Unsupported("modalities", ("chat",), lambda v: v in (None, ["text"]), "output beyond text"),
     Unsupported("prediction", ("chat",), _nothing, "predicted output"),
@@ -462,6 +458,11 @@ def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
         "min_p": _field(body, "min_p", NUMBER, "a number"),
         "top_k": _field(body, "top_k", (int,), "an integer"),
         "seed": _field(body, "seed", (int,), "an integer"),
+        "presence_penalty": _field(body, "presence_penalty", NUMBER, "a number"),
+        "frequency_penalty": _field(body, "frequency_penalty", NUMBER, "a number"),
+        "repeat_penalty": _field(body, "repeat_penalty", NUMBER, "a number"),
+        "penalty_last_n": _field(body, "repeat_last_n", (int,), "an integer"),
+        "logit_bias": _logit_bias(body),
     }
     try:
         return replace(
@@ -469,6 +470,24 @@ def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
         )
     except OptionError as error:
         raise bad_value(error) from None
+
+
+def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...] | None:
+    """OpenAI's `logit_bias`: token ids (as JSON's keys, text) to a bias from -100 to 100."""
+    bias = _field(body, "logit_bias", (dict,), "an object of token ids to biases")
+    if bias is None:
+        return None
+    pairs = []
+    for key, value in bias.items():
+        if not key.strip().isdigit() or not isinstance(value, NUMBER) or isinstance(value, bool):
+            raise ApiError(
+                400,
+                f"`logit_bias` maps token ids to numbers, got {json.dumps({key: value})[:60]}",
+                param="logit_bias",
+                code="invalid_value",
+            )
+        pairs.append((int(key), float(value)))
+    return tuple(pairs)
 
 
 def _stop(body: dict[str, Any]) -> tuple[str, ...]:

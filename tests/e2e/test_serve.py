@@ -371,10 +371,6 @@ ASKING = {
     "response_format": {"type": "json_object"},
     "grammar": 'root ::= "yes"',
     "json_schema": {"type": "object"},
-    "presence_penalty": 0.5,
-    "frequency_penalty": -0.5,
-    "repeat_penalty": 1.1,
-    "logit_bias": {"42": -100},
     "audio": {"voice": "alloy", "format": "wav"},
     "modalities": ["text", "audio"],
     "prediction": {"type": "content", "content": "hello"},
@@ -388,10 +384,6 @@ ASKING = {
 NEUTRAL = {
     "tool_choice": "none",
     "response_format": {"type": "text"},
-    "presence_penalty": 0,
-    "frequency_penalty": 0.0,
-    "repeat_penalty": 1.0,
-    "logit_bias": {},
     "modalities": ["text"],
     "user": "someone",  # bookkeeping, known and ignored
     "metadata": {"run": "7"},
@@ -514,6 +506,39 @@ def test_logprobs_whole_and_streamed_chat_and_completions(server):
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
     too_many = httpx.post(f"{server.url}{COMPLETIONS_PATH}", json={"prompt": "a", "logprobs": 6})
     assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "logprobs"
+
+
+def test_penalties_and_logit_bias_change_the_answer_as_run_does(server, tiny_target, tiny_draft):
+    """The penalty fields mean what `run`'s options mean: the same greedy answer."""
+    fields = {"presence_penalty": 1.5, "frequency_penalty": 0.5, "repeat_penalty": 1.3}
+    bias = {"7": 5.0}
+    body = {"prompt": "the cat", "max_tokens": 16, "temperature": 0, **fields, "logit_bias": bias}
+    served = httpx.post(f"{server.url}{COMPLETIONS_PATH}", json=body).json()
+    expected = greedy_run_json(
+        tiny_target,
+        tiny_draft,
+        16,
+        "--raw",
+        "--presence-penalty",
+        "1.5",
+        "--frequency-penalty",
+        "0.5",
+        "--repeat-penalty",
+        "1.3",
+        "--logit-bias",
+        "7+5",
+        "the cat",
+    )
+    assert served["choices"][0]["text"] == expected["text"]
+    plain = httpx.post(
+        f"{server.url}{COMPLETIONS_PATH}",
+        json={"prompt": "the cat", "max_tokens": 16, "temperature": 0},
+    ).json()
+    assert plain["choices"][0]["text"] != expected["text"]
+    bad = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, "logit_bias": {"x": 1}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "logit_bias"
+    far = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, "presence_penalty": 3})
+    assert far.status_code == 400 and far.json()["error"]["param"] == "presence_penalty"
 
 
 class Cat(pydantic.BaseModel):

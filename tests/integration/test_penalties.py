@@ -1,0 +1,134 @@
+"""Penalties and logit bias under speculation: every draft row and every verified row takes
+the penalties of the text before its position, drafts included, so the output is
+distributed as plain decoding's with them (a chi-square test over the loop itself, on
+models whose rows are fixed tables), and greedy output is the same at every γ."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from bench import loop_ceiling
+from specrun.core.drafting import ModelDraft
+from specrun.core.gamma import FixedGamma
+from specrun.core.loop import Round, generate
+from specrun.core.sampling import SamplingParams, probabilities
+from specrun.errors import OptionError
+from specrun.llama.model import Model
+
+N_VOCAB = 12
+PROMPT = [1, 2, 3, 1, 4]
+PENALTIES = dict(
+    repeat_penalty=2.0,
+    presence_penalty=1.5,
+    frequency_penalty=0.5,
+    logit_bias=((5, 1.0), (7, -2.0)),
+)
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, **PENALTIES)
+FILTERED = SamplingParams(temperature=0.8, top_k=6, top_p=0.9, min_p=0.02, **PENALTIES)
+DRAWS = 10_000
+
+
+def table(seed: int) -> loop_ceiling.LogitTable:
+    logits = loop_ceiling.logit_table(N_VOCAB)
+    rows = np.random.default_rng(seed).normal(0, 1.2, (loop_ceiling.TABLE_ROWS, N_VOCAB))
+    logits.rows = np.concatenate([rows, rows]).astype(np.float32)
+    return logits
+
+
+def chain(target: loop_ceiling.LogitTable, params, history: list[int]) -> np.ndarray:
+    """Plain decoding's distribution of the token after `history`: its row, penalized."""
+    row = target.rows[(len(history) - 1) % loop_ceiling.TABLE_ROWS].copy()
+    params.penalize(row, history)
+    return probabilities(row, params)
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+def test_penalized_speculation_is_distributed_as_penalized_plain_decoding(params):
+    target_table, draft_table = table(1), table(2)
+    rng = np.random.default_rng(5)
+    counts = np.zeros((3, N_VOCAB))
+    for _ in range(DRAWS):
+        target = loop_ceiling.NullModel(target_table, 64)
+        draft = ModelDraft(loop_ceiling.NullModel(draft_table, 64), N_VOCAB)
+        events = generate(
+            target, PROMPT, draft=draft, params=params, policy=FixedGamma(2), max_tokens=4, rng=rng
+        )
+        tokens = [t for e in events if isinstance(e, Round) for t in e.tokens]
+        for position in range(3):
+            counts[position, tokens[position]] += 1
+    # The first three tokens' marginals, exactly, over every history that leads to them.
+    first = chain(target_table, params, PROMPT)
+    second = sum(first[a] * chain(target_table, params, [*PROMPT, a]) for a in range(N_VOCAB))
+    third = sum(
+        first[a]
+        * chain(target_table, params, [*PROMPT, a])[b]
+        * chain(target_table, params, [*PROMPT, a, b])
+        for a in range(N_VOCAB)
+        for b in range(N_VOCAB)
+    )
+    for observed, expected in zip(counts, (first, second, third)):
+        support = expected > 0
+        assert observed[~support].sum() == 0
+        result = chisquare(observed[support], expected[support] / expected[support].sum() * DRAWS)
+        assert result.pvalue > 1e-3, result
+
+
+def test_greedy_penalized_output_is_the_same_at_every_gamma(tiny_target, tiny_draft):
+    greedy = SamplingParams(temperature=0, **PENALTIES)
+    answers = []
+    with Model(tiny_target, n_ctx=512) as target, Model(tiny_draft, n_ctx=512) as draft:
+        prompt = target.tokenize("the cat and the dog and the cat")
+        for gamma in (0, 3):
+            rounds = [
+                e
+                for e in generate(
+                    target,
+                    prompt,
+                    draft=ModelDraft(draft, target.n_vocab),
+                    params=greedy,
+                    policy=FixedGamma(gamma),
+                    max_tokens=40,
+                )
+                if isinstance(e, Round)
+            ]
+            answers.append([t for r in rounds for t in r.tokens])
+        unpenalized = [
+            t
+            for e in generate(
+                target,
+                prompt,
+                params=replace(
+                    greedy,
+                    repeat_penalty=1.0,
+                    presence_penalty=0,
+                    frequency_penalty=0,
+                    logit_bias=(),
+                ),
+                policy=FixedGamma(0),
+                max_tokens=40,
+            )
+            if isinstance(e, Round)
+            for t in e.tokens
+        ]
+    assert answers[0] == answers[1]
+    assert answers[0] != unpenalized  # the penalties changed the answer
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(repeat_penalty=0),
+        dict(presence_penalty=3),
+        dict(frequency_penalty=-2.5),
+        dict(penalty_last_n=-1),
+        dict(logit_bias=((3, 150.0),)),
+        dict(logit_bias=((-1, 1.0),)),
+    ],
+)
+def test_bad_penalties_are_named(bad):
+    with pytest.raises(OptionError, match=next(iter(bad))):
+        SamplingParams(**bad)
