@@ -8,38 +8,48 @@ a turn by writing `<|im_end|>` or `<|im_start|>system`.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
+from specrun.tools import Tool, ToolCall, call_text, system_text, tool_format
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 @dataclass
 class Message:
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str | None = None  # a tool's result: the call it answers
 
 
-def render(model: Model, messages: list[Message]) -> list[int]:
-    """Token ids of a conversation, ending where the assistant's reply begins."""
+def render(model: Model, messages: list[Message], tools: tuple[Tool, ...] = ()) -> list[int]:
+    """Token ids of a conversation, ending where the assistant's reply begins; `tools`, the
+    functions it may call (`specrun.tools`)."""
+    messages = _with_tools(model, messages, tools)
     formatter = _formatter(model)
     if formatter is None:
         return model.tokenize(chat_text(model, messages), add_special=True, parse_special=False)
-    prompt = _format(model, formatter, messages)
+    offered = tools if tool_format(model.chat_template) != "generic" else ()
+    prompt = _format(model, formatter, messages, offered)
     # The same conversation with each content a unique marker shows what is markup.
     nonce = secrets.token_hex(8)
     # (Private-use characters: no template filter trims, escapes or changes their case.)
     markers = {f"\ue000{nonce}.{i}\ue001": m.content for i, m in enumerate(messages)}
     skeleton = _format(
-        model, formatter, [Message(m.role, marker) for m, marker in zip(messages, markers)]
+        model,
+        formatter,
+        [replace(m, content=marker) for m, marker in zip(messages, markers)],
+        offered,
     )
     pieces = _markup_and_contents(prompt, skeleton, markers)
     if pieces is None:
@@ -76,20 +86,67 @@ def _formatter(model: Model) -> Jinja2ChatFormatter | None:
     )
 
 
-def _format(model: Model, formatter: Jinja2ChatFormatter, messages: list[Message]) -> str:
+def _format(
+    model: Model,
+    formatter: Jinja2ChatFormatter,
+    messages: list[Message],
+    tools: tuple[Tool, ...] = (),
+) -> str:
     try:
-        return formatter(messages=[_request_message(m) for m in messages]).prompt
+        offered: Any = [tool.as_openai() for tool in tools] or None
+        return formatter(messages=[_request_message(m) for m in messages], tools=offered).prompt
     except Exception as error:  # a template may reject a conversation (e.g. no system role)
         raise SpecrunError(f"{model.name}'s chat template failed: {error}") from None
 
 
 def _request_message(message: Message) -> ChatCompletionRequestMessage:
-    """A message as the formatter takes it: one TypedDict per role."""
+    """A message as the formatter takes it: one TypedDict per role; calls as Hugging Face's
+    templates read them (the arguments an object)."""
     if message.role == "system":
         return {"role": "system", "content": message.content}
     if message.role == "user":
         return {"role": "user", "content": message.content}
+    if message.role == "tool":
+        return {
+            "role": "tool",
+            "content": message.content,
+            "tool_call_id": message.tool_call_id or "",
+        }
+    if message.tool_calls:
+        calls: Any = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.loads(call.arguments or "{}")},
+            }
+            for call in message.tool_calls
+        ]
+        return {"role": "assistant", "content": message.content, "tool_calls": calls}
     return {"role": "assistant", "content": message.content}
+
+
+def _with_tools(model: Model, messages: list[Message], tools: tuple[Tool, ...]) -> list[Message]:
+    """The conversation for a template that does not render tools itself: the tools in a
+    system message, calls in Hermes' syntax, results as user turns in <tool_response> tags."""
+    asked = tools or any(m.tool_calls or m.role == "tool" for m in messages)
+    if not asked or tool_format(model.chat_template) != "generic":
+        return messages
+    written: list[Message] = []
+    for message in messages:
+        if message.role == "tool":
+            written.append(Message("user", f"<tool_response>\n{message.content}\n</tool_response>"))
+        elif message.tool_calls:
+            calls = "\n".join(call_text(call, "generic") for call in message.tool_calls)
+            written.append(Message("assistant", "\n".join(filter(None, [message.content, calls]))))
+        else:
+            written.append(message)
+    if tools:
+        told = system_text(list(tools))
+        if written and written[0].role == "system":
+            written[0] = Message("system", f"{written[0].content}\n\n{told}")
+        else:
+            written.insert(0, Message("system", told))
+    return written
 
 
 def _markup_and_contents(

@@ -44,6 +44,7 @@ from specrun.server.requests import (
 )
 from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
+from specrun.tools import ToolCall, parse_calls, tool_format
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
@@ -159,6 +160,15 @@ async def _json_body(request: Request, deadline: float) -> dict[str, Any]:
 
 
 # --- responses -------------------------------------------------------------------------------
+
+
+def _call(call: ToolCall) -> dict[str, object]:
+    """A tool call as OpenAI's API writes it."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
 
 
 def _usage(stats: Stats) -> dict[str, int]:
@@ -283,16 +293,32 @@ class Api:
             return None
         return endpoint.logprobs(entries, self.worker.engine.target.piece, offset)
 
+    def _calls(self, job: Job, text: str) -> tuple[str, list[ToolCall]]:
+        """The answer's text and its tool calls, where the request offered tools."""
+        if not job.request.calls_tools:
+            return text, []
+        return parse_calls(text, tool_format(self.worker.engine.target.chat_template))
+
     async def _answer(self, job: Job, endpoint: Endpoint) -> Response:
         text: list[str] = []
         entries: list[TokenLogprob] = []
         while (event := await job.next_round()) is not None:
             text.append(event.text)
             entries.extend(event.logprobs)
+        content, calls = self._calls(job, "".join(text))
+        answer = endpoint.whole(content)
+        if calls:
+            answer = {
+                "message": {
+                    "role": "assistant",
+                    "content": content or None,
+                    "tool_calls": [_call(call) for call in calls],
+                }
+            }
         choice: dict[str, object] = {
-            **endpoint.whole("".join(text)),
+            **answer,
             "logprobs": self._logprobs(job, endpoint, entries),
-            "finish_reason": job.finish_reason(),
+            "finish_reason": "tool_calls" if calls else job.finish_reason(),
         }
         return JSONResponse(
             {
@@ -316,13 +342,26 @@ class Api:
             if endpoint.opening:
                 yield _sse(chunk({**endpoint.opening, "finish_reason": None}))
             offset = 0  # characters of the answer streamed so far
+            held: list[str] = []  # offered tools: the whole answer, then its calls or its text
             while (event := await job.next_round()) is not None:
-                if event.text or event.logprobs:
+                if job.request.calls_tools:
+                    held.append(event.text)
+                elif event.text or event.logprobs:
                     logprobs = self._logprobs(job, endpoint, list(event.logprobs), offset)
                     part = {**endpoint.part(event.text), "finish_reason": None}
                     yield _sse(chunk({**part, **({"logprobs": logprobs} if logprobs else {})}))
                     offset += len(event.text)
-            last = chunk({**endpoint.part(""), "finish_reason": job.finish_reason()})
+            content, calls = self._calls(job, "".join(held))
+            if calls:
+                delta = {
+                    "content": content or None,
+                    "tool_calls": [{"index": i, **_call(call)} for i, call in enumerate(calls)],
+                }
+                yield _sse(chunk({"delta": delta, "finish_reason": None}))
+            elif content:
+                yield _sse(chunk({**endpoint.part(content), "finish_reason": None}))
+            reason = "tool_calls" if calls else job.finish_reason()
+            last = chunk({**endpoint.part(""), "finish_reason": reason})
             figures = {"usage": _usage(job.stats), "specrun": job.stats.as_dict()}
             if separate:
                 yield _sse(last)

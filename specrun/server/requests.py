@@ -22,8 +22,10 @@ from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
 from specrun.prompt import Message, render
+from specrun.tools import Tool, ToolCall, ToolChoice, call_grammar, tool_format
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
 Endpoint = Literal["chat", "completion"]
 NUMBER = (int, float)
 MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
@@ -222,9 +224,7 @@ def _nothing(value: Any) -> bool:
 
 BOTH: tuple[Endpoint, ...] = ("chat", "completion")
 UNSUPPORTED = (
-    Unsupported("tools", ("chat",), _nothing, "tool calls"),
-    Unsupported("tool_choice", ("chat",), lambda v: v in (None, "none", "auto"), "tool calls"),
-    Unsupported("functions", ("chat",), _nothing, "function calls"),
+    Unsupported("functions", ("chat",), _nothing, "function calls (send `tools`)"),
     Unsupported(
         "function_call", ("chat",), lambda v: v in (None, "none", "auto"), "function calls"
     ),
@@ -264,6 +264,20 @@ class GenerationRequest:
     grammar: str | None = None  # GBNF the answer keeps to (response_format, grammar, json_schema)
     grammar_param: str | None = None  # the field it came from, to name in an error
     logprobs: int | None = None  # each token's log-probability and this many alternatives
+    tools: tuple[Tool, ...] = ()  # functions the model may call (chat)
+    tool_choice: ToolChoice = "auto"
+
+    @property
+    def calls_tools(self) -> bool:
+        """Whether the answer is read for tool calls."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    def constraint(self, template: str | None) -> str | None:
+        """The grammar of the answer: the request's, or where a call is required, the call's
+        in the template's syntax."""
+        if self.calls_tools and self.tool_choice != "auto":
+            return call_grammar(list(self.tools), self.tool_choice, tool_format(template))
+        return self.grammar
 
     @property
     def prompt_field(self) -> PromptField:
@@ -271,7 +285,7 @@ class GenerationRequest:
 
     def tokens(self, engine: Engine) -> list[int]:
         if isinstance(self.prompt, list):
-            return render(engine.target, self.prompt)
+            return render(engine.target, self.prompt, self.tools if self.calls_tools else ())
         return engine.prompt(self.prompt, raw=True)
 
 
@@ -279,6 +293,17 @@ def chat_request(body: dict[str, Any], model: str, defaults: SamplingParams) -> 
     """A /v1/chat/completions body, for the server of `model` with sampling `defaults`."""
     _check_supported(body, "chat")
     request = _generation_request(body, model, _messages, defaults)
+    tools = _tools(body)
+    choice = _tool_choice(body, tools)
+    if choice not in ("auto", "none") and request.grammar is not None:
+        raise ApiError(
+            400,
+            f"`tool_choice` {choice!r} and `{request.grammar_param}` each constrain the answer: "
+            "send one",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    request = replace(request, tools=tools, tool_choice=choice)
     top = _field(body, "top_logprobs", (int,), "an integer")
     if _field(body, "logprobs", (bool,), "true or false"):
         return replace(request, logprobs=_bounded(top or 0, "top_logprobs", MAX_TOP_LOGPROBS))
@@ -301,6 +326,82 @@ def completion_request(
     request = _generation_request(body, model, _text, defaults)
     top = _field(body, "logprobs", (int,), "an integer (0-5)")
     return request if top is None else replace(request, logprobs=_bounded(top, "logprobs", 5))
+
+
+def _tools(body: dict[str, Any]) -> tuple[Tool, ...]:
+    """`tools`: functions, each with a name, a description and its parameters' schema."""
+    given = _field(body, "tools", (list,), "a list of tools") or []
+    tools = []
+    for index, tool in enumerate(given):
+        param = f"tools[{index}]"
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if (
+            not isinstance(tool, dict)
+            or tool.get("type") != "function"
+            or not isinstance(function, dict)
+        ):
+            raise ApiError(
+                400,
+                f'`{param}` must be {{"type": "function", "function": {{...}}}}',
+                param=param,
+                code="invalid_value",
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
+            raise ApiError(
+                400,
+                f"`{param}.function.name` must be 1-64 letters, digits, _ or -",
+                param=f"{param}.function.name",
+                code="invalid_value",
+            )
+        description = function.get("description") or ""
+        parameters = function.get("parameters")
+        if not isinstance(description, str) or not isinstance(parameters, (dict, type(None))):
+            raise ApiError(
+                400,
+                f"`{param}.function` has a text `description` and a schema as `parameters`",
+                param=f"{param}.function",
+                code="invalid_type",
+            )
+        tools.append(Tool(name, description, parameters))
+    return tuple(tools)
+
+
+def _tool_choice(body: dict[str, Any], tools: tuple[Tool, ...]) -> ToolChoice:
+    """`tool_choice`: none, auto (the default), required, or {"type": "function",
+    "function": {"name": ...}} for one of the tools."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return "auto"
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if choice.get("type") != "function" or not isinstance(name, str):
+            raise ApiError(
+                400,
+                '`tool_choice` names a function as {"type": "function", "function": {"name": ...}}',
+                param="tool_choice",
+                code="invalid_value",
+            )
+        choice = name
+    elif choice not in ("none", "auto", "required"):
+        raise ApiError(
+            400,
+            f"`tool_choice` must be none, auto, required or a function, got {json.dumps(choice)}",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if choice not in ("none", "auto") and not any(
+        choice in ("required", tool.name) for tool in tools
+    ):
+        raise ApiError(
+            400,
+            f"`tool_choice` asks for a call of {'a tool' if choice == 'required' else choice!r}, "
+            "which `tools` does not offer",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    return str(choice)
 
 
 def _bounded(value: int, name: str, most: int) -> int:
@@ -531,7 +632,57 @@ def _message(message: Any, param: str) -> Message:
             param=f"{param}.role",
             code="invalid_value",
         )
-    return Message(message["role"], _content(message.get("content"), f"{param}.content"))
+    role = message["role"]
+    calls = _calls(message.get("tool_calls"), f"{param}.tool_calls") if role == "assistant" else ()
+    content = message.get("content")
+    if calls and content is None:  # an assistant that only called
+        content = ""
+    result = Message(role, _content(content, f"{param}.content"), tool_calls=calls)
+    if role == "tool":
+        call = message.get("tool_call_id")
+        if not isinstance(call, str):
+            raise ApiError(
+                400,
+                f"`{param}.tool_call_id` must name the call this result answers",
+                param=f"{param}.tool_call_id",
+                code="missing_required_parameter",
+            )
+        result = replace(result, tool_call_id=call)
+    return result
+
+
+def _calls(given: Any, param: str) -> tuple[ToolCall, ...]:
+    """An assistant message's `tool_calls`, each with its id, name and arguments (JSON text)."""
+    if given is None:
+        return ()
+    calls = []
+    for index, call in enumerate(given if isinstance(given, list) else [None]):
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not isinstance(function.get("arguments", "{}"), str)
+            or not isinstance(call.get("id", ""), str)
+        ):
+            raise ApiError(
+                400,
+                f"`{param}[{index}]` must be a call: "
+                '{"id", "type": "function", "function": {"name", "arguments"}}',
+                param=f"{param}[{index}]",
+                code="invalid_value",
+            )
+        arguments = function.get("arguments", "{}")
+        try:
+            json.loads(arguments or "{}")
+        except ValueError:
+            raise ApiError(
+                400,
+                f"`{param}[{index}].function.arguments` must be JSON text",
+                param=f"{param}[{index}].function.arguments",
+                code="invalid_value",
+            ) from None
+        calls.append(ToolCall(function["name"], arguments, call.get("id", "")))
+    return tuple(calls)
 
 
 def _content(content: Any, param: str) -> str:

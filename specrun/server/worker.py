@@ -188,7 +188,7 @@ class Worker:
                 stop=job.request.stop,
                 cancelled=job.cancel.is_set,
                 params=job.request.params,  # its own: the engine's stay the command line's
-                grammar=job.request.grammar,
+                grammar=job.request.constraint(engine.target.chat_template),
                 logprobs=job.request.logprobs,
             ):
                 started = True

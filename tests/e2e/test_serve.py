@@ -364,8 +364,6 @@ BAD_REQUESTS = {
 
 # A value of each field the server knows but does not act on that asks for something.
 ASKING = {
-    "tools": [{"type": "function", "function": {"name": "get_time", "parameters": {}}}],
-    "tool_choice": "required",
     "functions": [{"name": "get_time", "parameters": {}}],
     "function_call": {"name": "get_time"},
     "response_format": {"type": "json_object"},
@@ -591,6 +589,111 @@ def structured_answers(demo_server: Server) -> None:
         extra_body={"grammar": 'root ::= " yes" | " no"'},
     )
     assert answer.choices[0].text in (" yes", " no")
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city now",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def tool_round_trip(demo_server: Server, stream: bool) -> None:
+    """A request with tools; the model must call one (`required`, kept to by a grammar);
+    the call's result goes back as a `tool` message; the final answer is text."""
+    client = demo_server.client()
+    messages: list = [{"role": "user", "content": "What is the weather in Paris?"}]
+    asked = dict(model=demo_server.model, tools=[WEATHER_TOOL], max_tokens=64, temperature=0)
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                messages=messages, tool_choice="required", stream=True, **asked
+            )
+        )
+        deltas = [c.choices[0].delta for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+        assert len(deltas) == 1 and chunks[-1].choices[0].finish_reason == "tool_calls"
+        call = deltas[0].tool_calls[0]
+        call_id, name, arguments = call.id, call.function.name, call.function.arguments
+    else:
+        first = client.chat.completions.create(messages=messages, tool_choice="required", **asked)
+        assert first.choices[0].finish_reason == "tool_calls"
+        call = first.choices[0].message.tool_calls[0]
+        call_id, name, arguments = call.id, call.function.name, call.function.arguments
+    assert name == "get_weather" and isinstance(json.loads(arguments)["city"], str)
+    messages += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": '{"sky": "sunny", "celsius": 21}'},
+    ]
+    final = client.chat.completions.create(messages=messages, tool_choice="none", **asked)
+    assert final.choices[0].message.tool_calls is None
+    assert final.choices[0].message.content and final.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_tool_call_round_trip_whole_and_streamed(demo_pair):
+    demo_server = Server("-t", str(demo_pair[0]), "-d", str(demo_pair[1]), "--gamma", "3")
+    try:
+        tool_round_trip(demo_server, stream=False)
+        tool_round_trip(demo_server, stream=True)
+        named = demo_server.client().chat.completions.create(
+            model=demo_server.model,
+            messages=[{"role": "user", "content": "Paris?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            max_tokens=64,
+        )
+        assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
+    finally:
+        assert demo_server.stop() == 0
+
+
+TOOL_ERRORS = {
+    "a choice of no tool": ({"tool_choice": "required"}, "tool_choice"),
+    "a choice of another tool": (
+        {"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+        "tool_choice",
+    ),
+    "a tool without a name": (
+        {"tools": [{"type": "function", "function": {}}]},
+        "tools[0].function.name",
+    ),
+    "a result without its call": (
+        {"messages": [*HELLO, {"role": "tool", "content": "21"}]},
+        "messages[1].tool_call_id",
+    ),
+    "a call and a schema at once": (
+        {
+            "tools": [WEATHER_TOOL],
+            "tool_choice": "required",
+            "response_format": {"type": "json_object"},
+        },
+        "tool_choice",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TOOL_ERRORS)
+def test_a_bad_tool_request_is_named(server, case):
+    fields, param = TOOL_ERRORS[case]
+    response = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, **fields})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
 
 
 GRAMMAR_ERRORS = {

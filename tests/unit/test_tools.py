@@ -1,0 +1,81 @@
+"""Tool calls without a model: which syntax a chat template teaches, reading calls back
+from an answer in each syntax, and the grammar that makes a required call."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specrun.tools import Tool, ToolCall, call_grammar, call_text, parse_calls, tool_format
+
+QWEN = (
+    "{% if tools %}<|im_start|>system\n# Tools\n<tools>{% for t in tools %}{{ t | tojson }}"
+    "{% endfor %}</tools>\nFor each call return <tool_call>...</tool_call><|im_end|>{% endif %}"
+)
+LLAMA3 = "{% if tools %}<|start_header_id|>ipython<|end_header_id|>{% endif %}<|python_tag|>"
+MISTRAL = (
+    "{% if tools %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}[TOOL_CALLS]"
+)
+CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}"
+WEATHER = Tool(
+    "get_weather",
+    "The weather in a city",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+@pytest.mark.parametrize(
+    "template, fmt",
+    [
+        (QWEN, "hermes"),
+        (LLAMA3, "llama3"),
+        (MISTRAL, "mistral"),
+        (CHATML, "generic"),
+        (None, "generic"),
+    ],
+)
+def test_the_syntax_comes_from_the_template(template, fmt):
+    assert tool_format(template) == fmt
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "generic"])
+def test_a_call_written_in_a_syntax_reads_back(fmt):
+    call = ToolCall("get_weather", json.dumps({"city": "Paris"}), "call_1")
+    text, calls = parse_calls(call_text(call, fmt), fmt)
+    assert text == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert calls[0].id.startswith("call_") and len(calls[0].id) > 8  # a fresh id
+
+
+def test_several_calls_text_before_them_and_what_is_not_a_call():
+    answer = (
+        'Let me check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n'
+        '<tool_call>{"name": "b", "arguments": {}}</tool_call>'
+    )
+    text, calls = parse_calls(answer, "hermes")
+    assert text == "Let me check." and [c.name for c in calls] == ["a", "b"]
+    assert parse_calls("no calls here", "hermes") == ("no calls here", [])
+    assert parse_calls("<tool_call>{not json}</tool_call>", "hermes")[1] == []
+    llama = '{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}'
+    assert [c.name for c in parse_calls(llama, "llama3")[1]] == ["a", "b"]
+    assert parse_calls('{"answer": 42}', "llama3") == ('{"answer": 42}', [])
+    assert parse_calls('Sure.[TOOL_CALLS][{"name": "a", "arguments": {}}]', "mistral")[0] == "Sure."
+
+
+@pytest.mark.parametrize(
+    "fmt, start",
+    [
+        ("hermes", 'root ::= "<tool_call>\\n" call "\\n</tool_call>"'),
+        ("generic", 'root ::= "<tool_call>\\n" call "\\n</tool_call>"'),
+        ("mistral", 'root ::= "[TOOL_CALLS][" call "]"'),
+        ("llama3", "root ::= call"),
+    ],
+)
+def test_a_required_call_has_a_grammar_in_the_syntax(fmt, start):
+    grammar = call_grammar([WEATHER, Tool("now")], "required", fmt)
+    assert grammar.splitlines()[0] == start
+    assert sum(line.startswith("call ::=") for line in grammar.splitlines()) == 1
+    named = call_grammar([WEATHER, Tool("now")], "now", fmt)
+    assert '"\\"now\\""' in named and "get_weather" not in named
