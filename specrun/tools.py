@@ -127,6 +127,46 @@ def parse_calls(text: str, fmt: ToolFormat) -> tuple[str, list[ToolCall]]:
     return text[: text.find("<tool_call>")].strip(), calls
 
 
+class CallStream:
+    """An answer streamed while tools are offered: its text goes out as it comes, but for
+    what may be (the start of) a call, which is held until the answer ends and then read
+    as calls, or sent as the text it turned out to be."""
+
+    MARKERS = {"hermes": "<tool_call>", "generic": "<tool_call>", "mistral": "[TOOL_CALLS]"}
+
+    def __init__(self, fmt: ToolFormat) -> None:
+        self.fmt = fmt
+        self.text = ""
+        self.sent = 0  # how much of the text went out
+
+    def feed(self, text: str) -> str:
+        """The part of the answer so far that can go out now."""
+        self.text += text
+        end = max(self.sent, self._safe_end())
+        out, self.sent = self.text[self.sent : end], end
+        return out
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """At the answer's end: the text still held, or the calls it holds."""
+        _, calls = parse_calls(self.text, self.fmt)
+        return ("", calls) if calls else (self.text[self.sent :], [])
+
+    def _safe_end(self) -> int:
+        if self.fmt == "llama3":  # a call is the whole answer: none of it goes out while it may be
+            body = self.text.lstrip()
+            tag = "<|python_tag|>"
+            maybe = not body or body.startswith(("{", tag)) or tag.startswith(body)
+            return self.sent if maybe else len(self.text)
+        marker = self.MARKERS[self.fmt]
+        at = self.text.find(marker)
+        if at >= 0:
+            return at
+        for size in range(min(len(marker) - 1, len(self.text)), 0, -1):
+            if self.text.endswith(marker[:size]):  # the marker may be arriving
+                return len(self.text) - size
+        return len(self.text)
+
+
 def _json(text: str) -> Any:
     try:
         return json.loads(text)

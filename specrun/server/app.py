@@ -44,7 +44,7 @@ from specrun.server.requests import (
 )
 from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
-from specrun.tools import ToolCall, parse_calls, tool_format
+from specrun.tools import CallStream, ToolCall, parse_calls, tool_format
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
@@ -342,24 +342,25 @@ class Api:
             if endpoint.opening:
                 yield _sse(chunk({**endpoint.opening, "finish_reason": None}))
             offset = 0  # characters of the answer streamed so far
-            held: list[str] = []  # offered tools: the whole answer, then its calls or its text
+            # Offered tools, what may be a call is held until the answer ends.
+            calling = (
+                CallStream(tool_format(self.worker.engine.target.chat_template))
+                if job.request.calls_tools
+                else None
+            )
             while (event := await job.next_round()) is not None:
-                if job.request.calls_tools:
-                    held.append(event.text)
-                elif event.text or event.logprobs:
+                text = calling.feed(event.text) if calling else event.text
+                if text or event.logprobs:
                     logprobs = self._logprobs(job, endpoint, list(event.logprobs), offset)
-                    part = {**endpoint.part(event.text), "finish_reason": None}
+                    part = {**endpoint.part(text), "finish_reason": None}
                     yield _sse(chunk({**part, **({"logprobs": logprobs} if logprobs else {})}))
-                    offset += len(event.text)
-            content, calls = self._calls(job, "".join(held))
+                    offset += len(text)
+            rest, calls = calling.finish() if calling else ("", [])
+            if rest:
+                yield _sse(chunk({**endpoint.part(rest), "finish_reason": None}))
             if calls:
-                delta = {
-                    "content": content or None,
-                    "tool_calls": [{"index": i, **_call(call)} for i, call in enumerate(calls)],
-                }
+                delta = {"tool_calls": [{"index": i, **_call(c)} for i, c in enumerate(calls)]}
                 yield _sse(chunk({"delta": delta, "finish_reason": None}))
-            elif content:
-                yield _sse(chunk({**endpoint.part(content), "finish_reason": None}))
             reason = "tool_calls" if calls else job.finish_reason()
             last = chunk({**endpoint.part(""), "finish_reason": reason})
             figures = {"usage": _usage(job.stats), "specrun": job.stats.as_dict()}

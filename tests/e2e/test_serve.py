@@ -659,6 +659,21 @@ def test_a_tool_call_round_trip_whole_and_streamed(demo_pair):
             max_tokens=64,
         )
         assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
+        # Offered tools, an answer in words still streams as it comes (this model answers so).
+        words = dict(
+            model=demo_server.model,
+            messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[WEATHER_TOOL],
+            max_tokens=24,
+            temperature=0,
+        )
+        whole = demo_server.client().chat.completions.create(**words)
+        assert whole.choices[0].message.tool_calls is None
+        chunks = list(demo_server.client().chat.completions.create(**words, stream=True))
+        parts = [
+            c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+        ]
+        assert len(parts) > 2 and "".join(parts) == whole.choices[0].message.content
     finally:
         assert demo_server.stop() == 0
 

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from specrun.tools import Tool, ToolCall, call_grammar, call_text, parse_calls, tool_format
+from specrun.tools import (
+    CallStream,
+    Tool,
+    ToolCall,
+    call_grammar,
+    call_text,
+    parse_calls,
+    tool_format,
+)
 
 QWEN = (
     "{% if tools %}<|im_start|>system\n# Tools\n<tools>{% for t in tools %}{{ t | tojson }}"
@@ -79,3 +87,24 @@ def test_a_required_call_has_a_grammar_in_the_syntax(fmt, start):
     assert sum(line.startswith("call ::=") for line in grammar.splitlines()) == 1
     named = call_grammar([WEATHER, Tool("now")], "now", fmt)
     assert '"\\"now\\""' in named and "get_weather" not in named
+
+
+def stream(fmt, pieces):
+    calling = CallStream(fmt)
+    out = [calling.feed(piece) for piece in pieces]
+    return out, calling.finish()
+
+
+def test_a_streamed_answer_goes_out_as_it_comes_but_for_what_may_be_a_call():
+    call = ["<tool", '_call>\n{"name": "a", ', '"arguments": {"x": 1}}\n</tool_call>']
+    out, (rest, calls) = stream("hermes", ["Let me ", "check. ", *call])
+    assert out == ["Let me ", "check. ", "", "", ""] and rest == ""
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("a", {"x": 1})]
+    out, (rest, calls) = stream("hermes", ["It is <to", "day, <tool_call> or not"])
+    assert out == ["It is ", "<today, "] and rest == "<tool_call> or not" and calls == []
+    out, (rest, calls) = stream("llama3", [" {", '"name": "a", "parameters": {}}'])
+    assert out == ["", ""] and rest == "" and [c.name for c in calls] == ["a"]
+    out, (rest, calls) = stream("llama3", ["Sure", ", here"])
+    assert out == ["Sure", ", here"] and (rest, calls) == ("", [])
+    out, (rest, calls) = stream("mistral", ["[TOOL", "S]", "x"])
+    assert out == ["", "[TOOLS]", "x"] and (rest, calls) == ("", [])
