@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
 import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -15,6 +19,7 @@ from specrun.cli.options import (
     LOAD,
     MODELS,
     SAMPLING,
+    ModelChoice,
     ModelRequest,
     load_engine,
     load_notes,
@@ -24,6 +29,9 @@ from specrun.cli.options import (
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
 from specrun.options import DraftOptions, LoadOptions
+
+if TYPE_CHECKING:
+    from specrun.engine import Engine
 
 API_KEY_ENV = "SPECRUN_API_KEY"
 ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # a page's Origin header
@@ -60,6 +68,28 @@ def serve(
         help="Let web pages from this origin call the API (repeatable; e.g. "
         "http://localhost:3000; *: any). Off by default.",
     ),
+    more_models: list[str] = typer.Option(
+        [],
+        "--model",
+        metavar="TARGET[+DRAFT]",
+        help="Also answer requests that name this model (its file name without .gguf), "
+        "loading it on first use (repeatable; TARGET and DRAFT as --target and --draft "
+        "take them).",
+    ),
+    keep_alive: float | None = typer.Option(
+        None,
+        "--keep-alive",
+        metavar="SECONDS",
+        help="Unload a model after this long without a request (default: never); it loads "
+        "again when one comes.",
+    ),
+    max_models: int = typer.Option(
+        0,
+        "--max-models",
+        min=0,
+        help="Most models loaded at once (0: as many as memory holds); the least recently "
+        "used goes first.",
+    ),
     queue: int = typer.Option(
         64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
     ),
@@ -78,7 +108,9 @@ def serve(
     """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults
     of requests."""
     # here: `specrun run` need not import the HTTP stack
+    from specrun.llama.model import DEFAULT_CTX
     from specrun.server.app import serve as run_server
+    from specrun.server.pool import ModelPool, Served
     from specrun.server.requests import AllowedHosts
 
     # click reads an empty variable as unset; an empty key is a mistake either way, not "no key"
@@ -90,6 +122,8 @@ def serve(
         raise OptionError(f"--read-timeout must be more than 0 seconds, got {read_timeout:g}")
     if any(not name.strip() for name in allowed_hosts):
         raise OptionError("--allowed-host is empty")
+    if keep_alive is not None and not keep_alive >= 0:
+        raise OptionError(f"--keep-alive must be 0 seconds or more, got {keep_alive:g}")
     for origin in cors:
         if origin != "*" and not ORIGIN.fullmatch(origin):
             raise OptionError(
@@ -105,14 +139,32 @@ def serve(
                 + ("" if api_key else f", with no API key (--api-key or ${API_KEY_ENV})")
             )
         choice = models.resolve()
+        others = [_choice(spec, models) for spec in more_models]  # every name checked first
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
+
+        def loader(choice: ModelChoice) -> Callable[[], Engine]:
+            return functools.partial(load_engine, choice, load, params=sampling, drafting=drafting)
+
+        served = [Served(choice.target.stem, loader(choice), engine=engine)]
+        for other in others:
+            if other.target.stem in {s.id for s in served}:
+                raise OptionError(f"--model {other.target.stem} is served already")
+            served.append(
+                Served(
+                    other.target.stem,
+                    loader(other),
+                    files=(other.target, *(d for d in other.drafts if isinstance(d, Path))),
+                    n_ctx=load.n_ctx or DEFAULT_CTX,
+                )
+            )
+        pool = ModelPool(served, keep_alive=keep_alive, max_loaded=max_models)
         try:
             load_notes(engine.target, load)
             url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
             run_server(
-                engine,
+                pool,
                 listener,
-                model=choice.target.stem,
+                defaults=sampling,
                 api_key=api_key,
                 hosts=AllowedHosts.of(host, allowed_hosts),
                 cors=tuple(cors),
@@ -121,8 +173,17 @@ def serve(
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
             )
         finally:
-            engine.close()
+            pool.close()
     note("stopped")
+
+
+def _choice(spec: str, given: ModelRequest) -> ModelChoice:
+    """--model TARGET[+DRAFT], resolved as --target and --draft are (the catalog too)."""
+    target, _, draft = spec.partition("+")
+    if not target.strip():
+        raise OptionError(f"--model takes TARGET or TARGET+DRAFT, got {spec!r}")
+    request = ModelRequest(target.strip(), draft.strip() or None, given.catalog)
+    return request.resolve()
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -12,7 +12,7 @@ import hmac
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,9 +30,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specrun.core.sampling import SamplingParams, TokenLogprob
 from specrun.core.stats import Stats
-from specrun.engine import Engine
 from specrun.server import metrics
 from specrun.server.connection import connection_type, late
+from specrun.server.pool import ModelPool
 from specrun.server.requests import (
     AllowedHosts,
     ApiError,
@@ -103,7 +103,7 @@ class Endpoint:
     object_name: ObjectName  # a response's "object"
     chunk_object_name: ObjectName  # a streamed chunk's
     id_prefix: Literal["chatcmpl-", "cmpl-"]  # of the ids of its answers
-    request: Callable[[dict[str, Any], str, SamplingParams], GenerationRequest]
+    request: Callable[[dict[str, Any], Sequence[str], SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
     opening: dict[str, object] | None  # the first streamed choice, before any text
@@ -188,7 +188,6 @@ class Api:
     """The HTTP endpoints over a worker."""
 
     worker: Worker
-    model: str  # the one model id served
     started: int = field(default_factory=lambda: int(time.time()))
     read_timeout: float = READ_TIMEOUT_SECONDS  # for a request's body, once its headers are in
 
@@ -235,16 +234,20 @@ class Api:
         return JSONResponse({"status": "ok"})
 
     async def models(self, request: Request) -> Response:
+        """The models requests may name, the default first; `loaded`: in memory now (one
+        that is not loads when a request names it)."""
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
                     {
-                        "id": self.model,
+                        "id": model["id"],
                         "object": "model",
                         "created": self.started,
                         "owned_by": "specrun",
+                        "loaded": model["loaded"],
                     }
+                    for model in self.worker.pool.snapshot()
                 ],
             }
         )
@@ -253,7 +256,7 @@ class Api:
         return Response(metrics.exposition(self.worker), media_type=metrics.CONTENT_TYPE)
 
     async def stats(self, request: Request) -> Response:
-        return JSONResponse({"model": self.model, **self.worker.snapshot()})
+        return JSONResponse({"model": self.worker.pool.default, **self.worker.snapshot()})
 
     async def chat(self, request: Request) -> Response:
         return await self._generation(request, CHAT)
@@ -263,7 +266,7 @@ class Api:
 
     async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
         body = await _json_body(request, self.read_timeout)
-        generation = endpoint.request(body, self.model, self.worker.defaults)
+        generation = endpoint.request(body, self.worker.pool.ids, self.worker.defaults)
         job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         await job.next()  # the Prefill: the prompt is in, or the request's error comes before
         # any header is sent
@@ -282,7 +285,7 @@ class Api:
             "id": job.id,
             "object": endpoint.chunk_object_name if chunk else endpoint.object_name,
             "created": job.created,
-            "model": self.model,
+            "model": job.request.model,
             "choices": [{"index": 0, **choice}],
         }
 
@@ -291,13 +294,15 @@ class Api:
     ) -> dict[str, object] | None:
         if job.request.logprobs is None:
             return None
-        return endpoint.logprobs(entries, self.worker.engine.target.piece, offset)
+        assert job.engine is not None, "a job with rounds ran on its engine"
+        return endpoint.logprobs(entries, job.engine.target.piece, offset)
 
     def _calls(self, job: Job, text: str) -> tuple[str, list[ToolCall]]:
         """The answer's text and its tool calls, where the request offered tools."""
         if not job.request.calls_tools:
             return text, []
-        return parse_calls(text, tool_format(self.worker.engine.target.chat_template))
+        assert job.engine is not None, "a job with rounds ran on its engine"
+        return parse_calls(text, tool_format(job.engine.target.chat_template))
 
     async def _answer(self, job: Job, endpoint: Endpoint) -> Response:
         text: list[str] = []
@@ -344,8 +349,8 @@ class Api:
             offset = 0  # characters of the answer streamed so far
             # Offered tools, what may be a call is held until the answer ends.
             calling = (
-                CallStream(tool_format(self.worker.engine.target.chat_template))
-                if job.request.calls_tools
+                CallStream(tool_format(job.engine.target.chat_template))
+                if job.request.calls_tools and job.engine is not None
                 else None
             )
             while (event := await job.next_round()) is not None:
@@ -462,10 +467,10 @@ class _Uvicorn(uvicorn.Server):
 
 
 def serve(
-    engine: Engine,
+    pool: ModelPool,
     listener: socket.socket,
     *,
-    model: str,
+    defaults: SamplingParams,
     api_key: str | None,
     hosts: AllowedHosts,
     cors: tuple[str, ...] = (),
@@ -473,11 +478,11 @@ def serve(
     read_timeout: float,
     ready: Callable[[], None],
 ) -> None:
-    """Serve until SIGINT, SIGTERM or SIGHUP; `ready` hears when requests are taken. Return
-    once the engine is free to close."""
-    worker = Worker(engine, queue=queue)
+    """Serve the pool's models until SIGINT, SIGTERM or SIGHUP; `ready` hears when requests
+    are taken. Return once the engines are free to close."""
+    worker = Worker(pool, queue=queue, defaults=defaults)
     config = uvicorn.Config(
-        Api(worker, model, read_timeout=read_timeout).app(api_key, hosts, cors),
+        Api(worker, read_timeout=read_timeout).app(api_key, hosts, cors),
         http=connection_type(read_timeout),
         lifespan="off",
         ws="none",

@@ -47,6 +47,15 @@ def metrics(worker: Worker) -> list[Metric]:
         _one("num_requests_running", "gauge", "Requests generating now.", running),
         _one("num_requests_waiting", "gauge", "Requests in the queue.", len(worker.jobs) - running),
         Metric(
+            "model_loaded",
+            "gauge",
+            "Whether a model the server answers for is in memory (1) or loads when named (0).",
+            tuple(
+                ({"model": str(model["id"])}, int(bool(model["loaded"])))
+                for model in worker.pool.snapshot()
+            ),
+        ),
+        Metric(
             "request_success",
             "counter",
             "Requests answered, by why their answer ended.",

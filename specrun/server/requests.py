@@ -10,7 +10,7 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -257,6 +257,7 @@ class GenerationRequest:
 
     prompt: list[Message] | str
     params: SamplingParams
+    model: str  # the id of the model that answers
     max_tokens: int | None  # None: until the context is full
     stop: tuple[str, ...]
     stream: bool
@@ -289,10 +290,13 @@ class GenerationRequest:
         return engine.prompt(self.prompt, raw=True)
 
 
-def chat_request(body: dict[str, Any], model: str, defaults: SamplingParams) -> GenerationRequest:
-    """A /v1/chat/completions body, for the server of `model` with sampling `defaults`."""
+def chat_request(
+    body: dict[str, Any], models: Sequence[str], defaults: SamplingParams
+) -> GenerationRequest:
+    """A /v1/chat/completions body, for the server of `models` (the first the default) with
+    sampling `defaults`."""
     _check_supported(body, "chat")
-    request = _generation_request(body, model, _messages, defaults)
+    request = _generation_request(body, models, _messages, defaults)
     tools = _tools(body)
     choice = _tool_choice(body, tools)
     if choice not in ("auto", "none") and request.grammar is not None:
@@ -318,12 +322,12 @@ def chat_request(body: dict[str, Any], model: str, defaults: SamplingParams) -> 
 
 
 def completion_request(
-    body: dict[str, Any], model: str, defaults: SamplingParams
+    body: dict[str, Any], models: Sequence[str], defaults: SamplingParams
 ) -> GenerationRequest:
     """A /v1/completions body, whose prompt is sent as is; its `logprobs` is how many of the
     most likely tokens to list at each position (0-5), as OpenAI's legacy API has it."""
     _check_supported(body, "completion")
-    request = _generation_request(body, model, _text, defaults)
+    request = _generation_request(body, models, _text, defaults)
     top = _field(body, "logprobs", (int,), "an integer (0-5)")
     return request if top is None else replace(request, logprobs=_bounded(top, "logprobs", 5))
 
@@ -417,15 +421,16 @@ def _bounded(value: int, name: str, most: int) -> int:
 
 def _generation_request(
     body: dict[str, Any],
-    model: str,
+    models: Sequence[str],
     prompt: Callable[[dict[str, Any]], list[Message] | str],
     defaults: SamplingParams,
 ) -> GenerationRequest:
     named = _field(body, "model", (str,), "a string")
-    if named not in (None, model):
+    if named is not None and named not in models:
+        served = ", ".join(f"`{model}`" for model in models)
         raise ApiError(
             404,
-            f"the model `{named}` is not served here; this server has `{model}`",
+            f"the model `{named}` is not served here; this server has {served}",
             param="model",
             code="model_not_found",
         )
@@ -442,6 +447,7 @@ def _generation_request(
     return GenerationRequest(
         asked,
         _sampling(body, defaults),
+        named or models[0],
         max_tokens,
         _stop(body),
         stream,

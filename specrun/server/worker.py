@@ -22,9 +22,11 @@ from typing import Literal, cast, get_args
 from starlette.types import Receive
 
 from specrun.core.loop import Event, Prefill, Round
+from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
+from specrun.server.pool import ModelPool
 from specrun.server.requests import ApiError, GenerationRequest, bad_value
 
 RETRY_AFTER_SECONDS = 1
@@ -72,6 +74,7 @@ class Job:
     events: asyncio.Queue[Event | Exception | None] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     ended: bool = False  # its error or its end was delivered
+    engine: Engine | None = None  # its model's, once it runs
 
     def deliver(self, item: Event | Exception | None) -> None:
         """On the event loop: an event, the error that ended the job, or None at its end."""
@@ -110,11 +113,12 @@ class Job:
 
 
 class Worker:
-    """The engine's one thread: one generation at a time, up to `queue` more waiting."""
+    """The engines' one thread: one generation at a time, up to `queue` more waiting; each
+    with the model its request names, loaded there on demand (`ModelPool`)."""
 
-    def __init__(self, engine: Engine, *, queue: int) -> None:
-        self.engine = engine
-        self.defaults = engine.params  # the command line's sampling; each request starts from it
+    def __init__(self, pool: ModelPool, *, queue: int, defaults: SamplingParams) -> None:
+        self.pool = pool
+        self.defaults = defaults  # the command line's sampling; each request starts from it
         self.capacity = queue + 1  # the generation running and those waiting
         self.jobs: list[Job] = []  # admitted, in order; the first may be running
         self.running: Job | None = None
@@ -163,6 +167,13 @@ class Worker:
             self._count(job)
             if not job.ended:  # it never ran: only a server that stops has someone to tell
                 job.deliver(shutting_down())
+            if self.pool.keep_alive is not None and not self.stopping:
+                loop.call_later(self.pool.keep_alive, self._unload_idle)
+
+    def _unload_idle(self) -> None:
+        """Let go of idle models, in the worker thread, between generations."""
+        if not self.stopping:
+            self._thread.submit(self.pool.unload_idle)
 
     async def _watch(self, job: Job, receive: Receive) -> None:
         """A client that leaves cancels its generation at the next round, or leaves the queue
@@ -176,8 +187,10 @@ class Worker:
     def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
         """In the worker thread: hand over the job's events, then None, or the error that
         ended it."""
-        engine, tokens, started = self.engine, [], False
+        tokens: list[int] = []
+        started = False
         try:
+            job.engine = engine = self._engine(job)
             tokens = job.request.tokens(engine)
             max_tokens = (
                 engine.target.n_ctx if job.request.max_tokens is None else job.request.max_tokens
@@ -200,6 +213,19 @@ class Worker:
         else:
             hand(None)
 
+    def _engine(self, job: Job) -> Engine:
+        """The model the job names, loaded now if it is not; one that cannot load is the
+        server's failure, in words."""
+        try:
+            return self.pool.engine(job.request.model)
+        except SpecrunError as error:
+            raise ApiError(
+                503,
+                f"the model `{job.request.model}` could not be loaded: {error}",
+                kind="server_error",
+                code="model_not_loaded",
+            ) from None
+
     def _failure(
         self, error: SpecrunError, request: GenerationRequest, prompt_length: int, started: bool
     ) -> ApiError:
@@ -210,7 +236,7 @@ class Worker:
             return bad_value(error)
         if request.grammar_param and "grammar" in str(error):  # it does not parse
             return ApiError(400, str(error), param=request.grammar_param, code="invalid_value")
-        n_ctx = self.engine.target.n_ctx
+        n_ctx = self.pool.engine(request.model).target.n_ctx
         if prompt_length >= n_ctx:  # the library's words name its options, which no client sets
             return ApiError(
                 400,
@@ -236,14 +262,17 @@ class Worker:
             "recent_tokens_per_second": running.stats.recent_tokens_per_second,
             **running.stats.as_dict(),
         }
-        invariance = self.engine.target.invariance  # with --reproducible: how the target decodes
-        draft = self.engine.draft
+        # The running request's model, else the default one where it is loaded.
+        engine = (running and running.engine) or self.pool.served[self.pool.default].engine
+        invariance = engine and engine.target.invariance  # --reproducible: how the target decodes
+        draft = engine and engine.draft
         return {
             "draft": draft and {"name": draft.name, "kind": draft.kind},
             "running": live,
             "queued": len(self.jobs) - (running is not None),
             "totals": dict(self.totals),
             "reproducible": invariance and invariance.mode,
+            "models": self.pool.snapshot(),
         }
 
     async def stop(self) -> None:

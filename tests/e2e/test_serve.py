@@ -26,6 +26,7 @@ from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
 from specrun.server.app import Api
+from specrun.server.pool import ModelPool
 from specrun.server.requests import UNSUPPORTED
 from specrun.server.worker import Worker
 from tests.support.server import Server, chat
@@ -234,10 +235,10 @@ def test_each_request_samples_with_its_own_settings_and_leaves_the_engines(tiny_
             for fields in requests
         ]
         assert expected[0] != expected[1] and engine.params is defaults
-        worker = Worker(engine, queue=1)
+        worker = Worker(ModelPool.of(engine, "target"), queue=1, defaults=defaults)
 
         async def one_after_the_other() -> list[str]:
-            transport = httpx.ASGITransport(Api(worker, "target").app(None))
+            transport = httpx.ASGITransport(Api(worker).app(None))
             answers = []
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://localhost"
@@ -455,6 +456,9 @@ def test_metrics_are_prometheus_text_with_the_speculation_counters(server):
     assert value["specrun:generation_tokens"] == stats["completion_tokens"] > 0
     assert value["specrun:prompt_tokens"] == stats["prompt_tokens"]
     assert value["specrun:num_requests_running"] == 0
+    assert [(s.labels["model"], s.value) for s in families["specrun:model_loaded"].samples] == [
+        (server.model, 1)
+    ]
     assert families["specrun:spec_decode_num_drafts"].type == "counter"
     drafted = value["specrun:spec_decode_num_draft_tokens"]
     accepted = value["specrun:spec_decode_num_accepted_tokens"]
@@ -901,6 +905,55 @@ def test_a_browser_page_is_let_in_from_the_origins_given_only(tiny_target):
         assert plain.stop() == 0
 
 
+def test_models_load_when_named_and_go_when_idle_or_crowded(tiny_target, tiny_foreign):
+    """Two models from one server: the one a request names answers (loaded then, the other
+    let go past --max-models 1), both go after --keep-alive idle, and the default loads
+    again for the next request with the same answer."""
+    server = Server(
+        "-t",
+        str(tiny_target),
+        "--model",
+        str(tiny_foreign),
+        "--max-models",
+        "1",
+        "--keep-alive",
+        "1",
+    )
+
+    def loaded() -> dict[str, bool]:
+        data = httpx.get(f"{server.url}/v1/models").json()["data"]
+        return {model["id"]: model["loaded"] for model in data}
+
+    def answer(model: str | None) -> str:
+        body = {"prompt": "the cat", "max_tokens": 6, "temperature": 0}
+        response = httpx.post(
+            f"{server.url}{COMPLETIONS_PATH}", json={**body, **({"model": model} if model else {})}
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] == (model or "target")
+        return response.json()["choices"][0]["text"]
+
+    try:
+        assert list(loaded()) == ["target", "foreign"]
+        first = answer(None)
+        foreign = answer("foreign")
+        assert loaded() == {"target": False, "foreign": True} and foreign != first
+        assert answer("target") == first and loaded() == {"target": True, "foreign": False}
+        idle = server.wait_for(lambda s: not any(m["loaded"] for m in s["models"]))
+        assert idle["models"] == [
+            {"id": "target", "loaded": False},
+            {"id": "foreign", "loaded": False},
+        ]
+        assert answer(None) == first  # loaded again for it
+        missing = httpx.post(f"{server.url}{COMPLETIONS_PATH}", json={"prompt": "a", "model": "x"})
+        assert (
+            missing.status_code == 404
+            and "`target`, `foreign`" in missing.json()["error"]["message"]
+        )
+    finally:
+        assert server.stop() == 0
+
+
 def test_listening_beyond_loopback_warns(tiny_target):
     server = Server("-t", str(tiny_target), "--host", "0.0.0.0")
     assert server.stop(signal.SIGINT) == 0
@@ -935,6 +988,8 @@ def test_a_port_in_use_is_one_line_before_anything_loads(tiny_target):
         (["--api-key", ""], "--api-key"),
         (["--queue", "-1"], "--queue"),
         (["--cors", "localhost:3000/"], "--cors"),
+        (["--keep-alive", "-1"], "--keep-alive"),
+        (["--model", "+draft.gguf"], "--model"),
     ],
 )
 def test_bad_options_are_one_line_usage_errors(tiny_target, options, message):

@@ -1,0 +1,129 @@
+"""The models a server answers for: each by its id, loaded when a request first names it,
+and let go again: the least recently used when the next one would not fit in memory (or
+past `max_loaded`), and any left idle for `keep_alive` seconds. Loading and unloading run
+in the worker thread, between generations, so a model never goes while it generates."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specrun.engine import Engine
+from specrun.llama.devices import gpu_free_bytes, system_memory_available
+from specrun.llama.footprint import estimate
+
+
+@dataclass
+class Served:
+    """A model the server may answer for: its id (as requests name it), how to load it, and
+    the files whose size says what loading it takes."""
+
+    id: str
+    load: Callable[[], Engine]
+    files: tuple[Path, ...] = ()
+    n_ctx: int = 4096
+    engine: Engine | None = None
+    last_used: float = field(default_factory=time.monotonic)
+
+    def bytes_needed(self) -> int:
+        """Memory the model's files will take at its context, by their GGUF headers."""
+        total = 0
+        for path in self.files:
+            try:
+                total += estimate(path, n_ctx=self.n_ctx).total
+            except (OSError, ValueError, KeyError):  # not a GGUF it can read: no estimate
+                pass
+        return total
+
+
+class ModelPool:
+    """The served models, by id; the first is the default, for requests that name none."""
+
+    def __init__(
+        self,
+        served: Iterable[Served],
+        *,
+        keep_alive: float | None = None,
+        max_loaded: int = 0,
+        available: Callable[[], int] = lambda: system_memory_available() + gpu_free_bytes(),
+    ) -> None:
+        self.served = {model.id: model for model in served}
+        self.keep_alive = keep_alive  # None: for as long as the server runs
+        self.max_loaded = max_loaded  # 0: as many as fit
+        self._available = available
+        self._lock = threading.Lock()  # the worker thread changes, the event loop reads
+
+    @classmethod
+    def of(cls, engine: Engine, model_id: str) -> ModelPool:
+        """One model, loaded: what a server of one engine answers for."""
+        return cls([Served(model_id, lambda: engine, engine=engine)])
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.served)
+
+    @property
+    def default(self) -> str:
+        return self.ids[0]
+
+    def loaded(self) -> list[str]:
+        with self._lock:
+            return [model.id for model in self.served.values() if model.engine is not None]
+
+    def engine(self, model_id: str) -> Engine:
+        """In the worker thread: the model's engine, loaded now if it is not, after letting
+        go of the least recently used others where it would not fit."""
+        model = self.served[model_id]
+        if model.engine is None:
+            self._make_room(model)
+            engine = model.load()
+            with self._lock:
+                model.engine = engine
+        model.last_used = time.monotonic()
+        return model.engine
+
+    def _make_room(self, model: Served) -> None:
+        needed = model.bytes_needed()
+        while True:
+            others = sorted(
+                (m for m in self.served.values() if m.engine is not None),
+                key=lambda m: m.last_used,
+            )
+            full = self.max_loaded and len(others) >= self.max_loaded
+            if not others or not (full or needed > self._available()):
+                return
+            self._unload(others[0])
+
+    def unload_idle(self, now: float | None = None) -> list[str]:
+        """In the worker thread: let go of the models idle for longer than keep_alive."""
+        if self.keep_alive is None:
+            return []
+        now = time.monotonic() if now is None else now
+        idle = [
+            m
+            for m in self.served.values()
+            if m.engine is not None and now - m.last_used >= self.keep_alive
+        ]
+        for model in idle:
+            self._unload(model)
+        return [model.id for model in idle]
+
+    def _unload(self, model: Served) -> None:
+        with self._lock:
+            engine, model.engine = model.engine, None
+        if engine is not None:
+            engine.close()
+
+    def close(self) -> None:
+        for model in self.served.values():
+            self._unload(model)
+
+    def snapshot(self) -> list[dict[str, object]]:
+        with self._lock:
+            return [
+                {"id": model.id, "loaded": model.engine is not None}
+                for model in self.served.values()
+            ]
