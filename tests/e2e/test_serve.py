@@ -707,15 +707,7 @@ TOOL_ERRORS = {
 }
 
 
-@pytest.mark.parametrize("case", TOOL_ERRORS)
-def test_a_bad_tool_request_is_named(server, case):
-    fields, param = TOOL_ERRORS[case]
-    response = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, **fields})
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["param"] == param
-
-
-GRAMMAR_ERRORS = {
+CONSTRAINT_ERRORS = {
     "a grammar that does not parse": ({"grammar": "root ::= ("}, "grammar"),
     "an unknown format": ({"response_format": {"type": "xml"}}, "response_format.type"),
     "a schema format without one": (
@@ -729,9 +721,9 @@ GRAMMAR_ERRORS = {
 }
 
 
-@pytest.mark.parametrize("case", GRAMMAR_ERRORS)
-def test_a_bad_constraint_is_named(server, case):
-    fields, param = GRAMMAR_ERRORS[case]
+@pytest.mark.parametrize("case", [*TOOL_ERRORS, *CONSTRAINT_ERRORS])
+def test_a_bad_tool_or_constraint_is_named(server, case):
+    fields, param = {**TOOL_ERRORS, **CONSTRAINT_ERRORS}[case]
     response = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, **fields})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
