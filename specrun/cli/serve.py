@@ -145,8 +145,11 @@ def serve(
         def loader(choice: ModelChoice) -> Callable[[], Engine]:
             return functools.partial(load_engine, choice, load, params=sampling, drafting=drafting)
 
-        served = [Served(choice.target.stem, loader(choice), engine=engine)]
-        for other in others:
+        # A request names a model by its file's stem, or as the command line did (an alias).
+        given = [models.target or "", *(spec.partition("+")[0].strip() for spec in more_models)]
+        first = Served(choice.target.stem, loader(choice), engine=engine, aliases=(given[0],))
+        served = [first]
+        for other, name in zip(others, given[1:]):
             if other.target.stem in {s.id for s in served}:
                 raise OptionError(f"--model {other.target.stem} is served already")
             served.append(
@@ -155,6 +158,7 @@ def serve(
                     loader(other),
                     files=(other.target, *(d for d in other.drafts if isinstance(d, Path))),
                     n_ctx=load.n_ctx or DEFAULT_CTX,
+                    aliases=(name,),
                 )
             )
         pool = ModelPool(served, keep_alive=keep_alive, max_loaded=max_models)

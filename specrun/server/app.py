@@ -12,7 +12,7 @@ import hmac
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -103,7 +103,7 @@ class Endpoint:
     object_name: ObjectName  # a response's "object"
     chunk_object_name: ObjectName  # a streamed chunk's
     id_prefix: Literal["chatcmpl-", "cmpl-"]  # of the ids of its answers
-    request: Callable[[dict[str, Any], Sequence[str], SamplingParams], GenerationRequest]
+    request: Callable[[dict[str, Any], Mapping[str, str], SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
     opening: dict[str, object] | None  # the first streamed choice, before any text
@@ -266,7 +266,7 @@ class Api:
 
     async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
         body = await _json_body(request, self.read_timeout)
-        generation = endpoint.request(body, self.worker.pool.ids, self.worker.defaults)
+        generation = endpoint.request(body, self.worker.pool.names, self.worker.defaults)
         job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         await job.next()  # the Prefill: the prompt is in, or the request's error comes before
         # any header is sent

@@ -24,6 +24,7 @@ class Served:
     id: str
     load: Callable[[], Engine]
     files: tuple[Path, ...] = ()
+    aliases: tuple[str, ...] = ()  # other names requests may give it (its catalog alias)
     n_ctx: int = 4096
     engine: Engine | None = None
     last_used: float = field(default_factory=time.monotonic)
@@ -68,6 +69,14 @@ class ModelPool:
     @property
     def default(self) -> str:
         return self.ids[0]
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Every name a request may give a model, to its id: the ids, then the aliases."""
+        names = {model_id: model_id for model_id in self.served}
+        for model in self.served.values():
+            names.update((a, model.id) for a in model.aliases if a and a not in names)
+        return names
 
     def loaded(self) -> list[str]:
         with self._lock:

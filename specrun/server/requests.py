@@ -10,7 +10,7 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -291,10 +291,10 @@ class GenerationRequest:
 
 
 def chat_request(
-    body: dict[str, Any], models: Sequence[str], defaults: SamplingParams
+    body: dict[str, Any], models: Mapping[str, str], defaults: SamplingParams
 ) -> GenerationRequest:
-    """A /v1/chat/completions body, for the server of `models` (the first the default) with
-    sampling `defaults`."""
+    """A /v1/chat/completions body, for the server of `models` (each name a request may
+    give, to the id of its model; the first the default) with sampling `defaults`."""
     _check_supported(body, "chat")
     request = _generation_request(body, models, _messages, defaults)
     tools = _tools(body)
@@ -322,7 +322,7 @@ def chat_request(
 
 
 def completion_request(
-    body: dict[str, Any], models: Sequence[str], defaults: SamplingParams
+    body: dict[str, Any], models: Mapping[str, str], defaults: SamplingParams
 ) -> GenerationRequest:
     """A /v1/completions body, whose prompt is sent as is; its `logprobs` is how many of the
     most likely tokens to list at each position (0-5), as OpenAI's legacy API has it."""
@@ -421,13 +421,13 @@ def _bounded(value: int, name: str, most: int) -> int:
 
 def _generation_request(
     body: dict[str, Any],
-    models: Sequence[str],
+    models: Mapping[str, str],
     prompt: Callable[[dict[str, Any]], list[Message] | str],
     defaults: SamplingParams,
 ) -> GenerationRequest:
     named = _field(body, "model", (str,), "a string")
     if named is not None and named not in models:
-        served = ", ".join(f"`{model}`" for model in models)
+        served = ", ".join(f"`{model}`" for model in dict.fromkeys(models.values()))
         raise ApiError(
             404,
             f"the model `{named}` is not served here; this server has {served}",
@@ -447,7 +447,7 @@ def _generation_request(
     return GenerationRequest(
         asked,
         _sampling(body, defaults),
-        named or models[0],
+        models[named] if named is not None else next(iter(models.values())),
         max_tokens,
         _stop(body),
         stream,

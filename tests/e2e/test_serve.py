@@ -937,6 +937,19 @@ def test_models_load_when_named_and_go_when_idle_or_crowded(tiny_target, tiny_fo
             {"id": "foreign", "loaded": False},
         ]
         assert answer(None) == first  # loaded again for it
+        by_alias = httpx.post(  # named as the command line named it
+            f"{server.url}{COMPLETIONS_PATH}",
+            json={
+                "prompt": "the cat",
+                "max_tokens": 6,
+                "temperature": 0,
+                "model": str(tiny_foreign),
+            },
+        )
+        assert (
+            by_alias.json()["model"] == "foreign"
+            and by_alias.json()["choices"][0]["text"] == foreign
+        )
         missing = httpx.post(f"{server.url}{COMPLETIONS_PATH}", json={"prompt": "a", "model": "x"})
         assert (
             missing.status_code == 404
