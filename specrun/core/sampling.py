@@ -352,38 +352,40 @@ CONSTRAINED_WIDTHS = (64, 1024, 16_384)
 
 def allowed_best(row: np.ndarray, k: int, constraint: Constraint) -> Candidates:
     """The k best tokens of a whole row that `constraint` allows (all it allows where fewer),
-    ties to the lower id. The row's best `width` are checked, then more: once k of them are
-    allowed, every token outside ranks below those k, so they are the k best allowed."""
-    n_vocab = len(row)
-    for width in [*(w for w in CONSTRAINED_WIDTHS if w < n_vocab), n_vocab]:
-        ids = _best_ids(row, width)
-        allowed = ids[constraint.allows(ids)]
-        if len(allowed) >= k:
-            break
-    if not len(allowed):
-        raise SpecrunError("the grammar allows no token here")
-    chosen = allowed[np.lexsort((allowed, -row[allowed]))[:k]]
+    ties to the lower id."""
+    allowed, _ = _allowed_among_best(row, k, constraint)
+    chosen = allowed[:k]
     return Candidates(chosen.astype(np.int32), row[chosen].astype(np.float32))
 
 
 def best_allowed(row: Row, constraint: Constraint) -> tuple[int, float]:
     """Greedy under a constraint: the best token it allows, and how far the next allowed one
     lies below it, at least (to the next allowed among those checked, else to the last
-    checked: every token not checked ranks below it). Found among the row's best 64 where
-    one is allowed there, which a grammar usually makes so."""
+    checked: every token not checked ranks below it)."""
     if isinstance(row, Candidates):
         raise ValueError("a constraint needs whole rows, not a device's candidates")
+    allowed, lowest = _allowed_among_best(row, 1, constraint)
+    below = row[allowed[1]] if len(allowed) > 1 else lowest
+    return int(allowed[0]), float(row[allowed[0]]) - float(below)
+
+
+def _allowed_among_best(
+    row: np.ndarray, enough: int, constraint: Constraint
+) -> tuple[np.ndarray, float]:
+    """The allowed tokens among a row's best, best first (ties to the lower id), and the
+    lowest logit checked (-inf once the whole row was). The row's best 64 are checked, then
+    more, until `enough` are allowed: every token outside then ranks below those found, so
+    they are the best allowed."""
     n_vocab = len(row)
     for width in [*(w for w in CONSTRAINED_WIDTHS if w < n_vocab), n_vocab]:
         ids = _best_ids(row, width)
         allowed = ids[constraint.allows(ids)]
-        if len(allowed):
+        if len(allowed) >= enough:
             break
-    else:
+    if not len(allowed):
         raise SpecrunError("the grammar allows no token here")
-    ranked = allowed[np.lexsort((allowed, -row[allowed]))]
-    below = row[ranked[1]] if len(ranked) > 1 else row[ids].min() if width < n_vocab else -np.inf
-    return int(ranked[0]), float(row[ranked[0]]) - float(below)
+    lowest = float(row[ids].min()) if width < n_vocab else -np.inf
+    return allowed[np.lexsort((allowed, -row[allowed]))], lowest
 
 
 def _best_ids(row: np.ndarray, width: int) -> np.ndarray:
@@ -411,8 +413,9 @@ def _under(row: Row, k: int, constraint: Constraint | None) -> Row:
 @dataclass(frozen=True)
 class TokenLogprob:
     """A committed token's log-probability under the target's distribution at its position
-    (the log-softmax of the row: before temperature and the filters), and the `top` most
-    likely tokens there with theirs, best first (ties to the lower id)."""
+    (the log-softmax of the row, after the bias and penalties, before temperature and the
+    filters), and the `top` most likely tokens there with theirs, best first (ties to the
+    lower id)."""
 
     token: int
     logprob: float
