@@ -105,8 +105,8 @@ def serve(
     load: LoadOptions,
     models: ModelRequest,
 ) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API; the sampling options are the defaults
-    of requests."""
+    """Serve the model (and each --model, loaded when a request names it) over an
+    OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
     # here: `specrun run` need not import the HTTP stack
     from specrun.llama.model import DEFAULT_CTX
     from specrun.server.app import serve as run_server
