@@ -307,6 +307,9 @@ def chat_request(
             param="tool_choice",
             code="invalid_value",
         )
+    for index, tool in enumerate(tools):  # a required call's grammar is made of the schemas
+        if choice in ("required", tool.name):
+            _schema(tool.schema, f"tools[{index}].function.parameters")
     request = replace(request, tools=tools, tool_choice=choice)
     top = _field(body, "top_logprobs", (int,), "an integer")
     if _field(body, "logprobs", (bool,), "true or false"):

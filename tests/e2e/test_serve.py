@@ -692,6 +692,15 @@ TOOL_ERRORS = {
         {"tools": [{"type": "function", "function": {}}]},
         "tools[0].function.name",
     ),
+    "a schema no grammar can be made of": (
+        {
+            "tools": [
+                {"type": "function", "function": {"name": "f", "parameters": {"properties": 5}}}
+            ],
+            "tool_choice": "required",
+        },
+        "tools[0].function.parameters",
+    ),
     "a result without its call": (
         {"messages": [*HELLO, {"role": "tool", "content": "21"}]},
         "messages[1].tool_call_id",
