@@ -123,6 +123,11 @@ def generate(
         )
     if max_tokens < 1:
         raise OptionError(f"`max_tokens` must be at least 1, got {max_tokens}")
+    beyond = [token for token, _ in params.logit_bias if token >= target.n_vocab]
+    if beyond:
+        raise OptionError(
+            f"`logit_bias` names token {beyond[0]}, but the vocabulary has {target.n_vocab}"
+        )
     if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
         raise OptionError(
             f"`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {logprobs}"

@@ -539,6 +539,9 @@ def test_penalties_and_logit_bias_change_the_answer_as_run_does(server, tiny_tar
     assert plain["choices"][0]["text"] != expected["text"]
     bad = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, "logit_bias": {"x": 1}})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "logit_bias"
+    beyond = {"messages": HELLO, "logit_bias": {"1000000": 1}}  # past the vocabulary
+    unknown = httpx.post(f"{server.url}{CHAT_PATH}", json=beyond)
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "logit_bias"
     far = httpx.post(f"{server.url}{CHAT_PATH}", json={"messages": HELLO, "presence_penalty": 3})
     assert far.status_code == 400 and far.json()["error"]["param"] == "presence_penalty"
 
