@@ -285,8 +285,7 @@ def _chain_k(row: Row, params: SamplingParams) -> int:
         if k > len(row.ids):
             raise ValueError(f"top-k {params.top_k} needs more than {len(row.ids)} candidates")
         return k
-    n_vocab = row.shape[-1]
-    return params.top_k if 0 < params.top_k < n_vocab else n_vocab
+    return _top_k(params, row.shape[-1])
 
 
 def _buffers(row: Row | Rows) -> tuple[np.ndarray, np.ndarray | None] | None:
@@ -350,32 +349,31 @@ def distribution(row: Row, params: SamplingParams) -> Distribution:
 CONSTRAINED_WIDTHS = (64, 1024, 16_384)
 
 
-def allowed_best(row: np.ndarray, k: int, constraint: Constraint) -> Candidates:
+def allowed_best(row: Row, k: int, constraint: Constraint) -> Candidates:
     """The k best tokens of a whole row that `constraint` allows (all it allows where fewer),
     ties to the lower id."""
-    allowed, _ = _allowed_among_best(row, k, constraint)
-    chosen = allowed[:k]
-    return Candidates(chosen.astype(np.int32), row[chosen].astype(np.float32))
+    ids, logits, _ = _allowed_among_best(row, k, constraint)
+    return Candidates(ids[:k].astype(np.int32), logits[:k].astype(np.float32))
 
 
 def best_allowed(row: Row, constraint: Constraint) -> tuple[int, float]:
     """Greedy under a constraint: the best token it allows, and how far the next allowed one
     lies below it, at least (to the next allowed among those checked, else to the last
     checked: every token not checked ranks below it)."""
-    if isinstance(row, Candidates):
-        raise ValueError("a constraint needs whole rows, not a device's candidates")
-    allowed, lowest = _allowed_among_best(row, 1, constraint)
-    below = row[allowed[1]] if len(allowed) > 1 else lowest
-    return int(allowed[0]), float(row[allowed[0]]) - float(below)
+    ids, logits, lowest = _allowed_among_best(row, 1, constraint)
+    return int(ids[0]), float(logits[0]) - float(logits[1] if len(ids) > 1 else lowest)
 
 
 def _allowed_among_best(
-    row: np.ndarray, enough: int, constraint: Constraint
-) -> tuple[np.ndarray, float]:
-    """The allowed tokens among a row's best, best first (ties to the lower id), and the
-    lowest logit checked (-inf once the whole row was). The row's best 64 are checked, then
-    more, until `enough` are allowed: every token outside then ranks below those found, so
-    they are the best allowed."""
+    row: Row, enough: int, constraint: Constraint
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The allowed tokens among a row's best and their logits, best first (ties to
+    the lower id), and the lowest logit checked (-inf once the whole row was). The row's
+    best 64 are checked, then more, until `enough` are allowed: every token outside then
+    ranks below those found, so they are the best allowed. That needs the whole row: a
+    device's candidates may all be refused."""
+    if isinstance(row, Candidates):
+        raise ValueError("a constraint needs whole rows, not a device's candidates")
     n_vocab = len(row)
     for width in [*(w for w in CONSTRAINED_WIDTHS if w < n_vocab), n_vocab]:
         ids = _best_ids(row, width)
@@ -385,7 +383,8 @@ def _allowed_among_best(
     if not len(allowed):
         raise SpecrunError("the grammar allows no token here")
     lowest = float(row[ids].min()) if width < n_vocab else -np.inf
-    return allowed[np.lexsort((allowed, -row[allowed]))], lowest
+    ranked = allowed[np.lexsort((allowed, -row[allowed]))]
+    return ranked, row[ranked], lowest
 
 
 def _best_ids(row: np.ndarray, width: int) -> np.ndarray:
@@ -401,13 +400,8 @@ def _best_ids(row: np.ndarray, width: int) -> np.ndarray:
 
 def _under(row: Row, k: int, constraint: Constraint | None) -> Row:
     """The row a chain with top-k's `k` reads: the whole row, or under a constraint, the best
-    k tokens it allows (which needs the whole row: a device's top candidates may all be
-    refused)."""
-    if constraint is None:
-        return row
-    if isinstance(row, Candidates):
-        raise ValueError("a constraint needs whole rows, not a device's candidates")
-    return allowed_best(row, k, constraint)
+    k tokens it allows."""
+    return row if constraint is None else allowed_best(row, k, constraint)
 
 
 @dataclass(frozen=True)
@@ -454,7 +448,7 @@ def greedy_choice(row: Row) -> tuple[int, float]:
     next-best logit lies below it: under NEAR_TIE, a choice that a slightly different batch
     width could have flipped. One pass over the row: the compiled top 2, else numpy's."""
     buffers = _buffers(row)
-    size = len(row.ids) if isinstance(row, Candidates) else len(row)
+    size = _width(row)
     if buffers is not None and size >= 2:
         assert _compiled is not None
         (best, value), (_, second) = _compiled.top_k(*buffers, 2)
