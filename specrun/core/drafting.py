@@ -46,6 +46,33 @@ class Proposal:
     # or a prompt not prefilled): a cost of having paused, not of drafting.
     catch_up_seconds: float = 0.0
 
+    def draw(
+        self,
+        row: Row,
+        ctx: Sequence[int],
+        params: SamplingParams,
+        rng: np.random.Generator,
+        allowed: Constraint | None,
+        p_min: float,
+    ) -> bool:
+        """Draft the next token from a row as the target will see its position: with the bias
+        and penalties for the text `ctx` and the drafts so far, among the tokens `allowed`
+        lets through (a fork, moved on by the token). False, and no token, where the row's
+        confidence is below `p_min`: drafting stops there."""
+        if params.penalized and isinstance(row, np.ndarray):
+            penalized = row.copy()
+            history = ctx.then(self.tokens) if isinstance(ctx, Tokens) else [*ctx, *self.tokens]
+            params.penalize(penalized, history)
+            row = penalized
+        if p_min > 0 and top_probability(row) < p_min:
+            return False
+        token, q = pick(row, params, rng, allowed)
+        self.tokens.append(token)
+        self.probs.append(q)
+        if allowed is not None:
+            allowed.accept(token)
+        return True
+
 
 class DraftSource(Protocol):
     name: str
@@ -63,8 +90,8 @@ class DraftSource(Protocol):
         constraint: Constraint | None = None,
     ) -> Proposal:
         """Propose up to n tokens to follow ctx; under `constraint` (the committed text's
-        state), a source that samples draws among the tokens it allows, and the loop cuts a
-        deterministic proposal at its first token refused (`allowed_prefix`)."""
+        state), only tokens it allows: a source that samples draws among them, and a
+        deterministic one stops at its first token refused (`allowed_prefix`)."""
 
 
 class ModelDraft:
@@ -112,22 +139,14 @@ class ModelDraft:
         for _ in range(n):
             rows = self.model.logits(ctx.then(proposal.tokens), 1, view=True, top=top)
             row = rows[0] if isinstance(rows, CandidateRows) else rows[0, : self.target_vocab]
-            if params.penalized and isinstance(row, np.ndarray):  # as the target's row will be
-                row = row.copy()
-                params.penalize(row, ctx.then(proposal.tokens))
-            if self.p_min > 0 and top_probability(row) < self.p_min:
+            if not proposal.draw(row, ctx, params, rng, state, self.p_min):
                 break
-            token, q = pick(row, params, rng, state)
-            proposal.tokens.append(token)
-            proposal.probs.append(q)
-            if state is not None:
-                state.accept(token)
         return proposal
 
 
 def allowed_prefix(proposal: Proposal, constraint: Constraint) -> Proposal:
-    """A proposal up to its first token `constraint` refuses: a deterministic one's (prompt
-    lookup's); a sampled draft's tokens were drawn among those it allows."""
+    """A deterministic proposal (prompt lookup's) up to its first token `constraint`
+    refuses."""
     state = constraint.fork()
     for i, (token, q) in enumerate(zip(proposal.tokens, proposal.probs)):
         if q is None and not state.allows(np.array([token]))[0]:
@@ -226,9 +245,9 @@ class HybridDraft:
     ) -> Proposal:
         choice = self.choice
         if choice is None:
-            proposal = self.lookup.propose(ctx, n, params, rng) if self.lookup else Proposal()
-            if constraint is not None:
-                proposal = allowed_prefix(proposal, constraint)
+            proposal = (
+                self.lookup.propose(ctx, n, params, rng, constraint) if self.lookup else Proposal()
+            )
             if proposal.tokens:
                 return proposal
             return self.drafts[0].propose(ctx, n, params, rng, constraint)
@@ -236,9 +255,7 @@ class HybridDraft:
         candidate = self._candidate(choice, asked)
         proposal = Proposal()
         if self.lookup and (lookup_gamma := choice.gamma(LOOKUP, n)):
-            proposal = self.lookup.propose(ctx, lookup_gamma, params, rng)
-            if constraint is not None:
-                proposal = allowed_prefix(proposal, constraint)
+            proposal = self.lookup.propose(ctx, lookup_gamma, params, rng, constraint)
             if proposal.tokens and (
                 candidate is None
                 or choice.policies[LOOKUP].gamma == 0

@@ -22,9 +22,9 @@ from typing import Literal, Protocol
 import numpy as np
 
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import DraftKind, Proposal, top_probability
-from specrun.core.sampling import SamplingParams, pick
-from specrun.core.sequence import Continuation, Tokens, common_prefix_length
+from specrun.core.drafting import DraftKind, Proposal
+from specrun.core.sampling import SamplingParams
+from specrun.core.sequence import Continuation, common_prefix_length
 
 # Rows kept behind the last taken in: a new turn or an edited text that leaves the old one
 # within them needs the row before the first new token, which the target does not decode again.
@@ -164,24 +164,13 @@ class HeadDraft:
         logits, state = taken
         position = len(ctx) - 1 + self.head.offset  # the pair (d_1, the head's own state)
         for i in range(n):
-            row = logits[: self.target_vocab]
-            if params.penalized:  # as the target's row will be
-                row = row.copy()
-                history = (
-                    ctx.then(proposal.tokens)
-                    if isinstance(ctx, Tokens)
-                    else [*ctx, *proposal.tokens]
-                )
-                params.penalize(row, history)
-            if self.p_min > 0 and top_probability(row) < self.p_min:
+            if not proposal.draw(
+                logits[: self.target_vocab], ctx, params, rng, allowed, self.p_min
+            ):
                 break
-            token, q = pick(row, params, rng, allowed)
-            proposal.tokens.append(token)
-            proposal.probs.append(q)
-            if allowed is not None:
-                allowed.accept(token)
             self._expected += 1
             if i + 1 < n:
+                token = proposal.tokens[-1]
                 fed = self.head.feed(position + i, [token], state[None], own=True, output=True)
                 assert fed is not None
                 logits, state = fed

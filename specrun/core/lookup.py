@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import DraftKind, Proposal
+from specrun.core.drafting import DraftKind, Proposal, allowed_prefix
 from specrun.core.sampling import SamplingParams
 from specrun.core.sequence import Continuation
 from specrun.errors import OptionError
@@ -121,7 +121,7 @@ class LookupDraft:
         rng: np.random.Generator,
         constraint: Constraint | None = None,
     ) -> Proposal:
-        """A continuation seen before; under `constraint` the loop cuts it where refused."""
+        """A continuation seen before, up to its first token `constraint` refuses."""
         start = time.perf_counter()
         new = self._update(ctx)
         indexed = time.perf_counter() - start
@@ -139,7 +139,7 @@ class LookupDraft:
         # draft model's is, not the cost of this draft.
         if new > self.max_tokens + 1:
             proposal.catch_up_seconds = indexed
-        return proposal
+        return proposal if constraint is None else allowed_prefix(proposal, constraint)
 
     def _draft(self, key: tuple[int, ...], starts: list[int], n: int) -> Proposal:
         tokens = self._tokens

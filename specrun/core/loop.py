@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import DraftSource, Proposal, allowed_prefix
+from specrun.core.drafting import DraftSource, Proposal
 from specrun.core.gamma import FixedGamma, GammaPolicy
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import (
@@ -177,8 +177,6 @@ def generate(
                 if draft is not None and gamma > 0
                 else Proposal()
             )
-            if constraint is not None:
-                proposal = allowed_prefix(proposal, constraint)
             drafted_at = time.perf_counter()
             # A view of llama.cpp's buffer, read before the target's next call.
             logits = target.logits(

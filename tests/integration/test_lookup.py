@@ -244,3 +244,31 @@ def test_real_model_copies_an_extraction_with_lookup(demo_pair):
         assert "alice@example.com" in "".join(detokenizer.add(t) for t in tokens)
         assert sum(r.accepted for r in rounds) >= 10  # the answer copies the prompt
         assert len(rounds) < len(tokens) / 2  # in fewer than half as many target passes
+
+
+class Refusing:
+    """A constraint that refuses one token, whatever came before."""
+
+    def __init__(self, refused: int) -> None:
+        self.refused = refused
+
+    def allows(self, tokens):
+        return np.asarray(tokens) != self.refused
+
+    def accept(self, token):
+        assert token != self.refused
+
+    def fork(self):
+        return self
+
+
+def test_a_lookup_proposal_stops_at_the_first_token_a_constraint_refuses():
+    ctx = [1, 2, 3, 4, 5, 9, 1, 2]
+    whole = LookupDraft(ngram_max=2, ngram_min=1, max_tokens=5).propose(
+        ctx, 5, GREEDY, np.random.default_rng(0)
+    )
+    assert whole.tokens[:3] == [3, 4, 5]
+    cut = LookupDraft(ngram_max=2, ngram_min=1, max_tokens=5).propose(
+        ctx, 5, GREEDY, np.random.default_rng(0), Refusing(5)
+    )
+    assert cut.tokens == [3, 4] and cut.probs == [None, None]
