@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import llama_cpp as llama
 import numpy as np
@@ -162,15 +162,13 @@ class Model(Vocabulary):
         self.max_width: int | None = (
             None  # positions with logits decoded at most this many per pass
         )
-        self._logits_view: tuple[int, np.ndarray] | None = (
-            None  # llama.cpp's output buffer: (address, view)
-        )
         self.samples_on_device = False  # whether `logits(top=...)` returns candidates
         self._sampler: tuple[int, llama.llama_sampler_p] | None = None  # attached: (width, chain)
-        self._sampled_views: dict[int, np.ndarray] = {}  # llama.cpp's candidate buffers
         self.hidden_rows: HiddenRows | None = None  # kept for a head (`keep_hidden`)
         self._hidden_layers: tuple[int, ...] = ()  # whose inputs they are; () the last state
-        self._hidden_views: dict[int, np.ndarray] = {}  # llama.cpp's buffers, by address
+        # Views of llama.cpp's output buffers (logits, candidates, hidden rows), by what they
+        # view: `_view`.
+        self._views: dict[tuple[int, int, type], np.ndarray] = {}
 
     @property
     def model(self) -> llama.llama_model_p:
@@ -334,20 +332,22 @@ class Model(Vocabulary):
         return status
 
     def _outputs(self, count: int) -> np.ndarray:
-        """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's buffer.
+        """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's
+        buffer."""
+        return self._view(llama.llama_get_logits(self._ctx), self.n_vocab)[:count]
 
-        The view is made once for each address the buffer has (it moves only when llama.cpp
-        reallocates it), up to a batch's rows: numpy's as_array, right after a decode with the
-        CPU's caches cold, costs a measurable share of a small model's round.
+    def _view(self, pointer: ctypes._Pointer[Any], columns: int) -> np.ndarray:
+        """A [n_batch, columns] view of one of llama.cpp's output buffers from `pointer` on.
+
+        Made once for each address, width and type the buffer has (it moves only when
+        llama.cpp reallocates it): numpy's as_array, right after a decode with the CPU's
+        caches cold, costs a measurable share of a small model's round.
         """
-        pointer = llama.llama_get_logits(self._ctx)
-        address = ctypes.addressof(pointer.contents)
-        if self._logits_view is None or self._logits_view[0] != address:
-            self._logits_view = (
-                address,
-                np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab)),
-            )
-        return self._logits_view[1][:count]
+        key = (ctypes.addressof(pointer.contents), columns, pointer._type_)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = np.ctypeslib.as_array(pointer, (self.n_batch, columns))
+        return view
 
     def _set_sampler(self, width: int | None) -> None:
         """From the next decode on, have llama.cpp choose each row's `width` best tokens on
@@ -376,18 +376,8 @@ class Model(Vocabulary):
             raise SpecrunError(f"{self.name}: the backend chose {found} candidates, not {width}")
         ids = llama.llama_get_sampled_candidates_ith(self._ctx, -count)
         values = llama.llama_get_sampled_logits_ith(self._ctx, -count)
-        return self._sampled_view(ids)[:count, :width], self._sampled_view(values)[:count, :width]
-
-    def _sampled_view(
-        self, pointer: ctypes._Pointer[ctypes.c_int32] | ctypes._Pointer[ctypes.c_float]
-    ) -> np.ndarray:
-        """A [n_batch, n_vocab] view of a sampled buffer from `pointer` on, once per address."""
-        address = ctypes.addressof(pointer.contents)
-        view = self._sampled_views.get(address)
-        if view is None:
-            view = np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_vocab))
-            self._sampled_views[address] = view
-        return view
+        rows = slice(count), slice(width)
+        return self._view(ids, self.n_vocab)[rows], self._view(values, self.n_vocab)[rows]
 
     def _probe_backend_sampling(self) -> bool:
         """Whether this build's backend chooses candidates on the output layer's device: one
@@ -458,15 +448,7 @@ class Model(Vocabulary):
         else:
             get = ext.function("llama_get_embeddings_layer_inp")
             pointers = [get(self._ctx, layer) for layer in self._hidden_layers]
-        views = []
-        for pointer in pointers:
-            address = ctypes.addressof(pointer.contents)
-            view = self._hidden_views.get(address)
-            if view is None:
-                view = np.ctypeslib.as_array(pointer, shape=(self.n_batch, self.n_embd))
-                self._hidden_views[address] = view
-            views.append(view[:count])
-        return views
+        return [self._view(pointer, self.n_embd)[:count] for pointer in pointers]
 
     def probe_invariance(self) -> Invariance:
         """Evaluate the last PROBE_POSITIONS positions of a fixed sequence one per pass, in
