@@ -29,6 +29,10 @@ from specrun.llama.vocab import Vocabulary
 JSON_GRAMMAR = JSON_GBNF  # any JSON value, as llama.cpp's grammars/json.gbnf
 
 
+class GrammarError(SpecrunError):
+    """A grammar that does not parse: the input's fault, said in one line."""
+
+
 def schema_grammar(schema: dict[str, Any] | bool) -> str:
     """The GBNF grammar of the JSON documents a JSON schema allows; a schema it cannot
     convert is an error that says why."""
@@ -85,7 +89,7 @@ class Grammar:
             why = _parse_error(printed()) or next(
                 (line for line in reversed(log_lines()) if "grammar" in line), ""
             )
-            raise SpecrunError(
+            raise GrammarError(
                 "the grammar does not parse" + (f": {why}" if why else "") + " (GBNF, with a "
                 f"`{root}` rule: github.com/ggml-org/llama.cpp/blob/master/grammars/README.md)"
             )

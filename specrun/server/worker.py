@@ -26,6 +26,7 @@ from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
+from specrun.llama.grammar import GrammarError
 from specrun.server.pool import ModelPool
 from specrun.server.requests import ApiError, GenerationRequest, bad_value
 
@@ -207,7 +208,7 @@ class Worker:
                 started = True
                 hand(event)
         except SpecrunError as error:
-            hand(self._failure(error, job.request, len(tokens), started))
+            hand(self._failure(error, job, len(tokens), started))
         except Exception as error:  # a bug: the handler turns it into a 500 and logs it
             hand(error)
         else:
@@ -227,16 +228,18 @@ class Worker:
             ) from None
 
     def _failure(
-        self, error: SpecrunError, request: GenerationRequest, prompt_length: int, started: bool
+        self, error: SpecrunError, job: Job, prompt_length: int, started: bool
     ) -> ApiError:
         """Before the prompt is in, an error is the request's; after, the server's."""
+        request = job.request
         if started:
             return ApiError(500, str(error), kind="server_error")
         if isinstance(error, OptionError):
             return bad_value(error)
-        if request.grammar_param and "grammar" in str(error):  # it does not parse
+        if isinstance(error, GrammarError) and request.grammar_param:
             return ApiError(400, str(error), param=request.grammar_param, code="invalid_value")
-        n_ctx = self.pool.engine(request.model).target.n_ctx
+        assert job.engine is not None, "a model that could not load is an ApiError already"
+        n_ctx = job.engine.target.n_ctx
         if prompt_length >= n_ctx:  # the library's words name its options, which no client sets
             return ApiError(
                 400,
