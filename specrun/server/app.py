@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Literal
 
 import uvicorn
@@ -57,24 +58,22 @@ ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completio
 Piece = Callable[[int], bytes]  # a token's bytes in text
 
 
-def _chat_logprob(entry: TokenLogprob, piece: Piece) -> dict[str, object]:
-    def one(token: int, logprob: float) -> dict[str, object]:
-        data = piece(token)
-        return {
-            "token": data.decode("utf-8", errors="replace"),
-            "logprob": logprob,
-            "bytes": list(data),
-        }
-
-    return {
-        **one(entry.token, entry.logprob),
-        "top_logprobs": [one(token, logprob) for token, logprob in entry.top],
-    }
+def _text(piece: Piece, token: int) -> str:
+    return piece(token).decode("utf-8", errors="replace")
 
 
 def _chat_logprobs(entries: list[TokenLogprob], piece: Piece, offset: int) -> dict[str, object]:
     """OpenAI's chat `logprobs`: {"content": [{token, logprob, bytes, top_logprobs}]}."""
-    return {"content": [_chat_logprob(entry, piece) for entry in entries]}
+
+    def one(token: int, logprob: float) -> dict[str, object]:
+        return {"token": _text(piece, token), "logprob": logprob, "bytes": list(piece(token))}
+
+    return {
+        "content": [
+            {**one(e.token, e.logprob), "top_logprobs": [one(t, lp) for t, lp in e.top]}
+            for e in entries
+        ]
+    }
 
 
 def _completion_logprobs(
@@ -82,17 +81,12 @@ def _completion_logprobs(
 ) -> dict[str, object]:
     """The legacy completions `logprobs`: parallel lists, the text offset of each token
     counted from `offset` (in characters of the answer)."""
-    texts = [piece(entry.token).decode("utf-8", errors="replace") for entry in entries]
-    starts = [offset + sum(len(text) for text in texts[:i]) for i in range(len(texts))]
-
-    def text(token: int) -> str:
-        return piece(token).decode("utf-8", errors="replace")
-
+    texts = [_text(piece, entry.token) for entry in entries]
     return {
         "tokens": texts,
         "token_logprobs": [entry.logprob for entry in entries],
-        "top_logprobs": [{text(t): lp for t, lp in entry.top} for entry in entries],
-        "text_offset": starts,
+        "top_logprobs": [{_text(piece, t): lp for t, lp in entry.top} for entry in entries],
+        "text_offset": list(accumulate(map(len, texts), initial=offset))[:-1],
     }
 
 

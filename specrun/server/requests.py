@@ -464,8 +464,7 @@ def _grammar(body: dict[str, Any]) -> tuple[str | None, str | None]:
     """The GBNF grammar the answer must keep to, and the field that asked: OpenAI's
     `response_format` (`json_object`, `json_schema`), or llama-server's `grammar` (GBNF) or
     `json_schema` (a schema); one of them at most."""
-    given = [name for name in ("response_format", "grammar", "json_schema") if name in body]
-    asked = [name for name in given if body[name] is not None]
+    asked = [n for n in ("response_format", "grammar", "json_schema") if body.get(n) is not None]
     if len(asked) > 1:
         raise ApiError(
             400,
