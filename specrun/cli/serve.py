@@ -8,9 +8,7 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
@@ -29,9 +27,6 @@ from specrun.cli.options import (
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
 from specrun.options import DraftOptions, LoadOptions
-
-if TYPE_CHECKING:
-    from specrun.engine import Engine
 
 API_KEY_ENV = "SPECRUN_API_KEY"
 ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # a page's Origin header
@@ -139,26 +134,24 @@ def serve(
                 + ("" if api_key else f", with no API key (--api-key or ${API_KEY_ENV})")
             )
         choice = models.resolve()
-        others = [_choice(spec, models) for spec in more_models]  # every name checked first
+        # Every name checked before anything loads; a request names a model by its file's
+        # stem, or as the command line did (an alias).
+        named = [(models.target or "", choice), *(_choice(spec, models) for spec in more_models)]
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
-
-        def loader(choice: ModelChoice) -> Callable[[], Engine]:
-            return functools.partial(load_engine, choice, load, params=sampling, drafting=drafting)
-
-        # A request names a model by its file's stem, or as the command line did (an alias).
-        given = [models.target or "", *(spec.partition("+")[0].strip() for spec in more_models)]
-        first = Served(choice.target.stem, loader(choice), engine=engine, aliases=(given[0],))
-        served = [first]
-        for other, name in zip(others, given[1:]):
-            if other.target.stem in {s.id for s in served}:
-                raise OptionError(f"--model {other.target.stem} is served already")
+        served: list[Served] = []
+        for alias, resolved in named:
+            if resolved.target.stem in {s.id for s in served}:
+                raise OptionError(f"--model {resolved.target.stem} is served already")
             served.append(
                 Served(
-                    other.target.stem,
-                    loader(other),
-                    files=(other.target, *(d for d in other.drafts if isinstance(d, Path))),
+                    resolved.target.stem,
+                    functools.partial(
+                        load_engine, resolved, load, params=sampling, drafting=drafting
+                    ),
+                    files=(resolved.target, *(d for d in resolved.drafts if isinstance(d, Path))),
                     n_ctx=load.n_ctx or DEFAULT_CTX,
-                    aliases=(name,),
+                    aliases=(alias,),
+                    engine=engine if resolved is choice else None,
                 )
             )
         pool = ModelPool(served, keep_alive=keep_alive, max_loaded=max_models)
@@ -181,13 +174,13 @@ def serve(
     note("stopped")
 
 
-def _choice(spec: str, given: ModelRequest) -> ModelChoice:
-    """--model TARGET[+DRAFT], resolved as --target and --draft are (the catalog too)."""
-    target, _, draft = spec.partition("+")
-    if not target.strip():
+def _choice(spec: str, given: ModelRequest) -> tuple[str, ModelChoice]:
+    """--model TARGET[+DRAFT]: TARGET as given, and the pair resolved as --target and
+    --draft are (the catalog too)."""
+    target, _, draft = (part.strip() for part in spec.partition("+"))
+    if not target:
         raise OptionError(f"--model takes TARGET or TARGET+DRAFT, got {spec!r}")
-    request = ModelRequest(target.strip(), draft.strip() or None, given.catalog)
-    return request.resolve()
+    return target, ModelRequest(target, draft or None, given.catalog).resolve()
 
 
 def listen(host: str, port: int) -> socket.socket:
