@@ -5,8 +5,6 @@ models whose rows are fixed tables), and greedy output is the same at every γ."
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from scipy.stats import chisquare
@@ -18,6 +16,7 @@ from specrun.core.loop import Round, generate
 from specrun.core.sampling import SamplingParams, probabilities
 from specrun.errors import OptionError
 from specrun.llama.model import Model
+from tests.support.identity import greedy_tokens
 
 N_VOCAB = 12
 PROMPT = [1, 2, 3, 1, 4]
@@ -79,41 +78,20 @@ def test_penalized_speculation_is_distributed_as_penalized_plain_decoding(params
 
 def test_greedy_penalized_output_is_the_same_at_every_gamma(tiny_target, tiny_draft):
     greedy = SamplingParams(temperature=0, **PENALTIES)
-    answers = []
     with Model(tiny_target, n_ctx=512) as target, Model(tiny_draft, n_ctx=512) as draft:
         prompt = target.tokenize("the cat and the dog and the cat")
-        for gamma in (0, 3):
-            rounds = [
-                e
-                for e in generate(
-                    target,
-                    prompt,
-                    draft=ModelDraft(draft, target.n_vocab),
-                    params=greedy,
-                    policy=FixedGamma(gamma),
-                    max_tokens=40,
-                )
-                if isinstance(e, Round)
-            ]
-            answers.append([t for r in rounds for t in r.tokens])
-        unpenalized = [
-            t
-            for e in generate(
+        answers = [
+            greedy_tokens(
                 target,
                 prompt,
-                params=replace(
-                    greedy,
-                    repeat_penalty=1.0,
-                    presence_penalty=0,
-                    frequency_penalty=0,
-                    logit_bias=(),
-                ),
-                policy=FixedGamma(0),
+                ModelDraft(draft, target.n_vocab),
+                FixedGamma(gamma),
                 max_tokens=40,
-            )
-            if isinstance(e, Round)
-            for t in e.tokens
+                params=greedy,
+            )[0]
+            for gamma in (0, 3)
         ]
+        unpenalized, _ = greedy_tokens(target, prompt, policy=FixedGamma(0), max_tokens=40)
     assert answers[0] == answers[1]
     assert answers[0] != unpenalized  # the penalties changed the answer
 

@@ -21,11 +21,13 @@ def greedy_tokens(
     draft: DraftSource | None = None,
     policy: GammaPolicy | None = None,
     max_tokens: int = 48,
+    params: SamplingParams = GREEDY,
 ) -> tuple[list[int], list[Round]]:
+    """The tokens a greedy generation commits (`params`: greedy with penalties, say)."""
     rounds = [
         e
         for e in generate(
-            target, prompt, draft=draft, params=GREEDY, policy=policy, max_tokens=max_tokens
+            target, prompt, draft=draft, params=params, policy=policy, max_tokens=max_tokens
         )
         if isinstance(e, Round)
     ]
