@@ -24,6 +24,7 @@ import numpy as np
 from specrun import FixedGamma, Model, ModelDraft, Round, SamplingParams, generate
 from specrun.core import sampling
 from specrun.core.sampling import CandidateRows, candidate_width
+from specrun.llama.model import SequenceCache
 
 VOCABS = (49_152, 152_064)  # SmolLM2, Qwen2.5
 CONTEXTS = (512, 4096, 32_768)
@@ -95,7 +96,7 @@ class NullModel(Model):
         self._init_cache(n_batch)
         self.samples_on_device = on_device
 
-    def _set_sampler(self, width: int | None) -> None:
+    def _set_sampler(self, width: int | None, seq_id: int = 0) -> None:
         pass  # the table's candidates are chosen for any width asked
 
     def _candidates(self, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +123,7 @@ class NullModel(Model):
             return self.table[first : first + count]
         return np.take(self.table, np.arange(first, first + count), axis=0, mode="wrap")
 
-    def _drop(self, keep: int) -> bool:
+    def _drop(self, cache: SequenceCache, keep: int) -> bool:
         return True
 
     def _clear(self) -> None:

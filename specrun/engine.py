@@ -9,8 +9,10 @@ with specrun.Engine.load("target.gguf", "draft.gguf") as engine:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+import threading
+from collections.abc import Callable, Generator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, generate
 from specrun.core.sampling import SamplingParams
+from specrun.core.sequence import common_prefix_length
+from specrun.errors import OptionError
 from specrun.llama import rpc
 from specrun.llama.compat import check_compatible
 from specrun.llama.devices import gpu_free_bytes, gpu_handles
@@ -29,6 +33,7 @@ from specrun.llama.grammar import Grammar
 from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
 from specrun.llama.model import DEFAULT_CTX, Model
 from specrun.llama.placement import Gpu, LayerPlan, Placement, plan_layers
+from specrun.llama.slots import Gather, SequenceView
 from specrun.options import (
     DraftOptions,
     DraftSpec,
@@ -38,6 +43,17 @@ from specrun.options import (
     PromptLookup,
 )
 from specrun.prompt import prompt_tokens
+
+
+@dataclass
+class Slot:
+    """One of a parallel engine's generations at once: its sequence of each model (views),
+    its draft source and its γ policy, which learns from its own rounds."""
+
+    index: int
+    target: SequenceView
+    draft: DraftSource | None
+    policy: GammaPolicy
 
 
 class Engine:
@@ -62,7 +78,8 @@ class Engine:
         self.draft = draft
         self.params = params
         self.gamma_max = gamma_max
-        self.policy: GammaPolicy = self._policy(gamma)
+        self.gamma_spec = gamma
+        self.policy: GammaPolicy = self._policy(gamma, draft)
         self.layer_plan: LayerPlan | None = (
             None  # the placement by free memory, where there were GPUs
         )
@@ -71,6 +88,12 @@ class Engine:
         self.learned_path: Path | None = None  # where auto's learned state is kept, if it is
         self._learned_key: dict[str, object] = {}  # the settings that path is named by
         self.recalled = False  # whether auto started from that state rather than its warm-up
+        # With `parallel` > 1: the slots, those free to take a generation, and the gather
+        # their model calls meet in.
+        self.slots: list[Slot] = []
+        self._free: list[Slot] = []  # the least recently freed first
+        self._slot_freed = threading.Condition()
+        self._gather = Gather()
 
     @classmethod
     def load(
@@ -95,6 +118,15 @@ class Engine:
         """
         n_ctx = options.n_ctx or DEFAULT_CTX
         choices = _draft_choices(draft)
+        parallel = options.parallel
+        if parallel < 1:
+            raise OptionError(f"`parallel` must be at least 1, got {parallel}")
+        if parallel > 1 and options.reproducible:
+            raise OptionError("`reproducible` decodes one sequence at a time: use `parallel` 1")
+        if parallel > 1 and any(isinstance(c, Eagle3Head | MtpLayers) for c in choices):
+            raise OptionError(
+                "EAGLE-3 heads and MTP layers draft for one sequence at a time: use `parallel` 1"
+            )
         draft_file = next((Path(c) for c in choices if isinstance(c, str | Path)), None)
         remotes = rpc.connect(options.rpc) if options.rpc else []
         remote_gpus = [
@@ -102,7 +134,9 @@ class Engine:
             for r in remotes
         ]
         placed = (
-            plan_layers(Path(target_path), draft_file, n_ctx, remote_gpus) if options.fit else None
+            plan_layers(Path(target_path), draft_file, n_ctx * parallel, remote_gpus)
+            if options.fit
+            else None
         )
         if placed is not None:
             announce(placed.line)
@@ -118,8 +152,9 @@ class Engine:
             devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
             load_mtp=any(isinstance(c, MtpLayers) for c in choices),
             backend_sampling=options.backend_sampling,
+            sequences=parallel,
         )
-        drafts: list[DraftSource] = []
+        loaded: list[HeadDraft | Model] = []  # in the order given
         try:
             for choice in choices:
                 if isinstance(choice, Eagle3Head | MtpLayers):
@@ -128,7 +163,7 @@ class Engine:
                         if isinstance(choice, Eagle3Head)
                         else open_mtp(target)
                     )
-                    drafts.append(HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min))
+                    loaded.append(HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min))
                 elif not isinstance(choice, PromptLookup):
                     draft_model = Model(
                         choice,
@@ -140,33 +175,73 @@ class Engine:
                         ),
                         main_gpu=placed.draft_gpu if placed else None,
                         backend_sampling=options.backend_sampling,
+                        sequences=parallel,
                     )
-                    drafts.append(ModelDraft(draft_model, target.n_vocab, p_min=drafting.p_min))
+                    loaded.append(draft_model)
                     check_compatible(target, draft_model)
         except BaseException:  # a bad draft, or Ctrl-C while one loads: free what was loaded
-            for loaded in reversed(drafts):
-                _close_draft(loaded)
+            for native in reversed(loaded):
+                native.close() if isinstance(native, Model) else _close_draft(native)
             target.close()
             raise
         use_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
-        lookup = drafting.lookup.draft() if use_lookup else None
-        source: DraftSource | None = (
-            HybridDraft(lookup, drafts)
-            if drafts and (lookup or len(drafts) > 1)
-            else drafts[0]
-            if drafts
-            else lookup
-        )
+        gather = Gather()
+
+        def source(seq_id: int) -> DraftSource | None:
+            """The draft source of one sequence: its own lookup, its views of the draft models."""
+            drafts = [
+                ModelDraft(
+                    native if parallel == 1 else SequenceView(native, seq_id, gather),
+                    target.n_vocab,
+                    p_min=drafting.p_min,
+                )
+                if isinstance(native, Model)
+                else native
+                for native in loaded
+            ]
+            lookup = drafting.lookup.draft() if use_lookup else None
+            if drafts and (lookup or len(drafts) > 1):
+                return HybridDraft(lookup, drafts)
+            return drafts[0] if drafts else lookup
+
+        sources = [source(seq_id) for seq_id in range(parallel)]
         engine = cls(
-            target, source, params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max
+            target, sources[0], params=params, gamma=drafting.gamma, gamma_max=drafting.gamma_max
         )
+        if parallel > 1:
+            engine._open_slots(gather, sources)
         engine.layer_plan, engine.remotes = placed, remotes
         engine.gpu_bytes_used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
-        if source is not None:
-            engine._learned_key = engine._learned_settings(source)
+        if sources[0] is not None:
+            engine._learned_key = engine._learned_settings(sources[0])
             engine.learned_path = learned.path_for(engine._learned_key)
-            engine.recalled = learned.load(engine.policy, engine.learned_path)
+            engine._recall()
         return engine
+
+    def _open_slots(self, gather: Gather, sources: Sequence[DraftSource | None]) -> None:
+        """One slot per sequence of the models, slot 0's draft and policy the engine's own."""
+        self._gather = gather
+        self.slots = [
+            Slot(
+                seq_id,
+                SequenceView(self.target, seq_id, gather),
+                source,
+                self.policy if seq_id == 0 else self._policy(self.gamma_spec, source),
+            )
+            for seq_id, source in enumerate(sources)
+        ]
+        self._free = list(self.slots)
+
+    def _recall(self) -> None:
+        """Start every policy from what an earlier engine for this pair learned, if it did."""
+        if self.learned_path is not None:
+            policies = [self.policy, *(slot.policy for slot in self.slots[1:])]
+            self.recalled = all([learned.load(policy, self.learned_path) for policy in policies])
+
+    @property
+    def parallel(self) -> int:
+        """Generations at once: `stream` may be called from that many threads."""
+        return max(len(self.slots), 1)
 
     def _learned_settings(self, draft: DraftSource) -> dict[str, object]:
         """What the costs and acceptance that auto learns depend on."""
@@ -184,16 +259,20 @@ class Engine:
             **({"rpc": self.rpc_servers} if self.remotes else {}),  # costs over a network differ
         }
 
-    def _policy(self, spec: str) -> GammaPolicy:
-        """The γ policy `spec` names; the hybrid's auto chooses its source per round too."""
-        if isinstance(self.draft, HybridDraft):
-            return self.draft.policy(spec, self.gamma_max)
+    def _policy(self, spec: str, draft: DraftSource | None) -> GammaPolicy:
+        """The γ policy `spec` names for a draft source; the hybrid's auto chooses its source
+        per round too."""
+        if isinstance(draft, HybridDraft):
+            return draft.policy(spec, self.gamma_max)
         return parse_policy(spec, self.gamma_max)
 
     def set_gamma(self, spec: str) -> None:
-        self.policy = self._policy(spec)
-        if self.learned_path is not None:
-            self.recalled = learned.load(self.policy, self.learned_path)
+        """Between generations (no slot busy)."""
+        self.gamma_spec = spec
+        self.policy = self._policy(spec, self.draft)
+        for slot in self.slots:
+            slot.policy = self.policy if slot.index == 0 else self._policy(spec, slot.draft)
+        self._recall()
 
     def set_params(self, **changes: Any) -> None:  # noqa: ANN401 - SamplingParams checks each
         self.params = replace(self.params, **changes)
@@ -211,7 +290,7 @@ class Engine:
         params: SamplingParams | None = None,
         grammar: str | None = None,
         logprobs: int | None = None,
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """Generate from a text prompt (one user turn through the chat template) or token ids.
 
         `params` samples this generation alone; None takes the engine's own (`self.params`).
@@ -219,20 +298,48 @@ class Engine:
         drafts and verification alike, so it is distributed as the constrained target's.
         `logprobs` (0-20): each Round carries its tokens' log-probabilities, with that many of
         the most likely tokens at each position.
+
+        With `parallel` > 1, up to that many threads may stream at once: each generation takes a
+        free slot when it starts (waiting for one), and its rounds are decoded together with
+        the others'. Every stream must then be consumed or closed promptly: the others' rounds
+        wait for its next model call.
         """
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
-        return generate(
-            self.target,
-            tokens,
-            draft=self.draft,
-            params=self.params if params is None else params,
-            policy=self.policy,
-            max_tokens=max_tokens,
-            stop=stop,
-            cancelled=cancelled,
-            constraint=Grammar(self.target, grammar) if grammar is not None else None,
-            logprobs=logprobs,
-        )
+        settings: dict[str, Any] = {
+            "params": self.params if params is None else params,
+            "max_tokens": max_tokens,
+            "stop": stop,
+            "cancelled": cancelled,
+            "constraint": Grammar(self.target, grammar) if grammar is not None else None,
+            "logprobs": logprobs,
+        }
+        if self.slots:
+            return self._in_slot(tokens, settings)
+        return generate(self.target, tokens, draft=self.draft, policy=self.policy, **settings)
+
+    def _in_slot(self, tokens: list[int], settings: dict[str, Any]) -> Generator[Event, None, None]:
+        """A generation in the next free slot, a member of the gather while it runs."""
+        slot = self._take_slot(tokens)
+        try:
+            events = generate(slot.target, tokens, draft=slot.draft, policy=slot.policy, **settings)
+            with self._gather.member() as member, closing(events):
+                for event in events:
+                    with member.away():  # the others' rounds need not wait for the consumer
+                        yield event
+        finally:
+            with self._slot_freed:
+                self._free.append(slot)
+                self._slot_freed.notify()
+
+    def _take_slot(self, prompt: Sequence[int]) -> Slot:
+        """The free slot whose cache holds the longest prefix of the prompt (the next turn of
+        a conversation finds its own), else the one free longest; waiting for one."""
+        with self._slot_freed:
+            while not self._free:
+                self._slot_freed.wait()
+            slot = max(self._free, key=lambda s: common_prefix_length(s.target.tokens, prompt))
+            self._free.remove(slot)
+            return slot
 
     @property
     def rpc_servers(self) -> list[str]:
@@ -247,7 +354,7 @@ class Engine:
 
     @property
     def draft_models(self) -> list[Model]:
-        models = (d.model for d in self.drafts if isinstance(d, ModelDraft))
+        models = (_native(d.model) for d in self.drafts if isinstance(d, ModelDraft))
         return [m for m in models if isinstance(m, Model)]
 
     @property
@@ -275,6 +382,7 @@ class Engine:
         if self.learned_path is not None:
             learned.save(self.policy, self.learned_path, self._learned_key)
             self.learned_path = None  # closing twice saves once
+        self._gather.close()
         for draft in self.drafts:  # before the target, whose context a head uses
             _close_draft(draft)
         self.target.close()
@@ -300,9 +408,16 @@ def _draft_choices(draft: DraftSpec | Sequence[DraftSpec] | None) -> list[DraftS
 
 
 def _close_draft(source: DraftSource) -> None:
-    native = source.model if isinstance(source, ModelDraft) else getattr(source, "head", None)
+    native = (
+        _native(source.model) if isinstance(source, ModelDraft) else getattr(source, "head", None)
+    )
     if isinstance(native, Model | NativeHead):
         native.close()
+
+
+def _native(model: object) -> object:
+    """The Model a slot's view is a sequence of; anything else as it is."""
+    return model.model if isinstance(model, SequenceView) else model
 
 
 def _draft_settings(source: DraftSource) -> list[object]:

@@ -32,6 +32,9 @@ class LoadOptions:
     # the loop ("auto": where that device is a GPU or an RPC server; on the CPU its top-k
     # costs more than specrun's own search over the row).
     backend_sampling: BackendSampling = "auto"
+    # Generations at once (slots): each its own sequence of `n_ctx` positions, their rounds
+    # decoded in one batch; `Engine.stream` may then be called from that many threads.
+    parallel: int = 1
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ comes from its last position's logits, with no decode of its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -102,7 +102,7 @@ def generate(
     rng: np.random.Generator | None = None,
     constraint: Constraint | None = None,
     logprobs: int | None = None,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Stream a generation as events: one Prefill, then one Round per target forward pass
     (the first round's is the prompt's).
 

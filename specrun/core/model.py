@@ -26,8 +26,12 @@ class LanguageModel(Protocol):
     n_vocab: int
     n_ctx: int  # the context loaded: prompt and answer together
     n_ctx_train: int  # the context the model was trained for
-    n_evaluated: int  # positions decoded so far
     first_of_shape: bool  # whether the last `logits` call decoded a batch shape first
+
+    @property
+    def n_evaluated(self) -> int:
+        """Positions decoded so far."""
+        ...
 
     @property
     def tokens(self) -> Sequence[int]: ...

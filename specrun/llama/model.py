@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, overload
@@ -41,6 +42,36 @@ DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
 HIDDEN_ROWS_BYTES = 256 << 20  # at most this much of a head's pending hidden rows is kept
 
 
+@dataclass(eq=False)
+class SequenceCache:
+    """What one sequence of the KV cache holds, position by position (`tokens`)."""
+
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)
+    # Positions the cache may hold: len(tokens), or more after a decode that failed or was
+    # interrupted before `tokens` took it in.
+    held: int = 0
+    # The cache's first `seen` tokens are `base`'s, as far as it still holds that many.
+    base: Tokens | None = None
+    seen: int = 0
+    n_evaluated: int = 0  # tokens decoded for it so far
+
+
+@dataclass(eq=False)
+class Call:
+    """One sequence's `logits` call, decoded in one batch with other sequences' calls
+    (`Model.decode_calls`): what it asks, then what it got."""
+
+    cache: SequenceCache
+    seq: Sequence[int]
+    last: int
+    view: bool = False
+    top: int | None = None
+    rows: Rows | None = None
+    first_of_shape: bool = False  # whether its rows came from a decode of a new shape
+    batch_rows: int = 0  # the rows that decode computed, for every sequence in it
+
+
 class Model(Vocabulary):
     """A GGUF model with one context, its KV cache holding `self.tokens`."""
 
@@ -59,7 +90,10 @@ class Model(Vocabulary):
         reproducible: bool = False,
         load_mtp: bool = False,
         backend_sampling: BackendSampling = "auto",
+        sequences: int = 1,
     ) -> None:
+        """`sequences` > 1: as many sequences share the context, each with `n_ctx` positions of
+        one KV pool (decoded together by `decode_calls`; not with `reproducible` or a head)."""
         self.path = Path(path)
         self.name = self.path.name
         check_gguf_header(self.path)
@@ -103,9 +137,12 @@ class Model(Vocabulary):
 
         threads = threads or physical_cores()
         ctx_params = llama.llama_context_default_params()
-        ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
+        ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train) * sequences
         ctx_params.n_batch = ctx_params.n_ubatch = n_batch
-        ctx_params.n_seq_max = 1
+        ctx_params.n_seq_max = sequences
+        # One pool of cells for every sequence: a batch of several decodes as one ubatch (split
+        # streams would cut it into equal parts per sequence).
+        ctx_params.kv_unified = sequences > 1
         ctx_params.n_outputs_max_per_seq = GAMMA_LIMIT + 1  # a verify's rows, when sampled
         ctx_params.n_threads = ctx_params.n_threads_batch = threads
         ctx_params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
@@ -114,11 +151,11 @@ class Model(Vocabulary):
         if not self._ctx:
             self.close()
             raise load_failure(f"cannot create a context for {self.path}")
-        self.n_ctx = llama.llama_n_ctx(self._ctx)
+        self.n_ctx = llama.llama_n_ctx(self._ctx) // sequences  # each sequence's share
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
         self._memory = llama.llama_get_memory(self._ctx)
-        self._init_cache(n_batch)
+        self._init_cache(n_batch, sequences)
         self.invariance = self.probe_invariance() if reproducible else None
         # The output layer is on the last offloaded device whenever any layer is.
         wanted = backend_sampling == "on" or (
@@ -132,27 +169,24 @@ class Model(Vocabulary):
                 "device; use `backend_sampling` off"
             )
 
-    def _init_cache(self, n_batch: int) -> None:
-        """The Python side of the cache: the batch it is fed by and the sequence it holds."""
+    def _init_cache(self, n_batch: int, sequences: int = 1) -> None:
+        """The Python side of the cache: the batch it is fed by and the sequences it holds."""
         batch = self._batch = llama.llama_batch_init(n_batch, 0, 1)
         # Numpy views on the batch's arrays: a chunk is filled by array copies.
         self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
         self._batch_pos = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
         self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
         self._positions = np.arange(self.n_ctx + n_batch, dtype=np.int32)  # padding may pass n_ctx
-        # Every position is in sequence 0, set once: llama.cpp never writes to a batch.
+        # Every position is in one sequence, 0 unless `decode_calls` says otherwise: llama.cpp
+        # never writes to a batch.
         np.ctypeslib.as_array(batch.n_seq_id, shape=(n_batch,))[:] = 1
+        self._batch_seq = np.zeros(n_batch, np.int32)  # what `seq_id` holds, position by position
         for j in range(n_batch):
             batch.seq_id[j][0] = 0
         self.piece = lru_cache(maxsize=None)(self._piece)
         self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
-        self.tokens: list[int] = []  # what the KV cache holds, position by position
-        # Positions the cache may hold: len(self.tokens), or more after a decode that failed
-        # or was interrupted before `tokens` took it in.
-        self._held = 0
-        # The cache's first `_seen` tokens are `_base`'s, as far as it still holds that many.
-        self._base: Tokens | None = None
-        self._seen = 0
+        self.caches = [SequenceCache(seq_id) for seq_id in range(sequences)]
+        self._seq = self.caches[0]  # the one `logits` keeps
         self.n_evaluated = 0  # tokens decoded so far: how much work the cache saved
         # The first decode of a batch shape (positions, positions with logits) sets up its
         # graph and buffers and costs up to twice a later one: not a sample of its cost.
@@ -163,12 +197,18 @@ class Model(Vocabulary):
             None  # positions with logits decoded at most this many per pass
         )
         self.samples_on_device = False  # whether `logits(top=...)` returns candidates
-        self._sampler: tuple[int, llama.llama_sampler_p] | None = None  # attached: (width, chain)
+        # Attached backend samplers, by sequence: (width, chain).
+        self._samplers: dict[int, tuple[int, llama.llama_sampler_p]] = {}
         self.hidden_rows: HiddenRows | None = None  # kept for a head (`keep_hidden`)
         self._hidden_layers: tuple[int, ...] = ()  # whose inputs they are; () the last state
         # Views of llama.cpp's output buffers (logits, candidates, hidden rows), by what they
         # view: `_view`.
         self._views: dict[tuple[int, int, type], np.ndarray] = {}
+
+    @property
+    def tokens(self) -> list[int]:
+        """What the KV cache holds for `logits`' sequence, position by position."""
+        return self._seq.tokens
 
     @property
     def model(self) -> llama.llama_model_p:
@@ -211,27 +251,12 @@ class Model(Vocabulary):
         With `top`, where the model samples on its device (`samples_on_device`), each row's
         `top` best candidates instead (CandidateRows, copies): only they leave the device.
         """
-        if len(seq) > self.n_ctx:
-            raise SpecrunError(
-                f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})"
-            )
-        if not 0 <= last <= len(seq):
-            raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
-        width = top if self.samples_on_device and top is not None and top < self.n_vocab else None
+        self._check(seq, last)
+        width = self._width(top)
         if last:  # a pass without rows leaves the sampler as the last one with rows asked for
             self._set_sampler(width)
-        # Of an append-only sequence seen before, only what follows the part held then can differ.
-        base, n_base = (seq.base, seq.n) if isinstance(seq, Continuation) else (None, 0)
-        held = len(self.tokens)
-        start = min(self._seen, held) if base is not None and base is self._base else 0
-        keep = start + common_prefix_length(self.tokens[start:], seq[start:held])
-        self._base, self._seen = base, n_base  # true from here on: the cache holds a prefix of seq
-        keep = min(keep, len(seq) - last)
-        if keep < len(seq):  # a decode narrower than `min_width` starts earlier
-            keep = min(keep, max(len(seq) - self.min_width, 0))
-        if keep < self._held:  # else there is nothing to drop: no native call
-            self._truncate(keep)
-        keep = len(self.tokens)
+        cache = self._seq
+        keep = self._reuse(cache, seq, last)
 
         first_out = len(seq) - last
         spans = self._spans(keep, len(seq), first_out)
@@ -253,20 +278,14 @@ class Model(Vocabulary):
             shape = (len(chunk) + padding, len(chunk) + padding - flagged)
             self.first_of_shape |= shape not in self._shapes_decoded
             self._shapes_decoded.add(shape)
-            self._held = end + padding  # what the decode may write, until `tokens` says
-            status = self._decode()
-            if status != 0:
-                # A failed batch may leave part of it in the cache; forget it all.
-                self._truncate(start)
-                raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
-                raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+            cache.held = end + padding  # what the decode may write, until `tokens` says
+            self._decode_or_forget([(cache, start)])
             if self.hidden_rows is not None:
                 self.hidden_rows.write(start, *self._hidden_outputs(len(chunk)))
-            self.tokens.extend(chunk)
-            if not padding or self._drop(end):  # padding a cache could not drop stays held
-                self._held = end
-            self.n_evaluated += len(chunk)
-            raise_pending()
+            cache.tokens.extend(chunk)
+            if not padding or self._drop(cache, end):  # padding a cache could not drop stays held
+                cache.held = end
+            self._count(cache, len(chunk))
             if end > first_out:
                 # Rows before `wanted` had logits only to keep the output layer `min_width` wide.
                 outputs, skip = len(chunk) + padding - flagged, wanted - flagged
@@ -285,6 +304,168 @@ class Model(Vocabulary):
             return candidates
         assert out is not None, "the last decode returned its rows as a view"
         return out
+
+    def _check(self, seq: Sequence[int], last: int) -> None:
+        if len(seq) > self.n_ctx:
+            raise SpecrunError(
+                f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})"
+            )
+        if not 0 <= last <= len(seq):
+            raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
+
+    def _width(self, top: int | None) -> int | None:
+        """The candidates a row leaves the device as, for `top`; None: the whole row."""
+        return top if self.samples_on_device and top is not None and top < self.n_vocab else None
+
+    def _reuse(self, cache: SequenceCache, seq: Sequence[int], last: int) -> int:
+        """Keep the longest prefix of `seq` the cache holds, short of its last `last`
+        positions (and of `min_width`), dropping the rest; how many positions that is."""
+        # Of an append-only sequence seen before, only what follows the part held then can differ.
+        base, n_base = (seq.base, seq.n) if isinstance(seq, Continuation) else (None, 0)
+        held = len(cache.tokens)
+        start = min(cache.seen, held) if base is not None and base is cache.base else 0
+        keep = start + common_prefix_length(cache.tokens[start:], seq[start:held])
+        cache.base, cache.seen = base, n_base  # true from here on: the cache holds a prefix of seq
+        keep = min(keep, len(seq) - last)
+        if keep < len(seq):  # a decode narrower than `min_width` starts earlier
+            keep = min(keep, max(len(seq) - self.min_width, 0))
+        if keep < cache.held:  # else there is nothing to drop: no native call
+            self._truncate(cache, keep)
+        return len(cache.tokens)
+
+    def _decode_or_forget(self, starts: Sequence[tuple[SequenceCache, int]]) -> None:
+        """Decode the batch; where it fails, forget what each sequence's part of it may have
+        left in the cache (from its start on) and say why."""
+        status = self._decode()
+        if status != 0:
+            for cache, start in starts:
+                self._truncate(cache, start)
+            raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
+            raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+
+    def _count(self, cache: SequenceCache, decoded: int) -> None:
+        cache.n_evaluated += decoded
+        self.n_evaluated += decoded
+        raise_pending()
+
+    def decode_calls(self, calls: Sequence[Call]) -> None:
+        """Serve several sequences' `logits` calls together: every call's new positions in one
+        batch where they fit in `n_batch`, else in as few as they fit in, the rows asked for in
+        the last (`Call.rows`: views of llama.cpp's buffer, valid until this model's next decode,
+        where the call asks for a view and its rows all come from the last; else copies)."""
+        if self.min_width > 1 or self.max_width or self.hidden_rows is not None:
+            raise SpecrunError(f"{self.name}: only plain decoding serves several sequences at once")
+        runs: list[
+            tuple[Call, int, int, bool]
+        ] = []  # (call, start, end, with rows), in batch order
+        outputs: list[tuple[Call, int, int]] = []
+        widths: dict[int, int | None] = {}
+        for call in calls:
+            self._check(call.seq, call.last)
+            widths[id(call)] = width = self._width(call.top)
+            if call.last:
+                self._set_sampler(width, call.cache.seq_id)
+            keep = self._reuse(call.cache, call.seq, call.last)
+            first_out = len(call.seq) - call.last
+            if keep < first_out:  # a prompt (or a draft catching up): another may hold it
+                keep = self._borrow(call.cache, call.seq, keep, first_out)
+            if keep < first_out:
+                runs.append((call, keep, first_out, False))
+            if call.last:
+                outputs.append((call, first_out, len(call.seq)))
+            call.rows = None
+        runs += [(call, start, end, True) for call, start, end in outputs]
+        # The positions, flattened: each run's tokens with their positions, sequence and flag.
+        owner = np.concatenate(
+            [np.full(end - start, i, np.int32) for i, (_, start, end, _) in enumerate(runs)]
+            or [np.empty(0, np.int32)]
+        )
+        total = len(owner)
+        if not total:
+            return
+        # Decodes end at the last position, n_batch apart: the rows come from the last.
+        bounds = [*range(total % self.n_batch or self.n_batch, total, self.n_batch)]
+        for start, end in zip([0, *bounds], [*bounds, total]):
+            self._decode_run_slice(runs, owner, start, end, widths, last=end == total)
+
+    def _borrow(self, cache: SequenceCache, seq: Sequence[int], keep: int, limit: int) -> int:
+        """Where another sequence holds more of `seq`'s first `limit` positions than the
+        `keep` that `cache` holds, take its cells for them (one KV pool: the cells are shared,
+        not copied): a system prompt or a conversation that another slot evaluated. How many
+        positions the cache holds now."""
+        donor, most = None, keep
+        for other in self.caches:
+            if other is not cache and (held := common_prefix_length(other.tokens, seq)) > most:
+                donor, most = other, min(held, limit)
+        if donor is None or most <= keep:
+            return keep
+        llama.llama_memory_seq_cp(self._memory, donor.seq_id, cache.seq_id, keep, most)
+        cache.tokens.extend(seq[keep:most])
+        cache.held = most
+        return most
+
+    def _decode_run_slice(
+        self,
+        runs: list[tuple[Call, int, int, bool]],
+        owner: np.ndarray,
+        start: int,
+        end: int,
+        widths: dict[int, int | None],
+        *,
+        last: bool,
+    ) -> None:
+        """One decode of the flattened positions start..end of `runs` (`decode_calls`)."""
+        n = end - start
+        run_starts = np.cumsum([0, *(e - s for _, s, e, _ in runs)])
+        pieces: list[tuple[Call, int, int, bool]] = []  # the part of each run in this decode
+        for i in range(int(owner[start]), int(owner[end - 1]) + 1):
+            call, first, stop, with_rows = runs[i]
+            lo = first + max(start - int(run_starts[i]), 0)
+            hi = first + min(end - int(run_starts[i]), stop - first)
+            pieces.append((call, lo, hi, with_rows))
+        j = 0
+        for call, lo, hi, with_rows in pieces:
+            width = hi - lo
+            self._batch_tokens[j : j + width] = call.seq[lo:hi]
+            self._batch_pos[j : j + width] = self._positions[lo:hi]
+            self._batch_logits[j : j + width] = with_rows
+            self._in_sequence(call.cache.seq_id, j, j + width)
+            call.cache.held = max(call.cache.held, hi)
+            j += width
+        self._batch.n_tokens = n
+        n_out = sum(hi - lo for _, lo, hi, with_rows in pieces if with_rows)
+        shape = (n, n_out)
+        first_of_shape = shape not in self._shapes_decoded
+        self._shapes_decoded.add(shape)
+        self.first_of_shape = first_of_shape
+        self._decode_or_forget([(call.cache, len(call.cache.tokens)) for call, *_ in pieces])
+        out_at = 0
+        for call, lo, hi, with_rows in pieces:
+            call.cache.tokens.extend(call.seq[lo:hi])
+            call.cache.held = len(call.cache.tokens)
+            self._count(call.cache, hi - lo)
+            if not with_rows:
+                continue
+            count, into = (
+                hi - lo,
+                slice(lo - (len(call.seq) - call.last), hi - (len(call.seq) - call.last)),
+            )
+            call.first_of_shape, call.batch_rows = first_of_shape, n_out
+            if (chosen := widths[id(call)]) is not None:
+                ids, values = self._candidates(count, chosen, after=n_out - out_at - count)
+                rows: Rows = CandidateRows(ids.copy(), values.copy())
+            else:
+                view = self._outputs(n_out)[out_at : out_at + count]
+                rows = view if last and call.view and into.start == 0 else view.copy()
+            out_at += count
+            call.rows = _joined(call.rows, rows) if into.start else rows
+
+    def _in_sequence(self, seq_id: int, start: int, end: int) -> None:
+        """Put the batch's positions start..end in sequence `seq_id` (where they are not)."""
+        held = self._batch_seq[start:end]
+        for k in np.flatnonzero(held != seq_id):
+            self._batch.seq_id[start + int(k)][0] = seq_id
+        held[:] = seq_id
 
     def _spans(self, keep: int, end: int, first_out: int) -> list[tuple[int, int]]:
         """The decodes that take the cache from `keep` to `end` positions: `n_batch` wide at
@@ -315,6 +496,7 @@ class Model(Vocabulary):
         wanted = min(max(first_out - start, 0), n)
         flagged = min(wanted, n + padding - self.min_width) if wanted < n else n + padding
         self._batch.n_tokens = n + padding
+        self._in_sequence(0, 0, n + padding)
         self._batch_tokens[:n] = chunk
         if padding:
             self._batch_tokens[n : n + padding] = chunk[-1]
@@ -349,33 +531,38 @@ class Model(Vocabulary):
             view = self._views[key] = np.ctypeslib.as_array(pointer, (self.n_batch, columns))
         return view
 
-    def _set_sampler(self, width: int | None) -> None:
-        """From the next decode on, have llama.cpp choose each row's `width` best tokens on
-        the output layer's device (a top-k chain on sequence 0); None: whole rows again.
+    def _set_sampler(self, width: int | None, seq_id: int = 0) -> None:
+        """From the next decode on, have llama.cpp choose each of the sequence's rows' `width`
+        best tokens on the output layer's device (a top-k chain); None: whole rows again.
         The chain lives until it is replaced: the context only refers to it."""
-        if (self._sampler[0] if self._sampler else None) == width:
+        previous = self._samplers.get(seq_id)
+        if (previous[0] if previous else None) == width:
             return
         chain = None
         if width is not None:
             chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
             llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_k(width))
-        attached = llama.llama_set_sampler(self._ctx, 0, chain)  # None detaches
+        attached = llama.llama_set_sampler(self._ctx, seq_id, chain)  # None detaches
         if chain is not None and not attached:
             llama.llama_sampler_free(chain)
             raise SpecrunError(f"{self.name}: llama.cpp refused a top-{width} backend sampler")
-        previous = self._sampler
-        self._sampler = (width, chain) if width is not None and chain is not None else None
+        if width is not None and chain is not None:
+            self._samplers[seq_id] = (width, chain)
+        else:
+            self._samplers.pop(seq_id, None)
         if previous is not None:
             llama.llama_sampler_free(previous[1])
 
-    def _candidates(self, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """The last decode's candidates [count, width] (ids, logits) in batch order: views of
-        llama.cpp's buffers, whose rows lie a vocabulary apart."""
-        found = llama.llama_get_sampled_candidates_count_ith(self._ctx, -count)
+    def _candidates(self, count: int, width: int, after: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """The last decode's candidates [count, width] (ids, logits) of the `count` rows before
+        its last `after`, in batch order: views of llama.cpp's buffers, whose rows lie a
+        vocabulary apart."""
+        first = -(count + after)
+        found = llama.llama_get_sampled_candidates_count_ith(self._ctx, first)
         if found != width:
             raise SpecrunError(f"{self.name}: the backend chose {found} candidates, not {width}")
-        ids = llama.llama_get_sampled_candidates_ith(self._ctx, -count)
-        values = llama.llama_get_sampled_logits_ith(self._ctx, -count)
+        ids = llama.llama_get_sampled_candidates_ith(self._ctx, first)
+        values = llama.llama_get_sampled_logits_ith(self._ctx, first)
         rows = slice(count), slice(width)
         return self._view(ids, self.n_vocab)[rows], self._view(values, self.n_vocab)[rows]
 
@@ -395,27 +582,29 @@ class Model(Vocabulary):
             self.reset()
             raise_pending()
 
-    def _drop(self, keep: int) -> bool:
-        dropped: bool = llama.llama_memory_seq_rm(self._memory, 0, keep, -1)
+    def _drop(self, cache: SequenceCache, keep: int) -> bool:
+        dropped: bool = llama.llama_memory_seq_rm(self._memory, cache.seq_id, keep, -1)
         return dropped
 
     def _clear(self) -> None:
         llama.llama_memory_clear(self._memory, True)
 
-    def _truncate(self, keep: int) -> None:
-        """Drop cached positions from `keep` on; a cache that cannot (recurrent) starts over."""
-        if not self._drop(keep):
-            self._clear()
-            keep = 0
-        del self.tokens[keep:]
-        self._held = keep
+    def _truncate(self, cache: SequenceCache, keep: int) -> None:
+        """Drop the sequence's cached positions from `keep` on; a cache that cannot
+        (recurrent) starts over, every sequence of it."""
+        if not self._drop(cache, keep):
+            self.reset()
+            return
+        del cache.tokens[keep:]
+        cache.held = keep
         if self.hidden_rows is not None:
             self.hidden_rows.truncate(keep)
 
     def reset(self) -> None:
         self._clear()
-        self.tokens.clear()
-        self._held = 0
+        for cache in self.caches:
+            del cache.tokens[:]
+            cache.held = 0
         if self.hidden_rows is not None:
             self.hidden_rows.truncate(0)
 
@@ -505,16 +694,17 @@ class Model(Vocabulary):
             getattr(self, "_batch", None),
             getattr(self, "_ctx", None),
             getattr(self, "_model", None),
-            getattr(self, "_sampler", None),
+            getattr(self, "_samplers", {}),
         )
-        self._batch = self._ctx = self._model = self._sampler = None
-        batch, ctx, model, sampler = handles
+        self._batch = self._ctx = self._model = None
+        self._samplers = {}
+        batch, ctx, model, samplers = handles
         if batch is not None:
             llama.llama_batch_free(batch)
         if ctx:
             llama.llama_free(ctx)
-        if sampler is not None:  # after the context that refers to it
-            llama.llama_sampler_free(sampler[1])
+        for _, chain in samplers.values():  # after the context that refers to them
+            llama.llama_sampler_free(chain)
         if model:
             llama.llama_model_free(model)
 
@@ -526,6 +716,16 @@ class Model(Vocabulary):
 
     def __del__(self) -> None:
         self.close()
+
+
+def _joined(earlier: Rows | None, later: Rows) -> Rows:
+    """A call's rows from two decodes, in order (its rows were more than one decode holds)."""
+    if isinstance(earlier, CandidateRows) and isinstance(later, CandidateRows):
+        return CandidateRows(
+            np.concatenate([earlier.ids, later.ids]), np.concatenate([earlier.logits, later.logits])
+        )
+    assert isinstance(earlier, np.ndarray) and isinstance(later, np.ndarray)
+    return np.concatenate([earlier, later])
 
 
 def model_architecture(model: int) -> str:

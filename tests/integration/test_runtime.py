@@ -97,7 +97,9 @@ def test_the_cache_is_cut_only_where_it_may_hold_more(tiny_target, fresh, monkey
     with Model(tiny_target, n_ctx=256) as model:
         drops: list[int] = []
         drop = model._drop
-        monkeypatch.setattr(model, "_drop", lambda keep: drops.append(keep) or drop(keep))
+        monkeypatch.setattr(
+            model, "_drop", lambda cache, keep: drops.append(keep) or drop(cache, keep)
+        )
         seq = model.tokenize("the sea is blue and the sun is big")
         model.logits(seq, 1)
         model.logits(seq := seq + [300], 1)

@@ -1,0 +1,168 @@
+"""Several generations at once on one engine (`parallel`): each in a slot of its own, their
+rounds decoded together. Whatever the other slots do, each slot's greedy output is its
+request's own, and its sampled output is distributed as plain decoding of its request
+alone (a chi-square test per slot, on real decodes of the tiny model)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from specrun.core.loop import Prefill, Round
+from specrun.core.sampling import SamplingParams, probabilities
+from specrun.engine import Engine
+from specrun.errors import OptionError
+from specrun.llama.model import Model
+from specrun.options import MTP_LAYERS, DraftOptions, LoadOptions
+from tests.support.identity import GREEDY, assert_greedy_identical, greedy_tokens
+
+PROMPTS = (
+    "the cat and the dog in the big red road",
+    "the sun is big and the sea",
+    "a tree and a road and a cat and",
+    "the moon",
+)
+SAMPLED = SamplingParams(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+DRAWS = 1200  # generations per slot
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_target, tiny_draft):
+    with Engine.load(
+        tiny_target,
+        tiny_draft,
+        # One thread a decode: libgomp throttles its threads' spinning once another thread (the
+        # tests' main one) has a team of its own, and decodes of the tiny model are mostly
+        # that wait (DESIGN.md, "Slots").
+        options=LoadOptions(n_ctx=256, parallel=4, threads=1),
+        drafting=DraftOptions(gamma="2"),
+    ) as loaded:
+        yield loaded
+
+
+def tokens_of(events) -> list[int]:
+    return [t for e in events if isinstance(e, Round) for t in e.tokens]
+
+
+def in_threads(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Each job in a thread of its own, all at once; their results in order."""
+    results: list[Any] = [None] * len(jobs)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = jobs[i]()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    return results
+
+
+def test_each_slot_answers_greedy_as_its_request_alone(engine, tiny_target):
+    """Eight requests on four slots (the rest wait for a free one), of different lengths, so
+    slots finish and take the next request while others run."""
+    prompts = [engine.target.tokenize(p) for p in PROMPTS * 2]
+    lengths = [40, 12, 33, 25, 7, 48, 19, 30]
+    answers = in_threads(
+        [
+            lambda p=p, n=n: tokens_of(engine.stream(p, max_tokens=n, params=GREEDY))
+            for p, n in zip(prompts, lengths)
+        ]
+    )
+    with Model(tiny_target, n_ctx=256) as alone:
+        for prompt, n, answer in zip(prompts, lengths, answers):
+            plain, _ = greedy_tokens(alone, prompt, max_tokens=n)
+            assert assert_greedy_identical(alone, prompt, plain, answer, 1e-3) == "identical"
+    assert sorted(slot.index for slot in engine._free) == [0, 1, 2, 3]  # every slot free again
+
+
+def test_each_slot_is_distributed_as_plain_decoding_of_its_request(engine, tiny_target):
+    """The first three tokens of each slot's prompt: the first from the prompt's pass, the
+    next two from a round that drafted two (γ 2), decoded in batches with the other slots'."""
+    prompts = [engine.target.tokenize(p) for p in PROMPTS]
+
+    def draws(prompt: list[int]) -> np.ndarray:
+        counts = np.zeros((3, engine.target.n_vocab))
+        for _ in range(DRAWS):
+            tokens = tokens_of(engine.stream(prompt, max_tokens=3, params=SAMPLED))
+            for position, token in enumerate(tokens):
+                counts[position, token] += 1
+        return counts
+
+    observed = in_threads([lambda p=p: draws(p) for p in prompts])
+    with Model(tiny_target, n_ctx=256) as alone:
+
+        def after(history: list[int]) -> np.ndarray:
+            return probabilities(alone.logits(history, 1)[0], SAMPLED)
+
+        for prompt, counts in zip(prompts, observed):
+            first = after(prompt)
+            seconds = {a: after([*prompt, a]) for a in np.flatnonzero(first)}
+            second = sum(first[a] * seconds[a] for a in seconds)
+            third = sum(
+                first[a] * seconds[a][b] * after([*prompt, a, b])
+                for a in seconds
+                for b in np.flatnonzero(seconds[a])
+            )
+            for position, expected in enumerate((first, second, third)):
+                support = expected > 0
+                row = counts[position]
+                assert row[~support].sum() == 0
+                result = chisquare(row[support], expected[support] / expected.sum() * row.sum())
+                assert result.pvalue > 1e-3, (position, result)
+
+
+def test_a_slot_takes_the_prefix_another_slot_evaluated(engine):
+    """A request that shares a long prefix with one running in another slot evaluates only
+    what follows it, and answers as it would alone."""
+    shared = engine.target.tokenize(" ".join(PROMPTS))
+    first, second = [*shared, 300], [*shared, 301]
+    running = engine.stream(first, max_tokens=30, params=GREEDY)
+    assert isinstance(next(running), Prefill)  # first's slot holds the prefix now
+    events = list(engine.stream(second, max_tokens=10, params=GREEDY))
+    running.close()  # its slot is free again
+    prefill = events[0]
+    assert isinstance(prefill, Prefill) and prefill.evaluated <= 2
+    with Engine.load(engine.target.path, options=LoadOptions(n_ctx=256)) as alone:
+        expected = tokens_of(alone.stream(second, max_tokens=10, params=GREEDY))
+    assert tokens_of(events) == expected
+
+
+def test_streams_interleaved_in_one_thread_both_finish(engine):
+    """A stream whose consumer holds on to it (here: two streams read in turn by one
+    thread) does not stall the other for good."""
+    prompts = [engine.target.tokenize(p) for p in PROMPTS[:2]]
+    streams = [engine.stream(p, max_tokens=12, params=GREEDY) for p in prompts]
+    answers: list[list[int]] = [[], []]
+    live = [True, True]
+    while any(live):
+        for i, stream in enumerate(streams):
+            if live[i]:
+                event = next(stream, None)
+                live[i] = event is not None
+                answers[i] += event.tokens if isinstance(event, Round) else []
+    assert [len(a) for a in answers] == [12, 12]
+    alone = in_threads(
+        [lambda p=p: tokens_of(engine.stream(p, max_tokens=12, params=GREEDY)) for p in prompts]
+    )
+    assert answers == alone
+
+
+def test_what_decodes_one_sequence_at_a_time_is_refused_with_slots(tiny_target):
+    with pytest.raises(OptionError, match="reproducible"):
+        Engine.load(tiny_target, options=LoadOptions(parallel=2, reproducible=True))
+    with pytest.raises(OptionError, match="MTP"):
+        Engine.load(tiny_target, MTP_LAYERS, options=LoadOptions(parallel=2))
+    with pytest.raises(OptionError, match="at least 1"):
+        Engine.load(tiny_target, options=LoadOptions(parallel=0))
