@@ -8,6 +8,7 @@ import ipaddress
 import os
 import re
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -26,9 +27,12 @@ from specrun.cli.options import (
 )
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
-from specrun.options import DraftOptions, LoadOptions
+from specrun.options import DraftOptions, Eagle3Head, LoadOptions, MtpLayers
+from specrun.system.formatting import format_size
 
 API_KEY_ENV = "SPECRUN_API_KEY"
+DEFAULT_SLOTS = 4  # llama-server's default too
+MAX_SLOTS = 64
 ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # a page's Origin header
 
 
@@ -85,8 +89,21 @@ def serve(
         help="Most models loaded at once (0: as many as memory holds); the least recently "
         "used goes first.",
     ),
+    parallel: int | None = typer.Option(
+        None,
+        "--parallel",
+        min=1,
+        max=MAX_SLOTS,
+        help=f"Generations at once (slots), their rounds decoded in one batch; each has --ctx "
+        f"tokens of its own. Default: {DEFAULT_SLOTS} (as llama-server), fewer where their KV "
+        "caches would not fit in free memory, and 1 with --reproducible or an EAGLE-3 or MTP "
+        "draft.",
+    ),
     queue: int = typer.Option(
-        64, "--queue", min=0, help="Requests that may wait while one generates; more get HTTP 503."
+        64,
+        "--queue",
+        min=0,
+        help="Requests that may wait while every slot generates; more get HTTP 503.",
     ),
     read_timeout: float = typer.Option(
         60.0,
@@ -137,6 +154,10 @@ def serve(
         # Every name checked before anything loads; a request names a model by its file's
         # stem, or as the command line did (an alias).
         named = [(models.target or "", choice), *(_choice(spec, models) for spec in more_models)]
+        if parallel is None:
+            parallel, why = default_slots([resolved for _, resolved in named], load)
+            note(why)
+        load = replace(load, parallel=parallel)
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
         served: list[Served] = []
         for alias, resolved in named:
@@ -150,6 +171,7 @@ def serve(
                     ),
                     files=(resolved.target, *(d for d in resolved.drafts if isinstance(d, Path))),
                     n_ctx=load.n_ctx or DEFAULT_CTX,
+                    slots=parallel,
                     aliases=(alias,),
                     engine=engine if resolved is choice else None,
                 )
@@ -166,12 +188,49 @@ def serve(
                 hosts=AllowedHosts.of(host, allowed_hosts),
                 cors=tuple(cors),
                 queue=queue,
+                slots=parallel,
                 read_timeout=read_timeout,
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
             )
         finally:
             pool.close()
     note("stopped")
+
+
+def default_slots(choices: list[ModelChoice], load: LoadOptions) -> tuple[int, str]:
+    """--parallel's default, and the line that says why: DEFAULT_SLOTS, fewer where the
+    largest model's KV caches for that many would not fit in the memory free now (GPUs' and
+    the system's), one where a setting decodes one sequence at a time."""
+    from specrun.llama.devices import gpu_free_bytes, system_memory_available
+    from specrun.llama.footprint import estimate
+    from specrun.llama.model import DEFAULT_CTX
+
+    if load.reproducible:
+        return 1, "one slot: --reproducible decodes one sequence at a time"
+    if any(isinstance(d, Eagle3Head | MtpLayers) for c in choices for d in c.drafts):
+        return 1, "one slot: EAGLE-3 heads and MTP layers draft for one sequence at a time"
+    n_ctx = load.n_ctx or DEFAULT_CTX
+    try:
+        needs = [
+            [
+                estimate(path, n_ctx=n_ctx)
+                for path in (c.target, *c.drafts)
+                if isinstance(path, Path)
+            ]
+            for c in choices
+        ]
+    except (OSError, ValueError, KeyError):  # not a GGUF the estimate reads: llama.cpp will say
+        return DEFAULT_SLOTS, f"{DEFAULT_SLOTS} slots (--parallel)"
+    available = system_memory_available() + gpu_free_bytes()
+
+    def largest(slots: int) -> int:
+        return max(sum(f.total_for(slots) for f in files) for files in needs)
+
+    slots = next((n for n in range(DEFAULT_SLOTS, 0, -1) if largest(n) <= available), 1)
+    return slots, (
+        f"{slots} slot{'s' if slots > 1 else ''} (--parallel) of {n_ctx} tokens: "
+        f"{format_size(largest(slots))} with the KV caches, {format_size(available)} free"
+    )
 
 
 def _choice(spec: str, given: ModelRequest) -> tuple[str, ModelChoice]:

@@ -56,7 +56,11 @@ class Footprint:
 
     @property
     def total(self) -> int:
-        return self.weights + self.n_layer * self.kv_per_layer + self.compute
+        return self.total_for(1)
+
+    def total_for(self, sequences: int) -> int:
+        """With a KV cache of the chosen context for each of `sequences` (slots)."""
+        return self.weights + sequences * self.n_layer * self.kv_per_layer + self.compute
 
 
 def estimate(path: Path | str, *, n_ctx: int, n_ubatch: int = 512) -> Footprint:

@@ -469,12 +469,13 @@ def serve(
     hosts: AllowedHosts,
     cors: tuple[str, ...] = (),
     queue: int,
+    slots: int = 1,
     read_timeout: float,
     ready: Callable[[], None],
 ) -> None:
     """Serve the pool's models until SIGINT, SIGTERM or SIGHUP; `ready` hears when requests
     are taken. Return once the engines are free to close."""
-    worker = Worker(pool, queue=queue, defaults=defaults)
+    worker = Worker(pool, queue=queue, defaults=defaults, slots=slots)
     config = uvicorn.Config(
         Api(worker, read_timeout=read_timeout).app(api_key, hosts, cors),
         http=connection_type(read_timeout),

@@ -42,10 +42,13 @@ def _one(name: str, kind: MetricKind, help: str, value: int) -> Metric:
 
 def metrics(worker: Worker) -> list[Metric]:
     totals, speculation = worker.totals, worker.speculation
-    running = int(worker.running is not None)
+    running = len(worker.running)
     return [
         _one("num_requests_running", "gauge", "Requests generating now.", running),
         _one("num_requests_waiting", "gauge", "Requests in the queue.", len(worker.jobs) - running),
+        _one(
+            "num_slots", "gauge", "Generations the server runs at once (--parallel).", worker.slots
+        ),
         Metric(
             "model_loaded",
             "gauge",

@@ -1,7 +1,8 @@
 """The models a server answers for: each by its id, loaded when a request first names it,
 and let go again: the least recently used when the next one would not fit in memory (or
 past `max_loaded`), and any left idle for `keep_alive` seconds. Loading and unloading run
-in the worker thread, between generations, so a model never goes while it generates."""
+in the generation threads, one at a time, and a model in use (`acquire`d by a generation)
+never goes."""
 
 from __future__ import annotations
 
@@ -26,15 +27,17 @@ class Served:
     files: tuple[Path, ...] = ()
     aliases: tuple[str, ...] = ()  # other names requests may give it (its catalog alias)
     n_ctx: int = 4096
+    slots: int = 1  # sequences of n_ctx its engine holds (--parallel)
     engine: Engine | None = None
     last_used: float = field(default_factory=time.monotonic)
+    in_use: int = 0  # generations running on it
 
     def bytes_needed(self) -> int:
-        """Memory the model's files will take at its context, by their GGUF headers."""
+        """Memory the model's files will take at its context and slots, by their GGUF headers."""
         total = 0
         for path in self.files:
             try:
-                total += estimate(path, n_ctx=self.n_ctx).total
+                total += estimate(path, n_ctx=self.n_ctx).total_for(self.slots)
             except (OSError, ValueError, KeyError):  # not a GGUF it can read: no estimate
                 pass
         return total
@@ -55,7 +58,8 @@ class ModelPool:
         self.keep_alive = keep_alive  # None: for as long as the server runs
         self.max_loaded = max_loaded  # 0: as many as fit
         self._available = available
-        self._lock = threading.Lock()  # the worker thread changes, the event loop reads
+        self._lock = threading.Lock()  # the generation threads change, the event loop reads
+        self._loading = threading.Lock()  # one load or unload at a time
 
     @classmethod
     def of(cls, engine: Engine, model_id: str) -> ModelPool:
@@ -82,43 +86,51 @@ class ModelPool:
         with self._lock:
             return [model.id for model in self.served.values() if model.engine is not None]
 
-    def engine(self, model_id: str) -> Engine:
-        """In the worker thread: the model's engine, loaded now if it is not, after letting
-        go of the least recently used others where it would not fit."""
+    def acquire(self, model_id: str) -> Engine:
+        """In a generation thread: the model's engine, loaded now if it is not (after letting
+        go of the least recently used others not in use where it would not fit), kept until
+        `release`."""
         model = self.served[model_id]
-        if model.engine is None:
-            self._make_room(model)
-            engine = model.load()
-            with self._lock:
-                model.engine = engine
-        model.last_used = time.monotonic()
-        return model.engine
+        with self._loading:
+            if model.engine is None:
+                self._make_room(model)
+                engine = model.load()
+                with self._lock:
+                    model.engine = engine
+            model.in_use += 1
+            model.last_used = time.monotonic()
+            return model.engine
+
+    def release(self, model_id: str) -> None:
+        with self._loading:
+            model = self.served[model_id]
+            model.in_use -= 1
+            model.last_used = time.monotonic()
 
     def _make_room(self, model: Served) -> None:
         needed = model.bytes_needed()
         while True:
-            others = sorted(
-                (m for m in self.served.values() if m.engine is not None),
-                key=lambda m: m.last_used,
-            )
-            full = self.max_loaded and len(others) >= self.max_loaded
-            if not others or not (full or needed > self._available()):
+            loaded = [m for m in self.served.values() if m.engine is not None]
+            idle = sorted((m for m in loaded if not m.in_use), key=lambda m: m.last_used)
+            full = self.max_loaded and len(loaded) >= self.max_loaded
+            if not idle or not (full or needed > self._available()):
                 return
-            self._unload(others[0])
+            self._unload(idle[0])
 
     def unload_idle(self, now: float | None = None) -> list[str]:
-        """In the worker thread: let go of the models idle for longer than keep_alive."""
+        """In a generation thread: let go of the models idle for longer than keep_alive."""
         if self.keep_alive is None:
             return []
-        now = time.monotonic() if now is None else now
-        idle = [
-            m
-            for m in self.served.values()
-            if m.engine is not None and now - m.last_used >= self.keep_alive
-        ]
-        for model in idle:
-            self._unload(model)
-        return [model.id for model in idle]
+        with self._loading:
+            now = time.monotonic() if now is None else now
+            idle = [
+                m
+                for m in self.served.values()
+                if m.engine is not None and not m.in_use and now - m.last_used >= self.keep_alive
+            ]
+            for model in idle:
+                self._unload(model)
+            return [model.id for model in idle]
 
     def _unload(self, model: Served) -> None:
         with self._lock:

@@ -1,11 +1,14 @@
-"""The generations of `specrun serve`: a bounded queue and one worker thread. One engine holds
-one KV cache and is not thread-safe, so generations run one at a time, in that thread:
-llama.cpp is native code, and the event loop must stay free to accept requests, stream answers
-and notice clients that leave. The rest wait in the queue (a full one answers 503 with
-Retry-After); a client that leaves cancels its generation at the next round, or its place in
-the queue. Nothing resets the caches between requests, so a request that shares a prefix with
-the last one (the next turn of a chat) evaluates only what is new. The engine's events feed
-each job's `Stats` on the event loop, and what /v1/stats totals is counted here."""
+"""The generations of `specrun serve`: a bounded queue and a thread for each slot. An engine
+loaded with `parallel` slots runs that many generations at once, their rounds decoded together
+(`Engine.stream`); each runs in a thread of its own, since llama.cpp is native code and the
+event loop must stay free to accept requests, stream answers and notice clients that leave. A
+request takes the first free slot the moment one is free (a slot freed by a generation that
+ends takes the next request at once); the rest wait in the queue, in order (a full one answers
+503 with Retry-After). A client that leaves cancels its generation at the next round, which
+frees its slot, or its place in the queue. Nothing resets the caches between requests, so a
+request that shares a prefix with the last one in its slot (the next turn of a chat) evaluates
+only what is new. The engine's events feed each job's `Stats` on the event loop, and what
+/v1/stats totals is counted here."""
 
 from __future__ import annotations
 
@@ -14,8 +17,9 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
@@ -114,20 +118,23 @@ class Job:
 
 
 class Worker:
-    """The engines' one thread: one generation at a time, up to `queue` more waiting; each
-    with the model its request names, loaded there on demand (`ModelPool`)."""
+    """The engines' threads: `slots` generations at once, up to `queue` more waiting; each
+    with the model its request names, loaded on demand (`ModelPool`)."""
 
-    def __init__(self, pool: ModelPool, *, queue: int, defaults: SamplingParams) -> None:
+    def __init__(
+        self, pool: ModelPool, *, queue: int, defaults: SamplingParams, slots: int = 1
+    ) -> None:
         self.pool = pool
         self.defaults = defaults  # the command line's sampling; each request starts from it
-        self.capacity = queue + 1  # the generation running and those waiting
-        self.jobs: list[Job] = []  # admitted, in order; the first may be running
-        self.running: Job | None = None
+        self.slots = slots
+        self.capacity = queue + slots  # the generations running and those waiting
+        self.jobs: list[Job] = []  # admitted, in order
+        self.running: list[Job] = []  # in the order they started
         self.stopping = False
         self.totals: Counter[Total] = Counter(dict.fromkeys(TOTALS, 0))
         self.speculation = Speculation()  # the drafts of every finished request
-        self._turn = asyncio.Lock()  # FIFO: requests run in the order they came
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="specrun-generation")
+        self._turn = asyncio.Semaphore(slots)  # FIFO: requests start in the order they came
+        self._threads = ThreadPoolExecutor(slots, thread_name_prefix="specrun-generation")
 
     def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> Job:
         if self.stopping:
@@ -154,16 +161,16 @@ class Worker:
         try:
             async with self._turn:
                 if not job.cancel.is_set():
-                    self.running = job
+                    self.running.append(job)
 
                     def hand(item: Event | Exception | None) -> None:
                         loop.call_soon_threadsafe(job.deliver, item)
 
-                    await loop.run_in_executor(self._thread, self._generate, job, hand)
+                    await loop.run_in_executor(self._threads, self._generate, job, hand)
         finally:
             watcher.cancel()
-            if self.running is job:
-                self.running = None
+            if job in self.running:
+                self.running.remove(job)
             self.jobs.remove(job)
             self._count(job)
             if not job.ended:  # it never ran: only a server that stops has someone to tell
@@ -172,9 +179,9 @@ class Worker:
                 loop.call_later(self.pool.keep_alive, self._unload_idle)
 
     def _unload_idle(self) -> None:
-        """Let go of idle models, in the worker thread, between generations."""
+        """Let go of idle models, in a generation thread (those in use stay)."""
         if not self.stopping:
-            self._thread.submit(self.pool.unload_idle)
+            self._threads.submit(self.pool.unload_idle)
 
     async def _watch(self, job: Job, receive: Receive) -> None:
         """A client that leaves cancels its generation at the next round, or leaves the queue
@@ -182,7 +189,7 @@ class Worker:
         while (await receive())["type"] != "http.disconnect":
             pass  # the body was read already; nothing else arrives before the disconnect
         job.cancel.set()
-        if job is not self.running and job.task is not None:
+        if job not in self.running and job.task is not None:
             job.task.cancel()
 
     def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
@@ -191,22 +198,27 @@ class Worker:
         tokens: list[int] = []
         started = False
         try:
-            job.engine = engine = self._engine(job)
-            tokens = job.request.tokens(engine)
-            max_tokens = (
-                engine.target.n_ctx if job.request.max_tokens is None else job.request.max_tokens
-            )
-            for event in engine.stream(
-                tokens,
-                max_tokens=max_tokens,
-                stop=job.request.stop,
-                cancelled=job.cancel.is_set,
-                params=job.request.params,  # its own: the engine's stay the command line's
-                grammar=job.request.constraint(engine.target.chat_template),
-                logprobs=job.request.logprobs,
-            ):
-                started = True
-                hand(event)
+            with self._engine(job) as engine:
+                job.engine = engine
+                tokens = job.request.tokens(engine)
+                max_tokens = (
+                    engine.target.n_ctx
+                    if job.request.max_tokens is None
+                    else job.request.max_tokens
+                )
+                events = engine.stream(
+                    tokens,
+                    max_tokens=max_tokens,
+                    stop=job.request.stop,
+                    cancelled=job.cancel.is_set,
+                    params=job.request.params,  # its own: the engine's stay the command line's
+                    grammar=job.request.constraint(engine.target.chat_template),
+                    logprobs=job.request.logprobs,
+                )
+                with closing(events):  # its slot is free the moment it ends, however it ends
+                    for event in events:
+                        started = True
+                        hand(event)
         except SpecrunError as error:
             hand(self._failure(error, job, len(tokens), started))
         except Exception as error:  # a bug: the handler turns it into a 500 and logs it
@@ -214,11 +226,12 @@ class Worker:
         else:
             hand(None)
 
-    def _engine(self, job: Job) -> Engine:
-        """The model the job names, loaded now if it is not; one that cannot load is the
-        server's failure, in words."""
+    @contextmanager
+    def _engine(self, job: Job) -> Iterator[Engine]:
+        """The model the job names, loaded now if it is not, and kept while the job runs; one
+        that cannot load is the server's failure, in words."""
         try:
-            return self.pool.engine(job.request.model)
+            engine = self.pool.acquire(job.request.model)
         except SpecrunError as error:
             raise ApiError(
                 503,
@@ -226,6 +239,10 @@ class Worker:
                 kind="server_error",
                 code="model_not_loaded",
             ) from None
+        try:
+            yield engine
+        finally:
+            self.pool.release(job.request.model)
 
     def _failure(
         self, error: SpecrunError, job: Job, prompt_length: int, started: bool
@@ -258,28 +275,37 @@ class Worker:
         self.speculation.add(job.stats)
 
     def snapshot(self) -> dict[str, object]:
-        """The running generation's live figures, the queue, and the totals since the start."""
-        running = self.running
-        live = running and {
-            "id": running.id,
-            "recent_tokens_per_second": running.stats.recent_tokens_per_second,
-            **running.stats.as_dict(),
-        }
-        # The running request's model, else the default one where it is loaded.
-        engine = (running and running.engine) or self.pool.served[self.pool.default].engine
+        """The running generations' live figures, the slots, the queue, and the totals since
+        the start."""
+        running = list(self.running)
+        live = [
+            {
+                "id": job.id,
+                "model": job.request.model,
+                "recent_tokens_per_second": job.stats.recent_tokens_per_second,
+                **job.stats.as_dict(),
+            }
+            for job in running
+        ]
+        # The first running request's model, else the default one where it is loaded.
+        engine = next(
+            (job.engine for job in running if job.engine is not None),
+            self.pool.served[self.pool.default].engine,
+        )
         invariance = engine and engine.target.invariance  # --reproducible: how the target decodes
         draft = engine and engine.draft
         return {
             "draft": draft and {"name": draft.name, "kind": draft.kind},
             "running": live,
-            "queued": len(self.jobs) - (running is not None),
+            "slots": {"total": self.slots, "busy": len(running)},
+            "queued": len(self.jobs) - len(running),
             "totals": dict(self.totals),
             "reproducible": invariance and invariance.mode,
             "models": self.pool.snapshot(),
         }
 
     async def stop(self) -> None:
-        """Cancel every generation, running or waiting, and wait until the engine is free."""
+        """Cancel every generation, running or waiting, and wait until the engines are free."""
         self.stopping = True
         for job in self.jobs:
             job.cancel.set()
@@ -287,7 +313,8 @@ class Worker:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
-        """After the event loop: the engine may be closed once the worker thread is done."""
+        """After the event loop: the engines may be closed once the generation threads are
+        done."""
         for job in self.jobs:
             job.cancel.set()
-        self._thread.shutdown(wait=True)
+        self._threads.shutdown(wait=True)

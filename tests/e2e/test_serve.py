@@ -44,7 +44,9 @@ def server(tiny_target: Path, tiny_draft: Path):
 @pytest.fixture(scope="module")
 def demo_server(demo_pair: tuple[Path, Path]):
     """The real pair: slow enough that a generation is still running while a test acts."""
-    running = Server("-t", str(demo_pair[0]), "-d", str(demo_pair[1]), "--queue", "1")
+    running = Server(
+        "-t", str(demo_pair[0]), "-d", str(demo_pair[1]), "--parallel", "1", "--queue", "1"
+    )
     yield running
     assert running.stop() == 0
 
@@ -199,7 +201,7 @@ def test_stats_count_every_request(server):
     before = server.stats()
     chat(server, "the road", temperature=0, max_tokens=5)
     after = server.stats()
-    assert after["model"] == server.model and after["running"] is None and after["queued"] == 0
+    assert after["model"] == server.model and after["running"] == [] and after["queued"] == 0
     assert after["totals"]["requests"] == before["totals"]["requests"] + 1
     assert after["totals"]["completion_tokens"] == before["totals"]["completion_tokens"] + 5
 
@@ -779,13 +781,13 @@ def test_a_wrong_method_is_an_openai_error(server):
 
 
 def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo_server):
-    server = demo_server  # --queue 1: one generation runs, one request may wait
+    server = demo_server  # --parallel 1 --queue 1: one generation runs, one request may wait
     long_body = {"prompt": COUNTING, "max_tokens": 2000, "temperature": 0}
     first = open_stream(server, long_body)
     # A rate once a round has decoded: the first token, from the prompt's pass, gives none.
-    live = server.wait_for(lambda s: s["running"] and s["running"]["recent_tokens_per_second"])[
+    live = server.wait_for(lambda s: s["running"] and s["running"][0]["recent_tokens_per_second"])[
         "running"
-    ]
+    ][0]
     assert live["recent_tokens_per_second"] > 0 and live["finish_reason"] is None
 
     waiting = socket.create_connection(
@@ -805,7 +807,7 @@ def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo
 
     waiting.close()
     figures = server.wait_for(lambda s: s["queued"] == 0)
-    assert figures["running"]["id"] == live["id"]  # the first generation runs on
+    assert [job["id"] for job in figures["running"]] == [live["id"]]  # the first runs on
     assert figures["totals"]["cancelled"] == 1 and figures["totals"]["rejected"] == 1
 
     with ThreadPoolExecutor(1) as pool:
@@ -820,7 +822,7 @@ def test_one_at_a_time_a_full_queue_is_503_and_a_client_that_leaves_cancels(demo
         first.close()  # the running generation ends at its next round; the queued one runs
         answer = queued.result(timeout=120)
     assert answer.choices[0].finish_reason == "length" and answer.usage.completion_tokens == 4
-    totals = server.wait_for(lambda s: s["running"] is None)["totals"]
+    totals = server.wait_for(lambda s: s["running"] == [])["totals"]
     assert totals["cancelled"] == 2 and totals["length"] == 1 and totals["stop"] == 0
     assert totals["completion_tokens"] < 2000  # the long generation stopped early
 

@@ -17,6 +17,12 @@ class Loaded:
         self.log.append(f"close {self.name}")
 
 
+def use(pool: ModelPool, model_id: str) -> None:
+    """A generation on the model, over at once."""
+    pool.acquire(model_id)
+    pool.release(model_id)
+
+
 class Sized(Served):
     def __init__(self, name: str, size: int, log: list[str]) -> None:
         super().__init__(name, lambda: Loaded(name, log))  # type: ignore[arg-type, return-value]
@@ -36,10 +42,10 @@ def test_the_least_recently_used_goes_when_the_next_would_not_fit():
         return free["bytes"] - loaded
 
     pool = ModelPool(models, available=available)
-    pool.engine("a")
-    pool.engine("c")  # 3 more fit beside a's 6
-    pool.engine("a")  # a used last: c is the least recent
-    pool.engine("b")  # 6 does not fit beside 9: c goes, then a
+    use(pool, "a")
+    use(pool, "c")  # 3 more fit beside a's 6
+    use(pool, "a")  # a used last: c is the least recent
+    use(pool, "b")  # 6 does not fit beside 9: c goes, then a
     assert log == ["load a", "load c", "close c", "close a", "load b"]
     assert pool.loaded() == ["b"]
 
@@ -52,10 +58,24 @@ def test_at_most_max_loaded_and_the_idle_go_after_keep_alive():
         keep_alive=5.0,
         available=lambda: 100,
     )
-    pool.engine("a")
-    pool.engine("b")
+    use(pool, "a")
+    use(pool, "b")
     assert pool.loaded() == ["b"] and log == ["load a", "close a", "load b"]
     used = pool.served["b"].last_used
     assert pool.unload_idle(now=used + 4.9) == [] and pool.loaded() == ["b"]
     assert pool.unload_idle(now=used + 5.0) == ["b"] and pool.loaded() == []
     assert pool.snapshot() == [{"id": "a", "loaded": False}, {"id": "b", "loaded": False}]
+
+
+def test_a_model_in_use_stays_whatever_memory_or_idle_time_says():
+    log: list[str] = []
+    pool = ModelPool(
+        [Sized("a", 1, log), Sized("b", 1, log)], max_loaded=1, keep_alive=0.0, available=lambda: 0
+    )
+    pool.acquire("a")  # a generation running on a
+    use(pool, "b")  # b loads beside it: a is not let go while it generates
+    assert log == ["load a", "load b"]
+    assert pool.unload_idle(now=pool.served["a"].last_used + 60) == ["b"]
+    assert pool.loaded() == ["a"]
+    pool.release("a")
+    assert pool.unload_idle(now=pool.served["a"].last_used) == ["a"]
