@@ -35,6 +35,10 @@ class RoundLike(Protocol):
     @property
     def verify_first_of_shape(self) -> bool: ...  # the target's first decode of this batch shape
     @property
+    def shared_rows(self) -> int: ...  # other slots' rows in the verify's decode
+    @property
+    def shared_with(self) -> int: ...  # how many slots they were for
+    @property
     def seconds(self) -> float: ...  # all four
 
 
@@ -63,8 +67,8 @@ class CostModel:
     """Measured costs of a round.
 
     t_draft: draft time per drafted token; t_verify(k): target time to evaluate k
-    positions in one call, per width (on CPU it is far from flat); t_overhead: the
-    loop's own time per round. With `decay` the figures are exponentially weighted,
+    positions in one call, per width (on CPU it is far from flat), counting the rows of
+    other slots decoded in the same batch; t_overhead: the loop's own time per round. With `decay` the figures are exponentially weighted,
     so they follow the machine's state; with decay=None they are plain means.
     """
 
@@ -97,7 +101,7 @@ class CostModel:
         self._update(self._means, "overhead", event.overhead_seconds)
         if event.verify_first_of_shape:
             return  # its time includes setting up the shape's graph and buffers, paid once
-        width, seconds = event.drafted + 1, event.verify_seconds
+        width, seconds = event.drafted + 1 + event.shared_rows, event.verify_seconds
         if width > 1 and 1 in self._verify:
             # A batch of k positions never costs more than k single decodes; a sample that
             # does is a stall (another process, paging), and taken as the cost it would
@@ -191,9 +195,16 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 
 def expected_rate(
-    alpha: float, gamma: int, t_draft: float, t_verify: float, t_overhead: float
+    alpha: float,
+    gamma: int,
+    t_draft: float,
+    t_verify: float,
+    t_overhead: float,
+    shared_tokens: float = 0.0,
 ) -> float:
     """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured
-    costs)."""
+    costs), counting `shared_tokens` that other slots commit in the same rounds: their
+    rounds wait for this one's rows."""
     seconds = gamma * t_draft + t_verify + t_overhead
-    return expected_tokens(alpha, gamma) / seconds if seconds > 0 else math.inf
+    tokens = expected_tokens(alpha, gamma) + shared_tokens
+    return tokens / seconds if seconds > 0 else math.inf

@@ -122,6 +122,7 @@ class AdaptiveGamma:
         self._probe_interval = first_probe_after
         self._max_probe_interval = max_probe_interval
         self._rounds_at_zero = 0
+        self._shared = (0, 0)  # the last round's other slots in its verify: rows, slots
 
     @property
     def alpha(self) -> float:
@@ -129,14 +130,23 @@ class AdaptiveGamma:
 
     def rates(self, alpha: float | None = None) -> dict[int, float]:
         """Expected tokens per second of every γ whose costs are known (measured or
-        extrapolated), at the recent α or this one, from one verify curve."""
+        extrapolated), at the recent α or this one, from one verify curve.
+
+        Where other slots share the verify's batch (as they did last round), a γ costs the
+        verify of their rows and its own, and every slot's round waits for it: the rate counts
+        the others' tokens too, a token each at least. So a full batch turns speculation down
+        where its rows cost more than they bring, and a quiet server turns it back up."""
         t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
         alpha = self.alpha if alpha is None else alpha
+        shared_rows, shared_with = self._shared
+        curve = self.costs.verify_curve(shared_rows + self.gamma_max + 1)[shared_rows:]
         table: dict[int, float] = {}
-        for gamma, t_verify in enumerate(self.costs.verify_curve(self.gamma_max + 1)):
+        for gamma, t_verify in enumerate(curve):
             if gamma > 0 and t_draft is None:
                 break
-            rate = expected_rate(alpha, gamma, t_draft or 0.0, t_verify, t_overhead)
+            rate = expected_rate(
+                alpha, gamma, t_draft or 0.0, t_verify, t_overhead, shared_tokens=shared_with
+            )
             if math.isfinite(rate):
                 table[gamma] = rate
         return table
@@ -169,6 +179,7 @@ class AdaptiveGamma:
         another (the hybrid's SourceChoice asks the longest of several)."""
         asked = event.gamma if asked is None else asked
         self._rounds_passed = 0
+        self._shared = (event.shared_rows, event.shared_with)
         was_probe = self.gamma == 0 and asked > 0 and not self._warmup
         if self._first_round:
             self._first_round = False
@@ -265,8 +276,8 @@ class AdaptiveGamma:
 
     def _plain_round(self, event: RoundLike) -> float:
         """Seconds of one plain-decoding round, as measured (or this round's verify)."""
-        plain_rate = self.rates().get(0)
-        return 1.0 / plain_rate if plain_rate else event.verify_seconds
+        t_verify = self.costs.t_verify(self._shared[0] + 1)
+        return t_verify + (self.costs.t_overhead or 0.0) if t_verify else event.verify_seconds
 
     def _space_probes(self, probe: RoundLike) -> None:
         """Wait so long that probing costs about `probe_budget` of the time.

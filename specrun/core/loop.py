@@ -69,6 +69,9 @@ class Round:
     catch_up_seconds: float = 0.0  # the draft taking in what was committed while it paused
     # The target's first decode of this batch shape: one-time setup in its time.
     verify_first_of_shape: bool = False
+    # Other slots' rows verified in the same decode, and how many slots they were for.
+    shared_rows: int = 0
+    shared_with: int = 0
     near_ties: int = 0  # greedy: committed tokens whose top-two logit gap was below NEAR_TIE
     ended_at_eog: bool = False  # the answer ended at an end-of-generation token, not in `tokens`
     prompt_pass: bool = False  # the first round: its logits came from the prompt's pass
@@ -240,6 +243,8 @@ def generate(
             catch_up_seconds=proposal.catch_up_seconds,
             near_ties=sum(ties[: len(new_tokens)]),
             verify_first_of_shape=first_of_shape,
+            shared_rows=target.shared_rows,
+            shared_with=target.shared_with,
             ended_at_eog=ended_at_eog,
             prompt_pass=prompt_pass,
             logprobs=chosen,

@@ -27,6 +27,10 @@ class LanguageModel(Protocol):
     n_ctx: int  # the context loaded: prompt and answer together
     n_ctx_train: int  # the context the model was trained for
     first_of_shape: bool  # whether the last `logits` call decoded a batch shape first
+    # Other sequences' rows decoded with the last `logits` call's, and how many sequences they
+    # were for: 0 but where slots share a context (specrun.llama.slots).
+    shared_rows: int
+    shared_with: int
 
     @property
     def n_evaluated(self) -> int:

@@ -69,7 +69,8 @@ class Call:
     top: int | None = None
     rows: Rows | None = None
     first_of_shape: bool = False  # whether its rows came from a decode of a new shape
-    batch_rows: int = 0  # the rows that decode computed, for every sequence in it
+    shared_rows: int = 0  # other sequences' rows in that decode
+    shared_with: int = 0  # how many sequences they were for
 
 
 class Model(Vocabulary):
@@ -192,6 +193,7 @@ class Model(Vocabulary):
         # graph and buffers and costs up to twice a later one: not a sample of its cost.
         self._shapes_decoded: set[tuple[int, int]] = set()
         self.first_of_shape = False  # whether the last `logits` call decoded a new shape
+        self.shared_rows = self.shared_with = 0  # `logits` decodes this sequence alone
         self.min_width = 1  # no decode spans fewer positions ("padded")
         self.max_width: int | None = (
             None  # positions with logits decoded at most this many per pass
@@ -434,6 +436,7 @@ class Model(Vocabulary):
             j += width
         self._batch.n_tokens = n
         n_out = sum(hi - lo for _, lo, hi, with_rows in pieces if with_rows)
+        sequences = len({id(call) for call, *_, rows in pieces if rows})  # with rows
         shape = (n, n_out)
         first_of_shape = shape not in self._shapes_decoded
         self._shapes_decoded.add(shape)
@@ -450,7 +453,8 @@ class Model(Vocabulary):
                 hi - lo,
                 slice(lo - (len(call.seq) - call.last), hi - (len(call.seq) - call.last)),
             )
-            call.first_of_shape, call.batch_rows = first_of_shape, n_out
+            call.first_of_shape = first_of_shape
+            call.shared_rows, call.shared_with = n_out - count, sequences - 1
             if (chosen := widths[id(call)]) is not None:
                 ids, values = self._candidates(count, chosen, after=n_out - out_at - count)
                 rows: Rows = CandidateRows(ids.copy(), values.copy())

@@ -174,7 +174,7 @@ class SequenceView:
         self.n_ctx = model.n_ctx
         self.n_ctx_train = model.n_ctx_train
         self.first_of_shape = False
-        self.batch_rows = 0  # rows the last decode computed, for every sequence in it
+        self.shared_rows = self.shared_with = 0  # of the last decode: the other slots'
         self.is_eog = model.is_eog
         self.piece = model.piece
 
@@ -201,6 +201,7 @@ class SequenceView:
     ) -> Rows:
         """Model.logits for this sequence, decoded with the other slots' calls."""
         call = self.gather.call(self.model, Call(self.cache, seq, last, view, top))
-        self.first_of_shape, self.batch_rows = call.first_of_shape, call.batch_rows
+        self.first_of_shape = call.first_of_shape
+        self.shared_rows, self.shared_with = call.shared_rows, call.shared_with
         assert call.rows is not None or not last
         return call.rows if call.rows is not None else np.empty((0, self.n_vocab), np.float32)

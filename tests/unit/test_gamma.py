@@ -36,6 +36,8 @@ class SimRound:
     finish_reason: str | None = None
     catch_up_seconds: float = 0.0
     verify_first_of_shape: bool = False
+    shared_rows: int = 0
+    shared_with: int = 0
 
     @property
     def tokens(self) -> int:
@@ -600,3 +602,38 @@ def test_with_a_model_a_head_and_lookup_the_hybrid_keeps_the_best():
     parts = {"lookup": rate(["lookup"]), "model": rate([model]), "head": rate([head])}
     assert max(parts, key=parts.__getitem__) == "head"  # the case is not trivial
     assert rate([model, head]) >= 0.97 * max(parts.values())
+
+
+def test_auto_turns_speculation_down_while_other_slots_fill_the_batch_and_back_up():
+    """A CPU's verify cost grows with the batch's rows (10 ms and 3 ms a row). Alone, a drafted
+    token accepted 60% of the time pays (0.6 tokens for 4 ms beats plain decoding's 13 ms a
+    token); with three other slots in every batch, their rounds wait for its rows too, and
+    plain decoding serves the four of them faster (4 tokens in 22 ms). The same policy follows
+    the load both ways."""
+    policy = AdaptiveGamma(8)
+    rng = np.random.default_rng(0)
+
+    def rounds(n: int, shared_rows: int) -> int:
+        for _ in range(n):
+            gamma = policy.next_gamma()
+            accepted = 0
+            while accepted < gamma and rng.random() < 0.6:
+                accepted += 1
+            width = gamma + 1 + shared_rows
+            policy.observe(
+                SimRound(
+                    gamma,
+                    gamma,
+                    accepted,
+                    gamma * 0.001,
+                    0.010 + 0.003 * width,
+                    0.0,
+                    shared_rows=shared_rows,
+                    shared_with=shared_rows,
+                )
+            )
+        return policy.gamma
+
+    assert rounds(200, shared_rows=0) >= 1  # alone
+    assert rounds(200, shared_rows=3) == 0  # three other slots, a row each
+    assert rounds(200, shared_rows=0) >= 1  # quiet again
