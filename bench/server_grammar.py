@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -63,8 +64,12 @@ def request(url: str, tokens: int) -> tuple[float, float, str]:
     return rate, wall, answer["choices"][0]["message"]["content"]
 
 
-def llama_server(binary: Path, target: Path, draft: Path | None, port: int) -> subprocess.Popen:
+def llama_server(
+    binary: Path, target: Path, draft: Path | None, port: int, extra: Sequence[str] = ()
+) -> subprocess.Popen:
+    """llama-server on the pair, up and healthy; `extra` options override the defaults here."""
     command = [str(binary), "-m", str(target), "--port", str(port), "-t", "2", "-c", "2048"]
+    command += extra
     if draft is not None:
         command += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

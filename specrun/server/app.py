@@ -165,11 +165,13 @@ def _call(call: ToolCall) -> dict[str, object]:
     }
 
 
-def _usage(stats: Stats) -> dict[str, int]:
+def _usage(answers: list[Stats]) -> dict[str, int]:
+    """A request's tokens: its prompt once, the answers' together (OpenAI's, for `n` > 1)."""
+    prompt, completion = answers[0].prompt_tokens, sum(stats.generated for stats in answers)
     return {
-        "prompt_tokens": stats.prompt_tokens,
-        "completion_tokens": stats.generated,
-        "total_tokens": stats.prompt_tokens + stats.generated,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
     }
 
 
@@ -261,26 +263,26 @@ class Api:
     async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
         body = await _json_body(request, self.read_timeout)
         generation = endpoint.request(body, self.worker.pool.names, self.worker.defaults)
-        job = self.worker.submit(generation, endpoint.id_prefix, request.receive)
-        await job.next()  # the Prefill: the prompt is in, or the request's error comes before
-        # any header is sent
+        jobs = self.worker.submit(generation, endpoint.id_prefix, request.receive)
+        for job in jobs:  # the Prefills: the prompt is in, or the request's error comes
+            await job.next()  # before any header is sent
         if generation.stream:
             return StreamingResponse(
-                self._chunks(job, endpoint),
+                self._chunks(jobs, endpoint),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
-        return await self._answer(job, endpoint)
+        return await self._answer(jobs, endpoint)
 
     def _record(
-        self, job: Job, endpoint: Endpoint, choice: dict[str, object], *, chunk: bool
+        self, job: Job, endpoint: Endpoint, choices: list[dict[str, object]], *, chunk: bool
     ) -> dict[str, object]:
         return {
             "id": job.id,
             "object": endpoint.chunk_object_name if chunk else endpoint.object_name,
             "created": job.created,
             "model": job.request.model,
-            "choices": [{"index": 0, **choice}],
+            "choices": choices,
         }
 
     def _logprobs(
@@ -298,7 +300,20 @@ class Api:
         assert job.engine is not None, "a job with rounds ran on its engine"
         return parse_calls(text, tool_format(job.engine.target.chat_template))
 
-    async def _answer(self, job: Job, endpoint: Endpoint) -> Response:
+    async def _answer(self, jobs: list[Job], endpoint: Endpoint) -> Response:
+        choices = [
+            {"index": index, **await self._choice(job, endpoint)} for index, job in enumerate(jobs)
+        ]
+        return JSONResponse(
+            {
+                **self._record(jobs[0], endpoint, choices, chunk=False),
+                "usage": _usage([job.stats for job in jobs]),
+                "specrun": jobs[0].stats.as_dict(),
+            }
+        )
+
+    async def _choice(self, job: Job, endpoint: Endpoint) -> dict[str, object]:
+        """One whole answer: its text or tool calls, log-probabilities and finish_reason."""
         text: list[str] = []
         entries: list[TokenLogprob] = []
         while (event := await job.next_round()) is not None:
@@ -314,62 +329,90 @@ class Api:
                     "tool_calls": [_call(call) for call in calls],
                 }
             }
-        choice: dict[str, object] = {
+        return {
             **answer,
             "logprobs": self._logprobs(job, endpoint, entries),
             "finish_reason": "tool_calls" if calls else job.finish_reason(),
         }
-        return JSONResponse(
-            {
-                **self._record(job, endpoint, choice, chunk=False),
-                "usage": _usage(job.stats),
-                "specrun": job.stats.as_dict(),
-            }
-        )
 
-    async def _chunks(self, job: Job, endpoint: Endpoint) -> AsyncIterator[str]:
-        """Server-sent events in OpenAI's chunk format. The usage and the figures come in the
-        last chunk; with `stream_options.include_usage`, as OpenAI sends them: in a chunk of
-        their own with no choices, after every other chunk's `"usage": null`."""
-        separate = job.request.include_usage
+    async def _chunks(self, jobs: list[Job], endpoint: Endpoint) -> AsyncIterator[str]:
+        """Server-sent events in OpenAI's chunk format, each answer's chunks by its index as
+        they come. The usage and the figures come in the last chunk; with
+        `stream_options.include_usage`, as OpenAI sends them: in a chunk of their own with no
+        choices, after every other chunk's `"usage": null`."""
+        first = jobs[0]
+        separate = first.request.include_usage
         no_usage: dict[str, object] = {"usage": None} if separate else {}
+        merged: asyncio.Queue[tuple[int, dict[str, object]] | ApiError | None] = asyncio.Queue()
 
-        def chunk(choice: dict[str, object]) -> dict[str, object]:
-            return {**self._record(job, endpoint, choice, chunk=True), **no_usage}
+        async def produce(index: int, job: Job) -> None:
+            try:
+                async for choice in self._deltas(job, endpoint):
+                    merged.put_nowait((index, choice))
+            except ApiError as error:
+                merged.put_nowait(error)
+            merged.put_nowait(None)
 
+        producers = [asyncio.create_task(produce(i, job)) for i, job in enumerate(jobs)]
+        held: dict[str, object] | None = None  # the latest chunk, sent once another comes
         try:
-            if endpoint.opening:
-                yield _sse(chunk({**endpoint.opening, "finish_reason": None}))
-            offset = 0  # characters of the answer streamed so far
-            # Offered tools, what may be a call is held until the answer ends.
-            calling = (
-                CallStream(tool_format(job.engine.target.chat_template))
-                if job.request.calls_tools and job.engine is not None
-                else None
-            )
-            while (event := await job.next_round()) is not None:
-                text = calling.feed(event.text) if calling else event.text
-                if text or event.logprobs:
-                    logprobs = self._logprobs(job, endpoint, list(event.logprobs), offset)
-                    part = {**endpoint.part(text), "finish_reason": None}
-                    yield _sse(chunk({**part, **({"logprobs": logprobs} if logprobs else {})}))
-                    offset += len(text)
-            rest, calls = calling.finish() if calling else ("", [])
-            if rest:
-                yield _sse(chunk({**endpoint.part(rest), "finish_reason": None}))
-            if calls:
-                delta = {"tool_calls": [{"index": i, **_call(c)} for i, c in enumerate(calls)]}
-                yield _sse(chunk({"delta": delta, "finish_reason": None}))
-            reason = "tool_calls" if calls else job.finish_reason()
-            last = chunk({**endpoint.part(""), "finish_reason": reason})
-            figures = {"usage": _usage(job.stats), "specrun": job.stats.as_dict()}
-            if separate:
-                yield _sse(last)
-                last = {**self._record(job, endpoint, {}, chunk=True), "choices": []}
-            yield _sse({**last, **figures})
-        except ApiError as error:  # the answer had begun: the error is the stream's last word
-            yield _sse(error.body())
+            running = len(producers)
+            while running:
+                item = await merged.get()
+                if item is None:
+                    running -= 1
+                    continue
+                if isinstance(item, ApiError):  # the answer had begun: the stream's last word
+                    yield _sse(item.body())
+                    break
+                index, choice = item
+                if held is not None:
+                    yield _sse(held)
+                held = {
+                    **self._record(first, endpoint, [{"index": index, **choice}], chunk=True),
+                    **no_usage,
+                }
+            else:
+                assert held is not None, "every answer ends in a chunk with its finish_reason"
+                figures = {
+                    "usage": _usage([job.stats for job in jobs]),
+                    "specrun": first.stats.as_dict(),
+                }
+                if separate:
+                    yield _sse(held)
+                    held = {**self._record(first, endpoint, [], chunk=True)}
+                yield _sse({**held, **figures})
+        finally:
+            for producer in producers:
+                producer.cancel()
         yield "data: [DONE]\n\n"
+
+    async def _deltas(self, job: Job, endpoint: Endpoint) -> AsyncIterator[dict[str, object]]:
+        """One answer's chunks as choices (without their index): the opening, the text as it
+        comes (what may be a tool call held until the answer ends), then its finish_reason."""
+        if endpoint.opening:
+            yield {**endpoint.opening, "finish_reason": None}
+        offset = 0  # characters of the answer streamed so far
+        # Offered tools, what may be a call is held until the answer ends.
+        calling = (
+            CallStream(tool_format(job.engine.target.chat_template))
+            if job.request.calls_tools and job.engine is not None
+            else None
+        )
+        while (event := await job.next_round()) is not None:
+            text = calling.feed(event.text) if calling else event.text
+            if text or event.logprobs:
+                logprobs = self._logprobs(job, endpoint, list(event.logprobs), offset)
+                part = {**endpoint.part(text), "finish_reason": None}
+                yield {**part, **({"logprobs": logprobs} if logprobs else {})}
+                offset += len(text)
+        rest, calls = calling.finish() if calling else ("", [])
+        if rest:
+            yield {**endpoint.part(rest), "finish_reason": None}
+        if calls:
+            delta = {"tool_calls": [{"index": i, **_call(c)} for i, c in enumerate(calls)]}
+            yield {"delta": delta, "finish_reason": None}
+        yield {**endpoint.part(""), "finish_reason": "tool_calls" if calls else job.finish_reason()}
 
 
 class Gate:

@@ -28,6 +28,7 @@ ROLES = ("system", "user", "assistant", "tool")
 FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
 Endpoint = Literal["chat", "completion"]
 NUMBER = (int, float)
+MAX_CHOICES = 128  # answers one request may ask for (`n`), as OpenAI allows
 MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
 # OpenAI's error `type`: the client's mistake, or the server's.
@@ -267,6 +268,15 @@ class GenerationRequest:
     logprobs: int | None = None  # each token's log-probability and this many alternatives
     tools: tuple[Tool, ...] = ()  # functions the model may call (chat)
     tool_choice: ToolChoice = "auto"
+    n: int = 1  # answers (choices) to the one prompt, each a generation of its own
+
+    def choice(self, index: int) -> GenerationRequest:
+        """The generation of answer `index`: with a seed, seed + index, so that the answers
+        differ and each is reproducible."""
+        seed = self.params.seed
+        if index == 0 or seed is None:
+            return self
+        return replace(self, params=replace(self.params, seed=seed + index))
 
     @property
     def calls_tools(self) -> bool:
@@ -438,9 +448,10 @@ def _generation_request(
             code="model_not_found",
         )
     asked = prompt(body)
-    if _field(body, "n", (int,), "an integer") not in (None, 1):
+    n = _field(body, "n", (int,), "an integer")
+    if n is not None and not 1 <= n <= MAX_CHOICES:
         raise ApiError(
-            400, "`n` must be 1: one answer per request", param="n", code="invalid_value"
+            400, f"`n` must be between 1 and {MAX_CHOICES}", param="n", code="invalid_value"
         )
     max_tokens = _field(body, "max_tokens", (int,), "an integer")
     if max_tokens is None:  # the chat API's newer name
@@ -457,6 +468,7 @@ def _generation_request(
         include_usage=_include_usage(body, stream),
         grammar=grammar,
         grammar_param=grammar_param,
+        n=n or 1,
     )
 
 

@@ -136,10 +136,22 @@ class Worker:
         self._turn = asyncio.Semaphore(slots)  # FIFO: requests start in the order they came
         self._threads = ThreadPoolExecutor(slots, thread_name_prefix="specrun-generation")
 
-    def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> Job:
+    def submit(
+        self, request: GenerationRequest, id_prefix: str, receive: Receive
+    ) -> list[Job]:
+        """The request's generations, one for each answer it asks for (`n`), all admitted or
+        none; a client that leaves cancels them all."""
         if self.stopping:
             raise shutting_down()
-        if len(self.jobs) >= self.capacity:
+        if request.n > self.capacity:
+            raise ApiError(
+                400,
+                f"`n` is {request.n}, but this server runs {self.slots} generations at once and "
+                f"queues {self.capacity - self.slots} more",
+                param="n",
+                code="invalid_value",
+            )
+        if len(self.jobs) + request.n > self.capacity:
             self.totals["rejected"] += 1
             raise ApiError(
                 503,
@@ -148,16 +160,26 @@ class Worker:
                 code="queue_full",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
-        job = Job(request, id_prefix + secrets.token_hex(12))
-        self.jobs.append(job)
-        self.totals["requests"] += 1
-        job.task = asyncio.create_task(self._run(job, receive))
-        return job
+        request_id = id_prefix + secrets.token_hex(12)
+        jobs = [Job(request.choice(index), request_id) for index in range(request.n)]
+        watcher = asyncio.create_task(self._watch(jobs, receive))
+        left = [len(jobs)]
 
-    async def _run(self, job: Job, receive: Receive) -> None:
+        def one_done(task: asyncio.Task[None]) -> None:
+            left[0] -= 1
+            if not left[0]:
+                watcher.cancel()
+
+        for job in jobs:
+            self.jobs.append(job)
+            self.totals["requests"] += 1
+            job.task = asyncio.create_task(self._run(job))
+            job.task.add_done_callback(one_done)
+        return jobs
+
+    async def _run(self, job: Job) -> None:
         """Wait for the job's turn and generate."""
         loop = asyncio.get_running_loop()
-        watcher = asyncio.create_task(self._watch(job, receive))
         try:
             async with self._turn:
                 if not job.cancel.is_set():
@@ -168,7 +190,6 @@ class Worker:
 
                     await loop.run_in_executor(self._threads, self._generate, job, hand)
         finally:
-            watcher.cancel()
             if job in self.running:
                 self.running.remove(job)
             self.jobs.remove(job)
@@ -183,14 +204,15 @@ class Worker:
         if not self.stopping:
             self._threads.submit(self.pool.unload_idle)
 
-    async def _watch(self, job: Job, receive: Receive) -> None:
-        """A client that leaves cancels its generation at the next round, or leaves the queue
-        at once."""
+    async def _watch(self, jobs: list[Job], receive: Receive) -> None:
+        """A client that leaves cancels its generations at the next round, or their places in
+        the queue at once."""
         while (await receive())["type"] != "http.disconnect":
             pass  # the body was read already; nothing else arrives before the disconnect
-        job.cancel.set()
-        if job not in self.running and job.task is not None:
-            job.task.cancel()
+        for job in jobs:
+            job.cancel.set()
+            if job not in self.running and job.task is not None:
+                job.task.cancel()
 
     def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
         """In the worker thread: hand over the job's events, then None, or the error that

@@ -339,7 +339,14 @@ BAD_REQUESTS = {
         "max_tokens",
         "invalid_value",
     ),
-    "two answers": (CHAT_PATH, {"messages": HELLO, "n": 2}, 400, "n", "invalid_value"),
+    "no answers": (CHAT_PATH, {"messages": HELLO, "n": 0}, 400, "n", "invalid_value"),
+    "more answers than the server holds": (
+        CHAT_PATH,
+        {"messages": HELLO, "n": 100},
+        400,
+        "n",
+        "invalid_value",
+    ),
     "prompt longer than the context": (
         CHAT_PATH,
         {"messages": [{"role": "user", "content": "the " * 1100}]},
@@ -775,6 +782,80 @@ def test_a_wrong_method_is_an_openai_error(server):
     assert (
         response.status_code == 405 and response.json()["error"]["message"] == "Method Not Allowed"
     )
+
+
+# --- slots: several requests at once -------------------------------------------------------
+
+
+def test_concurrent_requests_each_answer_as_they_would_alone(server):
+    """Eight greedy requests at once on four slots: each answer is the one the same request
+    gets alone, whatever the others in its batches."""
+    prompts = [f"the {word} and the sun" for word in ("cat", "dog", "sea", "road")] * 2
+    lengths = [20, 9, 31, 14, 26, 5, 17, 24]
+
+    def ask(prompt: str, n: int) -> str:
+        return (
+            server.client()
+            .completions.create(model=server.model, prompt=prompt, max_tokens=n, temperature=0)
+            .choices[0]
+            .text
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, prompts, lengths))
+    alone = [ask(prompt, n) for prompt, n in zip(prompts, lengths)]
+    assert together == alone
+    figures = server.stats()
+    assert figures["slots"] == {"total": 4, "busy": 0} and figures["running"] == []
+
+
+def test_n_answers_are_generations_of_their_own(server):
+    client = server.client()
+    body = dict(model=server.model, prompt="the cat", max_tokens=12, temperature=1.0, seed=7)
+    answer = client.completions.create(n=3, **body)
+    texts = [choice.text for choice in sorted(answer.choices, key=lambda c: c.index)]
+    assert [c.index for c in answer.choices] == [0, 1, 2] and len(set(texts)) > 1
+    assert answer.usage.completion_tokens == 36 and answer.usage.prompt_tokens > 0
+    # Answer i samples from seed + i: the first is the request's own with n = 1.
+    assert client.completions.create(**body).choices[0].text == texts[0]
+    chunks = list(client.completions.create(n=3, stream=True, **body))
+    streamed = ["", "", ""]
+    finished = []
+    for chunk in chunks:
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.text
+            if choice.finish_reason:
+                finished.append(choice.index)
+    assert streamed == texts and sorted(finished) == [0, 1, 2]
+
+
+@pytest.fixture(scope="module")
+def slots_server(demo_pair: tuple[Path, Path]):
+    """The real pair on two slots and no queue: generations long enough to hold both."""
+    running = Server("-t", str(demo_pair[0]), "--parallel", "2", "--queue", "0")
+    yield running
+    assert running.stop() == 0
+
+
+def test_full_slots_answer_503_and_a_client_that_leaves_frees_its_slot(slots_server):
+    server = slots_server
+    long_body = {"prompt": COUNTING, "max_tokens": 2000, "temperature": 0}
+    first, second = open_stream(server, long_body), open_stream(server, long_body)
+    figures = server.wait_for(lambda s: s["slots"]["busy"] == 2)
+    assert figures["queued"] == 0
+    with pytest.raises(openai.APIStatusError) as busy:
+        server.client().completions.create(model=server.model, prompt="hi", max_tokens=4)
+    assert busy.value.status_code == 503 and busy.value.response.headers["retry-after"] == "1"
+    first.close()  # its generation ends at its next round, and its slot takes the next request
+    server.wait_for(lambda s: s["slots"]["busy"] == 1)
+    answer = server.client().completions.create(
+        model=server.model, prompt="hi", max_tokens=4, temperature=0
+    )
+    assert answer.usage.completion_tokens == 4
+    assert server.stats()["slots"]["busy"] == 1  # the second runs on
+    second.close()
+    totals = server.wait_for(lambda s: s["running"] == [])["totals"]
+    assert totals["cancelled"] == 2 and totals["rejected"] == 1 and totals["length"] == 1
 
 
 # --- the queue, disconnects and shutdown -----------------------------------------------------
