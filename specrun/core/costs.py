@@ -68,8 +68,9 @@ class CostModel:
 
     t_draft: draft time per drafted token; t_verify(k): target time to evaluate k
     positions in one call, per width (on CPU it is far from flat), counting the rows of
-    other slots decoded in the same batch; t_overhead: the loop's own time per round. With `decay` the figures are exponentially weighted,
-    so they follow the machine's state; with decay=None they are plain means.
+    other slots decoded in the same batch; t_overhead: the loop's own time per round. With
+    `decay` the figures are exponentially weighted, so they follow the machine's state; with
+    decay=None they are plain means.
     """
 
     def __init__(self, decay: float | None = 0.8) -> None:

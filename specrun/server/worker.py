@@ -136,9 +136,7 @@ class Worker:
         self._turn = asyncio.Semaphore(slots)  # FIFO: requests start in the order they came
         self._threads = ThreadPoolExecutor(slots, thread_name_prefix="specrun-generation")
 
-    def submit(
-        self, request: GenerationRequest, id_prefix: str, receive: Receive
-    ) -> list[Job]:
+    def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> list[Job]:
         """The request's generations, one for each answer it asks for (`n`), all admitted or
         none; a client that leaves cancels them all."""
         if self.stopping:
