@@ -10,6 +10,10 @@ a column group per client count; `specrun --parallel 1` is today's single slot b
 change, for the latency at the most clients.
 
     .venv/bin/python bench/server_load.py [--native DIR] [--clients 1 2 4 8] [--requests 16]
+    .venv/bin/python bench/server_load.py --vs-run [--repeat 3]
+
+`--vs-run` instead: one client of `serve --parallel 4` against `specrun run` on the same
+prompts, interleaved: each answer's own decode rate (the `specrun` figures' tokens_per_second).
 """
 
 from __future__ import annotations
@@ -119,6 +123,35 @@ def warm(url: str, tokens: int) -> None:
         one_request(client, url, PROMPTS[0], tokens)
 
 
+def vs_run(target: Path, threads: str, tokens: int, repeat: int) -> None:
+    """One request at a time to a server with slots, and `specrun run`, prompt by prompt."""
+    options = ("--threads", threads, "--ctx", str(CTX), "-t", str(target))
+    server = Server(*options, "--parallel", str(SLOTS))
+    rates: dict[str, list[float]] = {"serve --parallel 4": [], "run": []}
+    try:
+        with httpx.Client(timeout=600) as client:
+            for _ in range(repeat):
+                for prompt in PROMPTS:
+                    body = {
+                        "messages": [{"role": "user", "content": prompt}],
+                        "max_tokens": tokens,
+                        "temperature": 0,
+                    }
+                    answer = client.post(f"{server.url}/v1/chat/completions", json=body).json()
+                    rates["serve --parallel 4"].append(answer["specrun"]["tokens_per_second"])
+                    command = [sys.executable, "-m", "specrun", "run", "--json", *options]
+                    command += ["-n", str(tokens), "--temp", "0", prompt]
+                    ran = subprocess.run(command, capture_output=True, text=True, check=True)
+                    rates["run"].append(json.loads(ran.stdout)["tokens_per_second"])
+    finally:
+        server.stop()
+    print(f"{target.name}, greedy, {tokens} tokens, {len(PROMPTS)} prompts x {repeat}")
+    for name, values in rates.items():
+        print(f"{name:20} median {statistics.median(values):6.1f} tok/s")
+    ratio = statistics.median(rates["serve --parallel 4"]) / statistics.median(rates["run"])
+    print(f"serve / run: {ratio:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--native", type=Path, default=Path("/tmp/specrun-native/build/bin"))
@@ -127,9 +160,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=None, help="rows whose name contains one")
+    parser.add_argument("--vs-run", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="--vs-run's rounds of the prompts")
     args = parser.parse_args()
     target, draft = prepare_demo_pair()
     threads = str(args.threads)
+    if args.vs_run:
+        vs_run(target, threads, args.tokens, args.repeat)
+        return
     specrun_common = ("-t", str(target), "--threads", threads, "--ctx", str(CTX))
     configs: list[tuple[str, str, tuple[str, ...]]] = [
         ("specrun --parallel 1 (before)", "specrun", (*specrun_common, "--parallel", "1")),
@@ -149,7 +187,7 @@ def main() -> None:
         for name, kind, options in configs:
             if kind == "specrun":
                 server = Server(*options)
-                url = server.url.removesuffix("/v1")
+                url = server.url
                 stop = server.stop
             else:
                 process = llama_server_slots(

@@ -1054,6 +1054,28 @@ def test_models_load_when_named_and_go_when_idle_or_crowded(tiny_target, tiny_fo
         assert server.stop() == 0
 
 
+def test_two_models_answer_at_once_one_loading_while_the_other_generates(tiny_target, tiny_foreign):
+    """Slots of two models: a request for the model not loaded loads it in its own slot's
+    thread while requests for the other generate, and every answer is the one it gets alone."""
+    server = Server("-t", str(tiny_target), "--model", str(tiny_foreign), "--parallel", "2")
+
+    def answer(model: str) -> str:
+        body = {"prompt": "the cat", "max_tokens": 40, "temperature": 0, "model": model}
+        response = httpx.post(f"{server.url}{COMPLETIONS_PATH}", json=body, timeout=120)
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]["text"]
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(answer, ["target", "foreign", "target", "foreign"]))
+        assert together[0] == together[2] == answer("target")
+        assert together[1] == together[3] == answer("foreign") != together[0]
+        models = server.stats()["models"]
+        assert models == [{"id": "target", "loaded": True}, {"id": "foreign", "loaded": True}]
+    finally:
+        assert server.stop() == 0
+
+
 def test_listening_beyond_loopback_warns(tiny_target):
     server = Server("-t", str(tiny_target), "--host", "0.0.0.0")
     assert server.stop(signal.SIGINT) == 0
