@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import llama_cpp as llama
 import numpy as np
@@ -71,6 +71,17 @@ class Call:
     first_of_shape: bool = False  # whether its rows came from a decode of a new shape
     shared_rows: int = 0  # other sequences' rows in that decode
     shared_with: int = 0  # how many sequences they were for
+
+
+class Run(NamedTuple):
+    """Positions start..end of a call's sequence in a decode of `decode_calls`: with `rows`,
+    its rows (`width` candidates each where the device chooses them)."""
+
+    call: Call
+    start: int
+    end: int
+    rows: bool
+    width: int | None
 
 
 class Model(Vocabulary):
@@ -357,14 +368,17 @@ class Model(Vocabulary):
         where the call asks for a view and its rows all come from the last; else copies)."""
         if self.min_width > 1 or self.max_width or self.hidden_rows is not None:
             raise SpecrunError(f"{self.name}: only plain decoding serves several sequences at once")
-        runs: list[
-            tuple[Call, int, int, bool]
-        ] = []  # (call, start, end, with rows), in batch order
-        outputs: list[tuple[Call, int, int]] = []
-        widths: dict[int, int | None] = {}
+        prefills: list[Run] = []
+        outputs: list[Run] = []
+        # llama.cpp runs a sampler of a sequence without rows in the batch on its first row,
+        # and that run can overwrite the candidates of the sequence whose row it is: only the
+        # sequences with rows keep theirs.
+        with_rows = {call.cache.seq_id for call in calls if call.last}
+        for seq_id in [s for s in self._samplers if s not in with_rows]:
+            self._set_sampler(None, seq_id)
         for call in calls:
             self._check(call.seq, call.last)
-            widths[id(call)] = width = self._width(call.top)
+            width = self._width(call.top)
             if call.last:
                 self._set_sampler(width, call.cache.seq_id)
             keep = self._reuse(call.cache, call.seq, call.last)
@@ -372,23 +386,14 @@ class Model(Vocabulary):
             if keep < first_out:  # a prompt (or a draft catching up): another may hold it
                 keep = self._borrow(call.cache, call.seq, keep, first_out)
             if keep < first_out:
-                runs.append((call, keep, first_out, False))
+                prefills.append(Run(call, keep, first_out, False, None))
             if call.last:
-                outputs.append((call, first_out, len(call.seq)))
+                outputs.append(Run(call, first_out, len(call.seq), True, width))
             call.rows = None
-        runs += [(call, start, end, True) for call, start, end in outputs]
-        # The positions, flattened: each run's tokens with their positions, sequence and flag.
-        owner = np.concatenate(
-            [np.full(end - start, i, np.int32) for i, (_, start, end, _) in enumerate(runs)]
-            or [np.empty(0, np.int32)]
-        )
-        total = len(owner)
-        if not total:
-            return
-        # Decodes end at the last position, n_batch apart: the rows come from the last.
-        bounds = [*range(total % self.n_batch or self.n_batch, total, self.n_batch)]
-        for start, end in zip([0, *bounds], [*bounds, total]):
-            self._decode_run_slice(runs, owner, start, end, widths, last=end == total)
+        # Positions without rows first: every call's rows then come from the last decode.
+        decodes = _cut(prefills + outputs, self.n_batch)
+        for number, runs in enumerate(decodes, 1):
+            self._decode_runs(runs, last=number == len(decodes))
 
     def _borrow(self, cache: SequenceCache, seq: Sequence[int], keep: int, limit: int) -> int:
         """Where another sequence holds more of `seq`'s first `limit` positions than the
@@ -406,63 +411,44 @@ class Model(Vocabulary):
         cache.held = most
         return most
 
-    def _decode_run_slice(
-        self,
-        runs: list[tuple[Call, int, int, bool]],
-        owner: np.ndarray,
-        start: int,
-        end: int,
-        widths: dict[int, int | None],
-        *,
-        last: bool,
-    ) -> None:
-        """One decode of the flattened positions start..end of `runs` (`decode_calls`)."""
-        n = end - start
-        run_starts = np.cumsum([0, *(e - s for _, s, e, _ in runs)])
-        pieces: list[tuple[Call, int, int, bool]] = []  # the part of each run in this decode
-        for i in range(int(owner[start]), int(owner[end - 1]) + 1):
-            call, first, stop, with_rows = runs[i]
-            lo = first + max(start - int(run_starts[i]), 0)
-            hi = first + min(end - int(run_starts[i]), stop - first)
-            pieces.append((call, lo, hi, with_rows))
+    def _decode_runs(self, runs: list[Run], *, last: bool) -> None:
+        """One decode of `decode_calls`: each run's positions, then its rows to its call."""
         j = 0
-        for call, lo, hi, with_rows in pieces:
-            width = hi - lo
-            self._batch_tokens[j : j + width] = call.seq[lo:hi]
-            self._batch_pos[j : j + width] = self._positions[lo:hi]
-            self._batch_logits[j : j + width] = with_rows
+        for run in runs:
+            call, width = run.call, run.end - run.start
+            self._batch_tokens[j : j + width] = call.seq[run.start : run.end]
+            self._batch_pos[j : j + width] = self._positions[run.start : run.end]
+            self._batch_logits[j : j + width] = run.rows
             self._in_sequence(call.cache.seq_id, j, j + width)
-            call.cache.held = max(call.cache.held, hi)
+            call.cache.held = max(call.cache.held, run.end)
             j += width
-        self._batch.n_tokens = n
-        n_out = sum(hi - lo for _, lo, hi, with_rows in pieces if with_rows)
-        sequences = len({id(call) for call, *_, rows in pieces if rows})  # with rows
-        shape = (n, n_out)
-        first_of_shape = shape not in self._shapes_decoded
+        self._batch.n_tokens = j
+        n_out = sum(run.end - run.start for run in runs if run.rows)
+        sequences = sum(run.rows for run in runs)  # with rows
+        shape = (j, n_out)
+        self.first_of_shape = shape not in self._shapes_decoded
         self._shapes_decoded.add(shape)
-        self.first_of_shape = first_of_shape
-        self._decode_or_forget([(call.cache, len(call.cache.tokens)) for call, *_ in pieces])
+        self._decode_or_forget([(run.call.cache, len(run.call.cache.tokens)) for run in runs])
         out_at = 0
-        for call, lo, hi, with_rows in pieces:
-            call.cache.tokens.extend(call.seq[lo:hi])
+        for run in runs:
+            call, count = run.call, run.end - run.start
+            call.cache.tokens.extend(call.seq[run.start : run.end])
             call.cache.held = len(call.cache.tokens)
-            self._count(call.cache, hi - lo)
-            if not with_rows:
+            self._count(call.cache, count)
+            if not run.rows:
                 continue
-            count, into = (
-                hi - lo,
-                slice(lo - (len(call.seq) - call.last), hi - (len(call.seq) - call.last)),
-            )
-            call.first_of_shape = first_of_shape
+            call.first_of_shape = self.first_of_shape
             call.shared_rows, call.shared_with = n_out - count, sequences - 1
-            if (chosen := widths[id(call)]) is not None:
-                ids, values = self._candidates(count, chosen, after=n_out - out_at - count)
+            begins = run.start == len(call.seq) - call.last  # its first row is in this decode
+            if run.width is not None:
+                ids, values = self._candidates(count, run.width, after=n_out - out_at - count)
                 rows: Rows = CandidateRows(ids.copy(), values.copy())
             else:
                 view = self._outputs(n_out)[out_at : out_at + count]
-                rows = view if last and call.view and into.start == 0 else view.copy()
+                # A view where every row is in this decode, the last: none comes after it.
+                rows = view if last and call.view and begins else view.copy()
             out_at += count
-            call.rows = _joined(call.rows, rows) if into.start else rows
+            call.rows = rows if begins else _joined(call.rows, rows)
 
     def _in_sequence(self, seq_id: int, start: int, end: int) -> None:
         """Put the batch's positions start..end in sequence `seq_id` (where they are not)."""
@@ -720,6 +706,25 @@ class Model(Vocabulary):
 
     def __del__(self) -> None:
         self.close()
+
+
+def _cut(runs: list[Run], n_batch: int) -> list[list[Run]]:
+    """The runs cut into decodes of `n_batch` positions at most, the last ending with the last
+    run (the first decode takes what is left over)."""
+    total = sum(run.end - run.start for run in runs)
+    decodes: list[list[Run]] = [[]]
+    room = total % n_batch or n_batch
+    for run in runs:
+        start = run.start
+        while start < run.end:
+            if not room:
+                decodes.append([])
+                room = n_batch
+            end = min(run.end, start + room)
+            decodes[-1].append(run._replace(start=start, end=end))
+            room -= end - start
+            start = end
+    return [runs for runs in decodes if runs]
 
 
 def _joined(earlier: Rows | None, later: Rows) -> Rows:
