@@ -100,7 +100,10 @@ def load(url: str, clients: int, requests: int, tokens: int) -> tuple[float, lis
         # not retry.
         with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
             for n in range(index, requests, clients):
-                sample = one_request(client, url, PROMPTS[n % len(PROMPTS)], tokens)
+                # Each prompt its own: llama-server keeps whole prompts in a host-memory cache
+                # (--cache-ram) that specrun has no counterpart of; shared prefixes count alike.
+                prompt = f"{PROMPTS[n % len(PROMPTS)]} (Request {n}.)"
+                sample = one_request(client, url, prompt, tokens)
                 with lock:
                     samples.append(sample)
 

@@ -134,7 +134,7 @@ class Engine:
             for r in remotes
         ]
         placed = (
-            plan_layers(Path(target_path), draft_file, n_ctx * parallel, remote_gpus)
+            plan_layers(Path(target_path), draft_file, n_ctx, remote_gpus, parallel)
             if options.fit
             else None
         )

@@ -224,7 +224,7 @@ def default_slots(choices: list[ModelChoice], load: LoadOptions) -> tuple[int, s
     available = system_memory_available() + gpu_free_bytes()
 
     def largest(slots: int) -> int:
-        return max(sum(f.total_for(slots) for f in files) for files in needs)
+        return max(sum(f.for_sequences(slots).total for f in files) for files in needs)
 
     slots = next((n for n in range(DEFAULT_SLOTS, 0, -1) if largest(n) <= available), 1)
     return slots, (

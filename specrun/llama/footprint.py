@@ -24,7 +24,7 @@ Without flash attention the layers would hold n_ctx*n_head f32 attention scores 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +56,12 @@ class Footprint:
 
     @property
     def total(self) -> int:
-        return self.total_for(1)
+        return self.weights + self.n_layer * self.kv_per_layer + self.compute
 
-    def total_for(self, sequences: int) -> int:
-        """With a KV cache of the chosen context for each of `sequences` (slots)."""
-        return self.weights + sequences * self.n_layer * self.kv_per_layer + self.compute
+    def for_sequences(self, sequences: int) -> Footprint:
+        """The same model with a KV cache of the chosen context for each of `sequences`
+        (slots): one pool of them all."""
+        return replace(self, kv_per_layer=self.kv_per_layer * sequences)
 
 
 def estimate(path: Path | str, *, n_ctx: int, n_ubatch: int = 512) -> Footprint:

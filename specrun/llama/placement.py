@@ -174,16 +174,21 @@ def gpus_now() -> list[Gpu]:
 
 
 def plan_layers(
-    target: Path, draft: Path | None, n_ctx: int, remote: list[Gpu] | None = None
+    target: Path,
+    draft: Path | None,
+    n_ctx: int,
+    remote: list[Gpu] | None = None,
+    sequences: int = 1,
 ) -> LayerPlan | None:
     """The fit on the `remote` devices and this machine's GPUs now, in that order (llama.cpp's:
-    the first layers remote, the output layer here); None where there is no GPU at all."""
+    the first layers remote, the output layer here), with a KV cache of `n_ctx` for each of
+    `sequences`; None where there is no GPU at all."""
     gpus = (remote or []) + gpus_now()
     if not gpus:
         return None
     return place_layers(
-        estimate(target, n_ctx=n_ctx),
-        estimate(draft, n_ctx=n_ctx) if draft else None,
+        estimate(target, n_ctx=n_ctx).for_sequences(sequences),
+        estimate(draft, n_ctx=n_ctx).for_sequences(sequences) if draft else None,
         gpus,
         system_memory_available(),
     )

@@ -37,7 +37,7 @@ class Served:
         total = 0
         for path in self.files:
             try:
-                total += estimate(path, n_ctx=self.n_ctx).total_for(self.slots)
+                total += estimate(path, n_ctx=self.n_ctx).for_sequences(self.slots).total
             except (OSError, ValueError, KeyError):  # not a GGUF it can read: no estimate
                 pass
         return total

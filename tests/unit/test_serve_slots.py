@@ -27,9 +27,9 @@ def test_as_many_slots_as_their_kv_caches_fit(tiny_target: Path, free: dict[str,
     choice = ModelChoice(tiny_target, None)
     footprint = estimate(tiny_target, n_ctx=1024)
     load = LoadOptions(n_ctx=1024)
-    free["bytes"] = footprint.total_for(4)
+    free["bytes"] = footprint.for_sequences(4).total
     assert serve.default_slots([choice], load)[0] == 4
-    free["bytes"] = footprint.total_for(3)
+    free["bytes"] = footprint.for_sequences(3).total
     slots, why = serve.default_slots([choice], load)
     assert slots == 3 and "3 slots (--parallel) of 1024 tokens" in why
     free["bytes"] = 0  # nothing fits: one slot, and loading will say what does not
