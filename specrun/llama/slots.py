@@ -110,9 +110,9 @@ class Gather:
         with self._ready:
             if away:
                 self._away[id(member)] = time.monotonic()
-            else:
+            else:  # a grace the decoding thread counts for it ends at its deadline
                 del self._away[id(member)]
-            self._ready.notify()  # the decoding thread's grace, if it counts one, is over
+            self._wake_if_due()
 
     def _all_waiting(self) -> bool:
         return bool(self._waiting) and len(self._waiting) >= self._members
