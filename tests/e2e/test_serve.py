@@ -789,22 +789,30 @@ def test_a_wrong_method_is_an_openai_error(server):
 
 def test_concurrent_requests_each_answer_as_they_would_alone(server):
     """Eight greedy requests at once on four slots: each answer is the one the same request
-    gets alone, whatever the others in its batches."""
+    gets alone, whatever the others in its batches; where batch numerics flip a near tie (the
+    tiny model's logits move by ~1e-3 with the batch), the two best tokens there lie closer
+    than 1e-2."""
     prompts = [f"the {word} and the sun" for word in ("cat", "dog", "sea", "road")] * 2
     lengths = [20, 9, 31, 14, 26, 5, 17, 24]
 
-    def ask(prompt: str, n: int) -> str:
+    def ask(prompt: str, n: int):
         return (
             server.client()
-            .completions.create(model=server.model, prompt=prompt, max_tokens=n, temperature=0)
+            .completions.create(
+                model=server.model, prompt=prompt, max_tokens=n, temperature=0, logprobs=2
+            )
             .choices[0]
-            .text
+            .logprobs
         )
 
     with ThreadPoolExecutor(8) as pool:
         together = list(pool.map(ask, prompts, lengths))
-    alone = [ask(prompt, n) for prompt, n in zip(prompts, lengths)]
-    assert together == alone
+    for prompt, n, answer in zip(prompts, lengths, together):
+        alone = ask(prompt, n)
+        if answer.tokens != alone.tokens:
+            at = next(i for i, (a, b) in enumerate(zip(answer.tokens, alone.tokens)) if a != b)
+            best, second = sorted(alone.top_logprobs[at].values(), reverse=True)[:2]
+            assert best - second < 1e-2, (prompt, at, alone.top_logprobs[at])
     figures = server.stats()
     assert figures["slots"] == {"total": 4, "busy": 0} and figures["running"] == []
 
