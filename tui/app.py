@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import select
-import signal
 import sys
 
 from textual.app import App
@@ -18,7 +17,7 @@ from specrun_tui.screens import ChatScreen, LoadingScreen
 # repaints the screen, a few milliseconds of CPU taken from llama.cpp's threads, so
 # text comes in 5 batches a second (the figures are redrawn once a second).
 RECEIVE_SECONDS = 1 / 5
-HANGUP_STATUS = 128 + signal.SIGHUP
+HANGUP_STATUS = 128 + 1  # 128 + SIGHUP, 1 wherever it exists (Windows has none)
 QUIT_ASK_SECONDS = 3.0  # how long a first Ctrl-C with no answer under way waits for a second
 
 

@@ -28,6 +28,7 @@ from specrun.core.gamma import parse_policy
 from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
 from specrun.llama.supervise import crash_hint
+from specrun.system import interrupts
 from specrun.system.lifeline import die_with_parent
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
 from specrun_tui.messages import (
@@ -154,7 +155,7 @@ class EngineProcess:
 def serve(load: Callable[[], Engine], connection: Connection, parent: int) -> None:
     """The engine process: load, then carry out commands until the pipe closes."""
     die_with_parent(parent)
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for signum in interrupts.STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
     _quiet_terminal()
     try:

@@ -37,13 +37,17 @@ from contextlib import contextmanager
 from specrun.system import interrupts, lifeline
 
 SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-NATIVE_FAULTS: dict[int, str] = {  # by signal number
-    signal.SIGSEGV: "a segmentation fault",
-    signal.SIGBUS: "a bus error",
-    signal.SIGILL: "an illegal instruction",
-    signal.SIGFPE: "a floating-point exception",
-    signal.SIGABRT: "an abort",
+FORWARDED = interrupts.STOP_SIGNALS
+NATIVE_FAULTS: dict[int, str] = {  # by signal number, those the platform has
+    getattr(signal, name): what
+    for name, what in (
+        ("SIGSEGV", "a segmentation fault"),
+        ("SIGBUS", "a bus error"),
+        ("SIGILL", "an illegal instruction"),
+        ("SIGFPE", "a floating-point exception"),
+        ("SIGABRT", "an abort"),
+    )
+    if hasattr(signal, name)
 }
 
 STUCK_SECONDS = 5.0  # after a stop signal, for a child that uses RPC servers to take it

@@ -360,7 +360,7 @@ def _run_logged(command: list[str], log: Path, checkpoint: Checkpoint) -> None:
     if status != 0:
         why = (
             f"it was ended by {signal.Signals(-status).name}"
-            + (" (out of memory?)" if status == -signal.SIGKILL else "")
+            + (" (out of memory?)" if status == -getattr(signal, "SIGKILL", 9) else "")
             if status < 0
             else _last_line(log.read_text(encoding="utf-8", errors="replace"))
         )

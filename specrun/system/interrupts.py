@@ -27,7 +27,14 @@ from contextlib import contextmanager
 from types import CodeType, FrameType
 from typing import NoReturn, TypeVar
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+def present(*names: str) -> tuple[int, ...]:
+    """The signals of these names that the platform has (Windows has no SIGHUP, SIGBUS or
+    SIGKILL): nothing POSIX-only is named at import time."""
+    return tuple(getattr(signal, name) for name in names if hasattr(signal, name))
+
+
+STOP_SIGNALS = present("SIGINT", "SIGTERM", "SIGHUP")
 REPEAT_GRACE_SECONDS = 2.0
 
 _callback_codes: set[CodeType] = set()

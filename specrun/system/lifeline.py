@@ -42,4 +42,4 @@ def _parent_death_signal(signum: int) -> bool:
 def _watch(parent: int) -> None:
     while os.getppid() == parent:  # a child whose parent died is given another
         time.sleep(WATCH_SECONDS)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows: no SIGKILL
