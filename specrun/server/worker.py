@@ -161,18 +161,14 @@ class Worker:
         request_id = id_prefix + secrets.token_hex(12)
         jobs = [Job(request.choice(index), request_id) for index in range(request.n)]
         watcher = asyncio.create_task(self._watch(jobs, receive))
-        left = [len(jobs)]
-
-        def one_done(task: asyncio.Task[None]) -> None:
-            left[0] -= 1
-            if not left[0]:
-                watcher.cancel()
-
+        tasks = []
         for job in jobs:
             self.jobs.append(job)
             self.totals["requests"] += 1
             job.task = asyncio.create_task(self._run(job))
-            job.task.add_done_callback(one_done)
+            tasks.append(job.task)
+        ended = asyncio.gather(*tasks, return_exceptions=True)
+        ended.add_done_callback(lambda _: watcher.cancel())  # the client has no one left to stop
         return jobs
 
     async def _run(self, job: Job) -> None:
