@@ -238,11 +238,6 @@ class Engine:
             policies = [self.policy, *(slot.policy for slot in self.slots[1:])]
             self.recalled = all([learned.load(policy, self.learned_path) for policy in policies])
 
-    @property
-    def parallel(self) -> int:
-        """Generations at once: `stream` may be called from that many threads."""
-        return max(len(self.slots), 1)
-
     def _learned_settings(self, draft: DraftSource) -> dict[str, object]:
         """What the costs and acceptance that auto learns depend on."""
         models = [self.target, *self.draft_models]

@@ -288,9 +288,9 @@ class Model(Vocabulary):
         for start, end in spans:
             chunk = seq[start:end]
             padding, flagged, wanted = self._fill_batch(chunk, start, first_out)
-            shape = (len(chunk) + padding, len(chunk) + padding - flagged)
-            self.first_of_shape |= shape not in self._shapes_decoded
-            self._shapes_decoded.add(shape)
+            self.first_of_shape |= self._first_decode_of(
+                len(chunk) + padding, len(chunk) + padding - flagged
+            )
             cache.held = end + padding  # what the decode may write, until `tokens` says
             self._decode_or_forget([(cache, start)])
             if self.hidden_rows is not None:
@@ -404,7 +404,7 @@ class Model(Vocabulary):
         for other in self.caches:
             if other is not cache and (held := common_prefix_length(other.tokens, seq)) > most:
                 donor, most = other, min(held, limit)
-        if donor is None or most <= keep:
+        if donor is None:  # else most > keep: held by the donor and short of `limit`
             return keep
         llama.llama_memory_seq_cp(self._memory, donor.seq_id, cache.seq_id, keep, most)
         cache.tokens.extend(seq[keep:most])
@@ -425,9 +425,7 @@ class Model(Vocabulary):
         self._batch.n_tokens = j
         n_out = sum(run.end - run.start for run in runs if run.rows)
         sequences = sum(run.rows for run in runs)  # with rows
-        shape = (j, n_out)
-        self.first_of_shape = shape not in self._shapes_decoded
-        self._shapes_decoded.add(shape)
+        self.first_of_shape = self._first_decode_of(j, n_out)
         self._decode_or_forget([(run.call.cache, len(run.call.cache.tokens)) for run in runs])
         out_at = 0
         for run in runs:
@@ -449,6 +447,13 @@ class Model(Vocabulary):
                 rows = view if last and call.view and begins else view.copy()
             out_at += count
             call.rows = rows if begins else _joined(call.rows, rows)
+
+    def _first_decode_of(self, positions: int, outputs: int) -> bool:
+        """Whether the decode about to run is the first of its shape (`first_of_shape`)."""
+        shape = (positions, outputs)
+        first = shape not in self._shapes_decoded
+        self._shapes_decoded.add(shape)
+        return first
 
     def _in_sequence(self, seq_id: int, start: int, end: int) -> None:
         """Put the batch's positions start..end in sequence `seq_id` (where they are not)."""

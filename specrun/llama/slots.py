@@ -169,7 +169,6 @@ class SequenceView:
         self.cache = model.caches[seq_id]
         self.gather = gather
         self.name = model.name
-        self.path = model.path
         self.n_vocab = model.n_vocab
         self.n_ctx = model.n_ctx
         self.n_ctx_train = model.n_ctx_train
