@@ -3,8 +3,9 @@
 The policy (specrun.system.interrupts) is installed before anything heavy is imported,
 so a Ctrl-C, SIGTERM or SIGHUP that lands while Python loads llama.cpp, numpy and Typer
 ends the command as one during the work would: the `interrupted` line and 128 + the
-signal, not a traceback. Then the supervisor forks (specrun.llama.supervise), and the
-child imports the command line and runs it.
+signal, not a traceback. Then the supervisor starts its child (specrun.llama.supervise:
+a fork, or the command again where there is none), and the child imports the command
+line and runs it.
 """
 
 from __future__ import annotations

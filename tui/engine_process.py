@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from specrun.core.gamma import parse_policy
 from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
-from specrun.llama.supervise import crash_hint
+from specrun.llama.supervise import crash_hint, died_of
 from specrun.system import interrupts
 from specrun.system.lifeline import die_with_parent
 from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
@@ -129,9 +129,10 @@ class EngineProcess:
         except (EOFError, OSError):
             self._process.join(STOP_WAIT_SECONDS)
             code = self._process.exitcode
+            signum = None if code is None else died_of(code)
             self.ended = (
-                crash_hint(-code)
-                if code is not None and code < 0
+                crash_hint(signum)
+                if signum is not None
                 else f"the engine process ended (exit status {code})"
             )
             replies.append(Ended(self.ended))

@@ -1,4 +1,4 @@
-"""Run the command line in a forked child, so that a crash inside llama.cpp explains itself.
+"""Run the command line in a child process, so that a crash inside llama.cpp explains itself.
 
 A SIGSEGV, SIGILL or abort in native code kills the process before Python can say a
 word. So the `specrun` command forks at start: the child does the work on the same
@@ -9,9 +9,19 @@ through a pipe (ggml's abort callback), so its message is in that line and no na
 backtrace is printed anywhere. An abort that the child can explain in full (a lost RPC
 server, `specrun.llama.rpc`) reaches the parent as the line itself.
 
+Where the OS cannot fork (Windows), the child is the same command started again
+(`sys.orig_argv`), told by `SPAWNED_ENV` to do the work and where to write an abort's
+message (a file in place of the pipe). Its death is read from its exit code, Windows'
+exception codes included (`died_of`). What it lacks: the parent does not step in for a
+child stuck waiting on an RPC server (below).
+
 Signals: the terminal sends Ctrl-C, a hangup or Ctrl-\\ to both processes; one that a
 program sends to the parent's pid alone (`kill`, `timeout`) is passed on to the child.
 One that the parent was started with ignored is left alone: the child ignores it too.
+Without `sigwaitinfo` (macOS, and wherever the child is spawned) the parent cannot tell
+who sent a signal: it passes on SIGTERM and SIGHUP, which a terminal does not send to
+both (a hangup received twice is one stop), and ignores Ctrl-C and Ctrl-Break, which it
+does (a Windows console sends them to every process attached to it).
 
 The two end together. The child dies with the parent (`specrun.system.lifeline`), and
 the parent steps in where the child cannot take a stop signal, stuck in a native call:
@@ -29,14 +39,18 @@ import ctypes
 import mmap
 import os
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from pathlib import Path
 
 from specrun.system import interrupts, lifeline
 
 SUPERVISE_ENV = "SPECRUN_NO_SUPERVISOR"  # set: run in-process (a debugger, a profiler)
+SPAWNED_ENV = "SPECRUN_SUPERVISED"  # in a spawned child: the file its abort message goes to
 FORWARDED = interrupts.STOP_SIGNALS
 NATIVE_FAULTS: dict[int, str] = {  # by signal number, those the platform has
     getattr(signal, name): what
@@ -49,6 +63,17 @@ NATIVE_FAULTS: dict[int, str] = {  # by signal number, those the platform has
     )
     if hasattr(signal, name)
 }
+# Windows ends a process that faults with an exception code, not a signal: these as the
+# signal a POSIX system would have sent.
+WINDOWS_FAULTS: dict[int, int] = {
+    0xC0000005: signal.SIGSEGV,  # access violation
+    0xC00000FD: signal.SIGSEGV,  # stack overflow
+    0xC000001D: signal.SIGILL,  # illegal instruction
+    0xC0000096: signal.SIGILL,  # privileged instruction
+    0xC0000094: signal.SIGFPE,  # integer division by zero
+    0xC0000409: signal.SIGABRT,  # a fast fail, as the C runtime's abort() ends
+}
+WINDOWS_ABORT_EXIT = 3  # the C runtime's abort() where it does not fail fast
 
 STUCK_SECONDS = 5.0  # after a stop signal, for a child that uses RPC servers to take it
 
@@ -64,7 +89,7 @@ _SHARED_BYTES = 4096
 
 def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
     """The one line that replaces a bare 'Segmentation fault'."""
-    if signum == signal.SIGKILL:
+    if signum == getattr(signal, "SIGKILL", None):
         return (
             "specrun: error: the process was killed (SIGKILL): most often the system ran out of "
             "memory; try a smaller model or --ctx, or see `specrun doctor`"
@@ -191,12 +216,19 @@ def _explain(message: str) -> str | None:
 
 def supervise(work: Callable[[], int]) -> int:
     """Run `work` in a child process; return its exit status, explaining a native crash."""
-    global _abort_channel, _shared
-    if not hasattr(os, "fork") or os.environ.get(SUPERVISE_ENV):
+    report = os.environ.pop(SPAWNED_ENV, None)  # popped: the child's own children are not
+    if report is not None:
+        return _as_spawned_child(work, report)
+    if os.environ.get(SUPERVISE_ENV):
         return work()
     os.environ["GGML_NO_BACKTRACE"] = "1"  # a C++ terminate prints no backtrace either
     if sys.stdout is not None:  # None when stdout is closed (`>&-`)
         sys.stdout.flush()  # nothing buffered may be written twice after the fork
+    return _forked(work) if hasattr(os, "fork") else _spawned()
+
+
+def _forked(work: Callable[[], int]) -> int:
+    global _abort_channel, _shared
     watched = interrupts.stop_signals()
     read_end, write_end = os.pipe()
     _shared = mmap.mmap(-1, _SHARED_BYTES)
@@ -222,24 +254,100 @@ def supervise(work: Callable[[], int]) -> int:
         return 128 + killed_for
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
-    signum = os.WTERMSIG(status)
-    if signum in NATIVE_FAULTS or signum == signal.SIGKILL:
+    return _died(os.WTERMSIG(status), message)
+
+
+def _spawned() -> int:
+    """The command started again as the child, where there is no fork."""
+    descriptor, report = tempfile.mkstemp(prefix="specrun-", suffix=".abort")
+    os.close(descriptor)
+    try:
+        with _passing_on(interrupts.stop_signals()) as started:
+            child = subprocess.Popen(
+                [sys.executable, *sys.orig_argv[1:]], env={**os.environ, SPAWNED_ENV: report}
+            )
+            started(child.pid)
+            returncode = child.wait()
+        message = Path(report).read_text(encoding="utf-8", errors="replace").strip()
+    finally:
+        os.unlink(report)
+    signum = died_of(returncode, message)
+    return returncode if signum is None else _died(signum, message)
+
+
+def _as_spawned_child(work: Callable[[], int], report: str) -> int:
+    global _abort_channel
+    lifeline.die_with_parent(os.getppid())
+    _abort_channel = os.open(report, os.O_WRONLY)
+    install_abort_reporter()
+    return work()
+
+
+def died_of(returncode: int, message: str = "") -> int | None:
+    """The signal a child process died of, from its exit code (`subprocess`'s, negative
+    for a signal; Windows' exception codes as the signal POSIX would send); None where it
+    exited. An exit of 3 is an abort only where ggml said why."""
+    if returncode < 0:
+        return -returncode
+    if returncode == WINDOWS_ABORT_EXIT and message:
+        return int(signal.SIGABRT)
+    return WINDOWS_FAULTS.get(returncode)
+
+
+def _died(signum: int, message: str) -> int:
+    """Explain a child's death by `signum` on stderr where it was a crash; its exit status."""
+    if signum in NATIVE_FAULTS or signum == getattr(signal, "SIGKILL", None):
         from specrun.llama.devices import amx_allowed
 
         print(crash_hint(signum, message, amx_allowed()), file=sys.stderr, flush=True)
     return 128 + signum
 
 
+@contextmanager
+def _passing_on(watched: Sequence[int]) -> Iterator[Callable[[int], None]]:
+    """While the child runs, the stop signals that reach this process as `sigwaitinfo`'s
+    absence allows (the module's docstring); yields the function that names the child.
+    A signal that comes before the child exists is passed on once it does."""
+    child: list[int] = []
+    pending: list[int] = []
+
+    def pass_on(signum: int, _frame: object) -> None:
+        if child:
+            with suppress(OSError):  # the child has just ended
+                os.kill(child[0], signum)
+        else:
+            pending.append(signum)
+
+    def let_through(signum: int, _frame: object) -> None:
+        """The terminal sent it to the child too. Not SIG_IGN: a started child would
+        inherit that and take the signal as one its parent meant it to ignore."""
+
+    console = interrupts.present("SIGINT", "SIGBREAK")
+    previous = {
+        signum: signal.signal(signum, let_through if signum in console else pass_on)
+        for signum in watched
+    }
+
+    def started(pid: int) -> None:
+        child.append(pid)
+        for signum in pending:
+            os.kill(pid, signum)
+
+    try:
+        yield started
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _wait(pid: int, watched: Sequence[int]) -> tuple[int, int | None]:
     """Wait for the child, passing on the signals a program sent to this process alone.
     Returns its wait status, and the stop signal it was killed for if it was killed here."""
-    if not hasattr(signal, "sigwaitinfo"):  # macOS: forward what a terminal does not send to both
-        for signum in {signal.SIGTERM, signal.SIGHUP} & set(watched):
-            signal.signal(signum, lambda s, _f: os.kill(pid, s))
-        if signal.SIGINT in watched:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {*watched, signal.SIGCHLD})
-        return os.waitpid(pid, 0)[1], None  # retried across the forwarding handlers (PEP 475)
+    if not hasattr(signal, "sigwaitinfo"):  # macOS
+        with _passing_on(watched) as started:
+            started(pid)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {*watched, signal.SIGCHLD})
+            return os.waitpid(pid, 0)[1], None  # retried across the handlers (PEP 475)
     waited = {*watched, signal.SIGCHLD}
     first: tuple[int, float] | None = None  # the first stop signal, and when it came
     while True:

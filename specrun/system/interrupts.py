@@ -34,7 +34,7 @@ def present(*names: str) -> tuple[int, ...]:
     return tuple(getattr(signal, name) for name in names if hasattr(signal, name))
 
 
-STOP_SIGNALS = present("SIGINT", "SIGTERM", "SIGHUP")
+STOP_SIGNALS = present("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")  # SIGBREAK: Windows' Ctrl-Break
 REPEAT_GRACE_SECONDS = 2.0
 
 _callback_codes: set[CodeType] = set()

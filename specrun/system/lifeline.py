@@ -4,8 +4,9 @@ A parent killed outright (SIGKILL, the out-of-memory killer) runs no code, so on
 child can notice. Left alone it would live on: a worker holding the models' memory, an
 `rpc-server` keeping its port and serving the next client. On Linux the kernel sends the
 child SIGKILL when its parent dies (`prctl(PR_SET_PDEATHSIG)`); elsewhere a thread
-watches the parent's pid. SIGKILL, not a stop signal: the child may have that signal
-ignored, or be stuck in a native call that no handler would interrupt.
+watches the parent: its pid on macOS, its handle on Windows (which never gives a child
+another parent, so the pid alone would not tell). SIGKILL, not a stop signal: the child
+may have that signal ignored, or be stuck in a native call that no handler would interrupt.
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ import time
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCH_SECONDS = 1.0  # without prctl: how often the thread looks at the parent's pid
+SYNCHRONIZE, INFINITE = 0x00100000, 0xFFFFFFFF  # <windows.h>
 
 
 def die_with_parent(parent: int) -> None:
     """In a child, right after it was started: end this process when `parent` dies."""
-    if sys.platform.startswith("linux") and _parent_death_signal(signal.SIGKILL):
+    if (
+        sys.platform.startswith("linux")
+        and hasattr(signal, "SIGKILL")
+        and _parent_death_signal(signal.SIGKILL)
+    ):
         # The parent may have died before the kernel was asked; then nothing will come.
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -40,6 +46,12 @@ def _parent_death_signal(signum: int) -> bool:
 
 
 def _watch(parent: int) -> None:
-    while os.getppid() == parent:  # a child whose parent died is given another
-        time.sleep(WATCH_SECONDS)
+    if sys.platform == "win32":
+        kernel32 = ctypes.WinDLL("kernel32")
+        handle = kernel32.OpenProcess(SYNCHRONIZE, False, parent)
+        if handle:  # else the parent is gone already
+            kernel32.WaitForSingleObject(handle, INFINITE)
+    else:
+        while os.getppid() == parent:  # a child whose parent died is given another
+            time.sleep(WATCH_SECONDS)
     os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows: no SIGKILL

@@ -1,51 +1,175 @@
-"""specrun where POSIX names are missing, as on Windows: simulated on this machine by a
-Python whose `signal` has no SIGHUP, SIGBUS, SIGKILL, sigwaitinfo or pthread_sigmask and
-whose `os` has no fork or getloadavg. It catches a POSIX-only name used at import time or
-on the way through `--help` and a run (no supervisor without fork); not what differs in
-Windows itself (its console's Ctrl-C, its paths, its llama.cpp build)."""
+"""specrun on Windows and macOS, simulated on this machine by a Python whose `signal` and
+`os` lack what those platforms lack, each run of the command in a subprocess.
+
+Windows: `signal` keeps only the names Windows' has (no SIGHUP, SIGKILL, SIGCHLD,
+sigwaitinfo or pthread_sigmask), `os` has no fork, getloadavg, killpg or wait-status
+macros. The supervisor then starts the command again as its child (`sys.orig_argv`), and a
+crash or Ctrl-C must still end as on Linux. macOS: fork, but no sigwaitinfo or
+sigtimedwait, so the parent passes on the signals sent to it alone by handlers.
+
+What this would not catch: what differs in the platforms themselves. Windows' console
+sends Ctrl-C as an event, not a signal to a process group (simulated here by a signal to
+both processes); its exception codes for a crash (tested as a table, `died_of`); its
+paths, its llama.cpp build, its lack of /proc; the watch of a dead parent, which on
+Windows waits on the parent's handle. On macOS, its /proc-less CPU and memory queries and
+its Metal build.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
-SHIM = """
-import os, signal, sys
-for name in ("SIGHUP", "SIGBUS", "SIGKILL", "sigwaitinfo", "pthread_sigmask"):
-    if hasattr(signal, name):
-        delattr(signal, name)
-for name in ("fork", "getloadavg"):
+import pytest
+
+from specrun.llama.supervise import WINDOWS_ABORT_EXIT, died_of
+from tests.support.cli import counting_run
+from tests.support.tinymodels import write_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+WINDOWS = """
+import os, signal
+# What Windows' signal module has (Python 3.10 to 3.13); all else goes.
+HAS = {"SIGABRT", "SIGFPE", "SIGILL", "SIGINT", "SIGSEGV", "SIGTERM", "SIG_DFL", "SIG_IGN",
+       "NSIG", "Signals", "Handlers", "default_int_handler", "getsignal", "raise_signal",
+       "set_wakeup_fd", "signal", "strsignal", "valid_signals"}
+for name in [n for n in dir(signal) if not n.startswith("_") and n not in HAS]:
+    delattr(signal, name)
+for name in ("fork", "forkpty", "getloadavg", "killpg", "getpgid", "setsid", "sched_getaffinity",
+             "WIFEXITED", "WEXITSTATUS", "WIFSIGNALED", "WTERMSIG"):
     if hasattr(os, name):
         delattr(os, name)
+"""
+MACOS = """
+import os, signal
+for name in ("sigwaitinfo", "sigtimedwait"):
+    delattr(signal, name)
+del os.sched_getaffinity
+"""
+COMMAND = """
+import sys
 sys.argv = ["specrun", *sys.argv[1:]]
 from specrun.__main__ import entry
 entry()
 """
 
 
-def without_posix(*args: str) -> subprocess.CompletedProcess[str]:
+def as_on(platform: str, *args: str, **popen: object) -> subprocess.Popen:
+    """`specrun ARGS` under the platform's shim, in a session of its own (its process group
+    is what a terminal's Ctrl-C reaches)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", platform + COMMAND, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **popen,
+    )
+
+
+def ended(process: subprocess.Popen) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def supervised(platform: str, body: str) -> subprocess.CompletedProcess:
+    """`body` as the work of a supervised process under the platform's shim."""
+    program = (
+        platform
+        + "import ctypes, sys\nfrom specrun.llama.supervise import supervise\ndef work():\n"
+        + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ")
+        + "    return 0\nsys.exit(supervise(work))\n"
+    )
     return subprocess.run(
-        [sys.executable, "-c", SHIM, *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
 
 
-def test_help_and_a_run_without_posix_only_names(tiny_target: Path):
-    shown = without_posix("--help")
-    assert shown.returncode == 0 and "Usage" in shown.stdout, shown.stderr
-    ran = without_posix(
-        "run",
-        "-t",
-        str(tiny_target),
-        "--threads",
-        "1",
-        "-n",
-        "4",
-        "--temp",
-        "0",
-        "--json",
-        "the cat",
+def interrupted_json(out: str, err: str) -> None:
+    assert json.loads(out)["finish_reason"] == "interrupted", err
+    lines = err.strip().splitlines()  # a busy machine's warning may come first
+    assert lines[-1] == "specrun: interrupted" and lines.count(lines[-1]) == 1, err
+    assert "Traceback" not in err
+
+
+def test_help_and_a_run_on_windows(tiny_target: Path):
+    shown = as_on(WINDOWS, "--help")
+    out, err = ended(shown)
+    assert shown.returncode == 0 and "Usage" in out, err
+    ran = as_on(
+        WINDOWS, "run", "-t", str(tiny_target), "--threads", "1", "-n", "4", "--temp", "0",
+        "--json", "the cat",
+    )  # fmt: skip
+    out, err = ended(ran)
+    assert ran.returncode == 0, err
+    assert json.loads(out)["generated_tokens"] == 4
+
+
+@pytest.mark.parametrize("platform", [WINDOWS, MACOS], ids=["windows", "macos"])
+def test_ctrl_c_mid_generation_keeps_the_json_object(demo_pair, platform):
+    process = as_on(platform, *counting_run(demo_pair[0], "--json"))
+    time.sleep(5)  # loaded, and counting
+    os.killpg(process.pid, signal.SIGINT)  # the terminal's Ctrl-C: to both processes
+    out, err = ended(process)
+    assert process.returncode == 128 + signal.SIGINT, err
+    interrupted_json(out, err)
+
+
+@pytest.mark.parametrize("platform", [WINDOWS, MACOS], ids=["windows", "macos"])
+def test_a_sigterm_to_the_parent_alone_reaches_the_work(demo_pair, platform):
+    process = as_on(platform, *counting_run(demo_pair[0], "--json"))
+    time.sleep(5)
+    process.send_signal(signal.SIGTERM)  # `kill`, `timeout`: the parent's pid alone
+    out, err = ended(process)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    interrupted_json(out, err)
+
+
+@pytest.mark.parametrize("platform", [WINDOWS, MACOS], ids=["windows", "macos"])
+def test_a_segfault_is_one_line_and_keeps_what_was_written(platform):
+    result = supervised(
+        platform, 'sys.stdout.write("partial answer"); sys.stdout.flush()\nctypes.string_at(0)'
     )
-    assert ran.returncode == 0, ran.stderr
-    assert json.loads(ran.stdout)["generated_tokens"] == 4
+    assert result.returncode == 128 + signal.SIGSEGV, result.stderr
+    assert result.stdout == "partial answer"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "segmentation fault" in lines[0], result.stderr
+
+
+def test_a_llama_cpp_assertion_on_windows_is_one_line(tmp_path):
+    broken = write_tiny_model(tmp_path / "duplicate-token.gguf", duplicate_token=True)
+    process = as_on(WINDOWS, "run", "-t", str(broken), "--temp", "0", "-n", "4", "hello")
+    out, err = ended(process)
+    assert process.returncode == 128 + signal.SIGABRT, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "GGML_ASSERT" in lines[0] and "llama-vocab.cpp" in lines[0], err
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "returncode, message, signum",
+    [
+        (-signal.SIGSEGV, "", signal.SIGSEGV),  # POSIX, as subprocess has it
+        (0xC0000005, "", signal.SIGSEGV),  # Windows: an access violation
+        (0xC000001D, "", signal.SIGILL),
+        (0xC0000409, "", signal.SIGABRT),  # abort() failing fast
+        (WINDOWS_ABORT_EXIT, "GGML_ASSERT(x) failed", signal.SIGABRT),
+        (WINDOWS_ABORT_EXIT, "", None),  # a program's own exit status 3
+        (0, "", None),
+        (130, "", None),  # stopped by Ctrl-C, in its own words
+    ],
+)
+def test_what_a_child_died_of(returncode, message, signum):
+    assert died_of(returncode, message) == signum
