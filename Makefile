@@ -15,7 +15,8 @@ $(BIN)/python:
 # llama-cpp-python is built by specrun/llama/install.py: for this CPU without AMX, with
 # the user's CMAKE_ARGS on top, and kept in a cache keyed by those flags (~9 minutes once).
 $(STAMP): pyproject.toml setup.py specrun/core/_sampling.c | $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip
+	# platformdirs: install.py finds the wheel cache where specrun will (specrun/system/paths.py).
+	$(BIN)/pip install -q --upgrade pip platformdirs
 	$(BIN)/python specrun/llama/install.py $(BIN)/pip
 	# torch (the `train` extra, in `dev` for the training tests) as its CPU build: PyPI's wheel
 	# for Linux pulls the CUDA libraries (5.4 GB against 0.9 GB). TORCH_INDEX picks another;

@@ -20,6 +20,7 @@ from specrun.llama import devices, install
 from specrun.llama.devices import BuildInfo, BuildRecord, Device
 from specrun.models import demo
 from specrun.models.cache import hub_cache_dir
+from specrun.system import paths
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
 CUDA_WHEEL_INDEXES = ["cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132"]
@@ -260,7 +261,7 @@ def folder_size(path: Path) -> int:
 
 def cache_folders() -> dict[str, CacheFolder]:
     folders = {
-        "specrun": demo.cache_dir(),
+        "specrun": paths.cache_dir(),
         "huggingface": hub_cache_dir(),
         "llama wheels": install.wheel_cache(),
     }

