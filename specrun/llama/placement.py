@@ -9,6 +9,8 @@ first, whole. The target's layers follow llama.cpp's offload order (n_gpu_layers
 puts the last N repeating layers on the GPU, and the output layer too when
 N = n_layer + 1) and, over several GPUs, llama.cpp's layer split in proportion to
 what each GPU has free. Each GPU keeps `MARGIN` free, as llama.cpp's own fitter does.
+A GPU whose memory is the system's (Apple silicon's Metal, an integrated GPU) holds its
+share out of the same memory as the CPU's: the whole must fit in the system's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from pathlib import Path
 from typing import Protocol, TypedDict
 
 from specrun.errors import SpecrunError
-from specrun.llama.devices import accelerator_name, gpu_devices, system_memory_available
+from specrun.llama.devices import (
+    accelerator_name,
+    gpu_devices,
+    shares_host_memory,
+    system_memory_available,
+)
 from specrun.llama.footprint import Footprint, estimate
 from specrun.llama.invariance import Invariance, InvarianceMode
 
@@ -37,6 +44,7 @@ class Gpu:
     free_bytes: int
     total_bytes: int
     endpoint: str = ""  # HOST:PORT of the RPC server it belongs to; "" on this machine
+    shares_host_memory: bool = False  # its memory is the system's (unified memory)
 
     @property
     def label(self) -> str:
@@ -111,6 +119,17 @@ def place_layers(
             f"{target.name} needs {gigabytes(on_cpu)} GB of system memory beyond the GPUs and "
             f"{gigabytes(cpu_free)} GB is available: use a smaller model or a smaller `n_ctx`"
         )
+    # The target's layers spread over the GPUs as their budgets do (the split below).
+    shared = sum(budgets[g.name] for g in gpus if g.shares_host_memory) / (room or 1)
+    on_shared = int(gpu_bytes(target, target_layers) * shared)
+    if draft is not None and main is not None and main.shares_host_memory:
+        on_shared += gpu_bytes(draft, draft_layers)
+    if on_shared and on_cpu + on_shared > cpu_free:
+        raise PlacementError(
+            f"{target.name} needs {gigabytes(on_cpu + on_shared)} GB of memory, which the GPU "
+            f"shares with the system, and {gigabytes(cpu_free)} GB is available: "
+            "use a smaller model or a smaller `n_ctx`"
+        )
     split = _split(budgets) if len(gpus) > 1 and target_layers else None
     used = gpu_bytes(target, target_layers) + (
         gpu_bytes(draft, draft_layers) if draft is not None else 0
@@ -170,7 +189,10 @@ def describe(
 
 
 def gpus_now() -> list[Gpu]:
-    return [Gpu(d.name, d.free_bytes, d.total_bytes) for d in gpu_devices()]
+    return [
+        Gpu(d.name, d.free_bytes, d.total_bytes, shares_host_memory=shares_host_memory(d))
+        for d in gpu_devices()
+    ]
 
 
 def plan_layers(

@@ -448,6 +448,36 @@ def test_doctor_warns_when_amx_is_switched_on():
     assert [p for p in found if "AMX" in p.problem and devices.AMX_ENV in p.fix]
 
 
+def on_windows(report: doctor.Report, flags: set[str]) -> doctor.Report:
+    """The report as Windows gathers it: IsProcessorFeaturePresent tells AVX, AVX2 and
+    AVX-512F, nothing else."""
+    known = frozenset(doctor.WINDOWS_CPU_FEATURES)
+    return replace(report, system="Windows", host_cpu_flags=flags, host_cpu_flags_known=known)
+
+
+def test_doctor_on_windows_gives_powershell_and_no_make():
+    nvidia = [doctor.HostGpu("NVIDIA", "CUDA 12.4", (12, 4))]
+    (cuda,) = doctor.problems(on_windows(report_for(CPU_BUILD, nvidia), {"avx", "avx2"}))
+    assert '$env:CMAKE_ARGS="-DGGML_CUDA=on"; pip install --force-reinstall' in cuda.fix
+    assert r".venv\Scripts\python specrun\llama\install.py .venv\Scripts\pip" in cuda.fix
+    bare = replace(report_for(CPU_BUILD, []), compiled_sampling=False, demo_pair_present=False)
+    found = doctor.problems(on_windows(bare, {"avx", "avx2"}))
+    assert [p for p in found if "Visual Studio" in p.fix and r".venv\Scripts\pip" in p.fix]
+    assert not [p for p in found if "make" in p.fix]
+
+
+def test_doctor_on_windows_judges_only_the_cpu_features_it_can_read():
+    # AVX-512F is readable and absent: the AVX512 build is refused. FMA and F16C are not
+    # readable there, so they are not called missing.
+    found = doctor.problems(on_windows(report_for(AMX_BUILD, []), {"avx", "avx2"}))
+    (lacking,) = [p for p in found if "CPU features this CPU lacks" in p.problem]
+    assert "(AVX512)" in lacking.problem
+    with_avx512 = on_windows(report_for(AMX_BUILD, []), {"avx", "avx2", "avx512f"})
+    assert not [p for p in doctor.problems(with_avx512) if "lacks" in p.problem]
+    unreadable = replace(report_for(AMX_BUILD, [], flags={"avx"}), host_cpu_flags_known=frozenset())
+    assert not [p for p in doctor.problems(unreadable) if "lacks" in p.problem]
+
+
 def test_json_and_stats_name_the_device(tiny_target):
     result = specrun("run", "-t", str(tiny_target), "--temp", "0", "-n", "4", "--json", "the sea")
     record = json.loads(result.stdout)

@@ -53,6 +53,8 @@ for name in ("sigwaitinfo", "sigtimedwait"):
     delattr(signal, name)
 del os.sched_getaffinity
 """
+# A Mac with Apple silicon and a Metal build, as far as specrun can tell (tests/support).
+METAL = MACOS + "import tests.support.metal_registry\n"
 COMMAND = """
 import sys
 sys.argv = ["specrun", *sys.argv[1:]]
@@ -115,6 +117,38 @@ def test_help_and_a_run_on_windows(tiny_target: Path):
     out, err = ended(ran)
     assert ran.returncode == 0, err
     assert json.loads(out)["generated_tokens"] == 4
+
+
+def test_doctor_on_windows(demo_pair):
+    process = as_on(
+        WINDOWS + "import platform\nplatform.system = lambda: 'Windows'\n", "doctor", "--json"
+    )
+    out, err = ended(process)
+    assert process.returncode == 0, err
+    report = json.loads(out)
+    assert report["host"]["system"] == "Windows" and report["problems"] == [], report["problems"]
+
+
+def test_doctor_on_a_metal_mac_names_metal_and_its_memory(demo_pair):
+    process = as_on(METAL, "doctor", cwd=ROOT)
+    out, err = ended(process)
+    assert process.returncode == 0, err
+    assert "backends:          RPC, CPU, Metal" in out
+    assert (
+        "MTL0       GPU  Metal: Apple M2 Pro  "
+        "(20.00 GB free of 21.47 GB, of the memory it shares with the CPU)"
+    ) in out
+    assert "target: 30/30 layers on MTL0 (20.0 of 21.5 GB free); draft: 30/30 on MTL0" in out
+    assert out.rstrip().endswith("no problems found")  # Apple silicon, and a Metal build
+    process = as_on(METAL, "doctor", "--json", cwd=ROOT)
+    out, err = ended(process)
+    report = json.loads(out)
+    (metal,) = [d for d in report["devices"] if d["backend"] == "Metal"]
+    assert metal == {
+        "name": "MTL0", "description": "Apple M2 Pro", "kind": "GPU", "backend": "Metal",
+        "free_bytes": 20_000_000_000, "total_bytes": 21_474_836_480,
+    }  # fmt: skip
+    assert report["host"]["system"] == "Darwin" and report["host"]["machine"] == "arm64"
 
 
 @pytest.mark.parametrize("platform", [WINDOWS, MACOS], ids=["windows", "macos"])

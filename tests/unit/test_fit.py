@@ -126,6 +126,21 @@ def test_a_target_the_cpu_cannot_hold_either_is_said_with_the_numbers():
         place_layers(TARGET, DRAFT, [Gpu("CUDA0", 1 * GB + MARGIN, 24 * GB)], cpu_free=8 * GB)
 
 
+def test_a_gpu_that_shares_the_systems_memory_counts_against_it():
+    # Apple silicon: all 11 target layers (12.0 GB) and the draft (1.0 GB) fit MTL0's working
+    # set, but the same memory also holds the target's input layer and the draft's (0.6 GB).
+    metal = Gpu("MTL0", 20 * GB + MARGIN, 24 * GB, shares_host_memory=True)
+    placed = place_layers(TARGET, DRAFT, [metal], cpu_free=16 * GB)
+    assert (placed.target_layers, placed.draft_layers) == (11, 5)
+    with pytest.raises(
+        PlacementError,
+        match=r"needs 13.6 GB of memory, which the GPU shares with the system, and 12.0 GB is",
+    ):
+        place_layers(TARGET, DRAFT, [metal], cpu_free=12 * GB)
+    discrete = Gpu("CUDA0", 20 * GB + MARGIN, 24 * GB)  # its own memory: 0.6 GB on the CPU
+    assert place_layers(TARGET, DRAFT, [discrete], cpu_free=12 * GB).target_layers == 11
+
+
 def test_the_margin_is_a_gib():
     assert MARGIN == GIB
 
