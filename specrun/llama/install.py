@@ -53,11 +53,29 @@ ALWAYS = ["-DGGML_RPC=ON"]
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:
-    """The llama-cpp-python version pinned in pyproject.toml: one place for it."""
+    """The llama-cpp-python version pinned in pyproject.toml: one place for it. Installed from
+    a wheel there is no pyproject.toml, and specrun's metadata carries the same pin."""
+    if not pyproject.is_file():
+        return installed_pin()
     match = re.search(r'"llama-cpp-python==([^"]+)"', pyproject.read_text(encoding="utf-8"))
     if not match:
         raise SystemExit(f"no llama-cpp-python==VERSION pin in {pyproject}")
     return match.group(1)
+
+
+def installed_pin() -> str:
+    """The llama-cpp-python==VERSION requirement of the installed specrun (its wheel's metadata)."""
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("specrun") or []
+    except metadata.PackageNotFoundError:
+        requirements = []
+    for requirement in requirements:
+        match = re.fullmatch(r"llama[-_.]cpp[-_.]python\s*==\s*([^\s;]+)", requirement.strip())
+        if match:
+            return match.group(1)
+    raise SystemExit("no llama-cpp-python==VERSION pin in the installed specrun's metadata")
 
 
 def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
