@@ -29,6 +29,7 @@ from specrun.llama.model import Model
 from specrun.llama.placement import Placement
 from specrun.options import LookupOptions
 from specrun.prompt import prompt_tokens
+from specrun.system.busy import Contention, Watch
 from specrun.system.formatting import format_or_dash
 from specrun.system.textio import read_text
 
@@ -40,6 +41,7 @@ TableRow = TypedDict(
     {
         "class": str,
         "mode": str,
+        "draft": str,  # which draft the mode ran: its kind (`draft_label`)
         "tokens_per_second": float,
         "speedup": float | None,  # against plain in the same repetition; None without plain
         "estimated_speedup": float | None,  # what --stats estimated in the same runs
@@ -201,6 +203,7 @@ class BenchResult:
     identical: bool | None  # None when sampling (outputs legitimately differ)
     mismatches: list[str]
     placement: Placement
+    contention: Contention | None  # other programs' CPU use while it ran; None: not measured
 
     def to_json(self) -> str:
         record = asdict(self)
@@ -222,6 +225,16 @@ def _draft_source(
     return draft if mode.draft == "draft" else HybridDraft(lookup.draft(), [draft])
 
 
+def draft_label(source: DraftSource | None) -> str:
+    """Which draft a mode runs, by the kind `--stats` names: - (none), lookup, model, eagle3,
+    mtp, or the hybrid's sources in the order it tries them (lookup+model)."""
+    if source is None:
+        return "-"
+    if isinstance(source, HybridDraft):
+        return "+".join(d.kind for d in (source.lookup, *source.drafts) if d is not None)
+    return source.kind
+
+
 def run_bench(
     target: Model,
     draft: DraftSource | None,
@@ -238,6 +251,7 @@ def run_bench(
 ) -> BenchResult:
     """Every mode on every prompt, interleaved; `draft` is the draft model's or the head's
     source (its p_min is the bench's) and `placement` where the models run."""
+    watch = Watch()  # all of it is timed, the warm-up and the cost curve included
     encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
     classes = list(dict.fromkeys(p["class"] for p in prompts))
 
@@ -292,7 +306,7 @@ def run_bench(
                 )
             progress(f"repetition {repetition + 1}/{repeat}, prompt {index + 1}/{len(prompts)}")
 
-    table = _table(runs, modes, classes)
+    table = _table(runs, modes, classes, {name: draft_label(s) for name, s in sources.items()})
     mismatches = _mismatches(target, encoded, runs) if params.greedy else []
     verify = measure_verify(
         target, encoded[0], gamma_max + 1, top=candidate_width(params, target.n_vocab)
@@ -321,6 +335,7 @@ def run_bench(
         identical=(not mismatches) if params.greedy else None,
         mismatches=mismatches,
         placement=placement or Placement.of([target]),
+        contention=watch.stop(target.threads),
     )
 
 
@@ -343,7 +358,9 @@ def _estimate(runs: list[Run]) -> float | None:
     return sum(speedup * seconds for speedup, seconds in estimated) / weight if weight else None
 
 
-def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[TableRow]:
+def _table(
+    runs: list[Run], modes: list[Mode], classes: list[str], drafts: dict[str, str]
+) -> list[TableRow]:
     rows: list[TableRow] = []
     for prompt_class in [*classes, "all"]:
         selected = [r for r in runs if prompt_class in ("all", r.prompt_class)]
@@ -369,6 +386,7 @@ def _table(runs: list[Run], modes: list[Mode], classes: list[str]) -> list[Table
                 {
                     "class": prompt_class,
                     "mode": mode.name,
+                    "draft": drafts[mode.name],
                     "tokens_per_second": statistics.median(rates.values()),
                     "speedup": statistics.median(rates[k] / plain[k] for k in repetitions)
                     if plain
@@ -418,14 +436,16 @@ def render_text(result: BenchResult) -> str:
         f"temperature {result.params['temperature']}, modes {', '.join(result.modes)}",
         "",
     ]
+    drafts = max(len("draft"), *(len(row["draft"]) for row in result.table))
     header = (
-        f"{'class':<12} {'mode':<10} {'tok/s':>7} {'speedup':>8} {'est.':>6} {'accept':>7} "
-        f"{'mean len':>9} {'mean γ':>7}"
+        f"{'class':<12} {'mode':<10} {'draft':<{drafts}} {'tok/s':>7} {'speedup':>8} {'est.':>6} "
+        f"{'accept':>7} {'mean len':>9} {'mean γ':>7}"
     )
     lines += [header, "-" * len(header)]
     for row in result.table:
         lines.append(
-            f"{row['class']:<12} {row['mode']:<10} {row['tokens_per_second']:>7.1f} "
+            f"{row['class']:<12} {row['mode']:<10} {row['draft']:<{drafts}} "
+            f"{row['tokens_per_second']:>7.1f} "
             f"{format_or_dash(row['speedup'], '.2f'):>7}x "
             f"{format_or_dash(row['estimated_speedup'], '.2f'):>5}x "
             f"{format_or_dash(row['acceptance_rate'] and row['acceptance_rate'] * 100, '.0f'):>6}% "
@@ -433,7 +453,7 @@ def render_text(result: BenchResult) -> str:
         )
         if row["class"] != result.table[-1]["class"] and row["mode"] == result.modes[-1]:
             lines.append("")
-    costs = result.costs
+    costs, busy = result.costs, result.contention
     lines += [
         "",
         (
@@ -444,6 +464,13 @@ def render_text(result: BenchResult) -> str:
         "cost curve (medians)",
         # A target partly on the CPU makes wide verifies nearly as cheap as narrow ones.
         f"  placement        {result.placement.text()}",
+        # Timings are the machine's as much as the modes': say how quiet it was.
+        "  other programs   "
+        + (
+            f"{busy.others:.1f} of {busy.cpus} CPUs busy on average, beside {busy.threads} threads"
+            if busy is not None
+            else "- (not measured here)"
+        ),
         (
             "  draft per token  "
             f"{format_or_dash(costs.draft_per_token and costs.draft_per_token * 1000, '.2f')} ms"

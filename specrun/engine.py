@@ -43,6 +43,7 @@ from specrun.options import (
     PromptLookup,
 )
 from specrun.prompt import prompt_tokens
+from specrun.system.busy import Contention, Watch
 
 
 @dataclass
@@ -88,6 +89,10 @@ class Engine:
         self.learned_path: Path | None = None  # where auto's learned state is kept, if it is
         self._learned_key: dict[str, object] = {}  # the settings that path is named by
         self.recalled = False  # whether auto started from that state rather than its warm-up
+        # Other programs' CPU use over the last generation that ran to its end (None: not
+        # measured); costs measured while they slowed one are not kept for the next engine.
+        self.contention: Contention | None = None
+        self._slowed = False
         # With `parallel` > 1: the slots, those free to take a generation, and the gather
         # their model calls meet in.
         self.slots: list[Slot] = []
@@ -309,8 +314,18 @@ class Engine:
             "logprobs": logprobs,
         }
         if self.slots:
-            return self._in_slot(tokens, settings)
-        return generate(self.target, tokens, draft=self.draft, policy=self.policy, **settings)
+            return self._watched(self._in_slot(tokens, settings))
+        return self._watched(
+            generate(self.target, tokens, draft=self.draft, policy=self.policy, **settings)
+        )
+
+    def _watched(self, events: Generator[Event, None, None]) -> Generator[Event, None, None]:
+        """The generation, with other programs' CPU use measured while it ran."""
+        watch = Watch()
+        with closing(events):
+            yield from events
+        self.contention = watch.stop(self.target.threads)
+        self._slowed = self._slowed or (self.contention is not None and self.contention.slowed)
 
     def _in_slot(self, tokens: list[int], settings: dict[str, Any]) -> Generator[Event, None, None]:
         """A generation in the next free slot, a member of the gather while it runs."""
@@ -374,7 +389,7 @@ class Engine:
         return where
 
     def close(self) -> None:
-        if self.learned_path is not None:
+        if self.learned_path is not None and not self._slowed:
             learned.save(self.policy, self.learned_path, self._learned_key)
             self.learned_path = None  # closing twice saves once
         self._gather.close()

@@ -30,6 +30,7 @@ from specrun.cli.options import (
     SYSTEM,
     ModelChoice,
     ModelRequest,
+    busy_note,
     in_flag_terms,
     load_engine,
     load_notes,
@@ -129,7 +130,7 @@ def run(
         [argument_text(text, "--stop") for text in stop],
     )
     grammar = _grammar(grammar_file, schema_file)
-    answer = _Answer(models, as_json=as_json, stats=stats)
+    answer = _Answer(models, load, as_json=as_json, stats=stats)
     try:
         with on_abort(answer.abandon):
             text = read_prompt(prompt)
@@ -176,10 +177,12 @@ class _Answer:
     """What `run` has so far, written out once however the run ends: the answer's last
     newline or the `--json` object, then the notes and `--stats`."""
 
-    def __init__(self, request: ModelRequest, *, as_json: bool, stats: bool) -> None:
+    def __init__(
+        self, request: ModelRequest, load: LoadOptions, *, as_json: bool, stats: bool
+    ) -> None:
         from specrun.core.stats import Stats
 
-        self.request = request
+        self.request, self.load = request, load
         self.as_json, self.stats = as_json, stats
         self.choice: ModelChoice | None = None
         self.engine: Engine | None = None
@@ -241,6 +244,8 @@ class _Answer:
                 extra.insert(0, ("draft", f"{engine.draft.name} ({engine.draft.kind})"))
             for line in self.figures.summary_lines(extra=extra):
                 print(line, file=sys.stderr)
+        if reason is None:  # ended by itself: its speed is whole
+            busy_note(engine.contention, self.load)
 
     def _models(self) -> dict[str, object]:
         """The record's model fields: the files, threads and placement, as far as known."""
@@ -367,6 +372,8 @@ def bench(
     print(benchmark.render_text(result))
     for verdict in benchmark.auto_verdicts(result):
         print(verdict)
+    sys.stdout.flush()  # the note qualifies the table, so it comes after it
+    busy_note(result.contention, load)
     if plot_failure is not None:
         raise plot_failure
 

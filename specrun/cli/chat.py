@@ -23,6 +23,7 @@ from specrun.cli.options import (
     SAMPLING,
     SYSTEM,
     ModelRequest,
+    busy_note,
     load_engine,
     load_notes,
     note,
@@ -83,7 +84,7 @@ def chat(
     try:  # a signal while loading ends the chat as one during a reply does
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
         load_notes(engine.target, load)  # not in the TUI: it would garble the screen
-        _chat_through_pipe(engine, system=system, max_tokens=max_tokens, stats=stats)
+        _chat_through_pipe(engine, load, system=system, max_tokens=max_tokens, stats=stats)
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
@@ -93,7 +94,9 @@ def chat(
             engine.close()
 
 
-def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, stats: bool) -> None:
+def _chat_through_pipe(
+    engine: Engine, load: LoadOptions, *, system: str | None, max_tokens: int, stats: bool
+) -> None:
     from specrun.chat import Conversation
     from specrun.core.loop import Round
     from specrun.core.stats import Stats
@@ -127,4 +130,5 @@ def _chat_through_pipe(engine: Engine, *, system: str | None, max_tokens: int, s
                 extra=[("threads", str(engine.target.threads)), placement_row(engine.placement())]
             ):
                 print(summary_line, file=sys.stderr)
-            sys.stderr.flush()
+        busy_note(engine.contention, load)
+        sys.stderr.flush()

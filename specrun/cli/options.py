@@ -43,6 +43,7 @@ from specrun.system.textio import argument_text, read_stdin
 if TYPE_CHECKING:
     from specrun.engine import Engine
     from specrun.llama.model import Model
+    from specrun.system.busy import Contention
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -616,10 +617,8 @@ def load_engine(
 
 
 def load_notes(model: Model, requested: LoadOptions) -> None:
-    """Once the models are loaded: say when the context is not the --ctx asked for, and when
-    the default thread count meets a machine that other work already keeps busy."""
-    from specrun.system.cpus import machine_busy_warning
-
+    """Once the models are loaded: say when the context is not the --ctx asked for, and what
+    --reproducible does."""
     asked = requested.n_ctx
     if asked is not None and model.n_ctx < asked:
         note(
@@ -633,9 +632,14 @@ def load_notes(model: Model, requested: LoadOptions) -> None:
         )
     if model.invariance is not None:
         note(f"--reproducible: {model.invariance.describe()}")
-    busy = machine_busy_warning() if requested.threads is None else None
-    if busy:
-        note(busy)
+
+
+def busy_note(contention: Contention | None, requested: LoadOptions) -> None:
+    """After a generation (and its figures): say when other programs took the CPUs its threads
+    needed. Not where --threads chose them: that is the user's call."""
+    warning = contention.warning() if contention is not None else None
+    if warning and requested.threads is None:
+        note(warning)
 
 
 def placement_row(where: Placement) -> tuple[str, str]:

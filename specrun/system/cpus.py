@@ -47,21 +47,3 @@ def choose_threads(requested: int | None) -> tuple[int, str | None]:
             f"`threads` {requested} is more than the {available} CPUs available; using {available}",
         )
     return requested, None
-
-
-def busy_warning(load: float, cpus: int) -> str | None:
-    """A warning when the 1-minute load average says other work already fills every CPU."""
-    if load < cpus:
-        return None
-    return (
-        f"the machine is busy (load {load:.1f} on {cpus} CPUs): generation will be slower "
-        "and its speed uneven"
-    )
-
-
-def machine_busy_warning() -> str | None:
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this OS
-        return None
-    return busy_warning(load, os.cpu_count() or 1)

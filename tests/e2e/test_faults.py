@@ -28,7 +28,8 @@ from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.model import Model
 from specrun.prompt import Message, render
-from specrun.system.cpus import busy_warning, physical_cores, usable_cpus
+from specrun.system.busy import Watch
+from specrun.system.cpus import physical_cores, usable_cpus
 from tests.support.hfcache import use_temporary_cache
 from tests.support.tinymodels import CHATML_TEMPLATE, write_tiny_model
 
@@ -473,11 +474,24 @@ def test_threads_are_capped_and_reported(tiny_target):
     assert json.loads(default.stdout)["threads"] == physical_cores() <= available
 
 
-def test_a_busy_machine_is_one_warning():
-    assert busy_warning(1.9, 2) is None
-    assert busy_warning(2.0, 2) == (
-        "the machine is busy (load 2.0 on 2 CPUs): generation will be slower and its speed uneven"
-    )
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="Linux's /proc/stat")
+def test_a_program_running_beside_counts_as_others():
+    """While this process spins, so does another program: the watch counts all the CPU time
+    that program had, however busy the rest of the machine kept the CPUs."""
+    import resource  # POSIX only, as /proc/stat
+
+    spin = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    watch = Watch()
+    beside = subprocess.Popen([sys.executable, "-c", spin])
+    exec(spin)
+    beside.wait(timeout=30)
+    contention = watch.stop(threads=1)
+    seconds = time.monotonic() - watch.start.wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    its_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert its_cpu > 0.3 and contention is not None and contention.cpus == len(usable_cpus())
+    assert contention.others * seconds >= its_cpu - 0.1  # /proc/stat counts in 10 ms ticks
 
 
 # --- an unreachable Hub: one line within seconds --------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,8 @@ from specrun.core.sampling import SamplingParams
 from specrun.errors import SpecrunError
 from specrun.llama.heads import open_eagle3
 from specrun.llama.model import Model
+from specrun.system.busy import Contention
+from specrun.system.cpus import usable_cpus
 from tests.support.tinymodels import write_tiny_eagle3_head
 
 PROMPTS = [
@@ -47,6 +50,16 @@ def test_every_mode_and_class_is_in_the_table(result):
         (c, m) for c in ("a", "b", "all") for m in names
     ]
     assert len(result.runs) == 2 * len(PROMPTS) * len(names)
+    # Each row says which draft its mode ran, as --stats names the kind.
+    assert {r["mode"]: r["draft"] for r in result.table} == {
+        "plain": "-",
+        "γ=1": "model",
+        "γ=3": "model",
+        "heuristic": "model",
+        "auto": "model",
+        "lookup": "lookup",
+        "hybrid": "lookup+model",
+    }
 
 
 def test_figures_hang_together(result):
@@ -71,6 +84,28 @@ def test_greedy_outputs_are_identical_across_modes(result):
     assert (
         "outputs: identical across all modes" in text and "cost curve" in text and " est. " in text
     )
+
+
+def test_the_table_says_which_draft_ran_and_how_busy_the_machine_was(result):
+    text = render_text(result).splitlines()
+    assert text[2].split()[:3] == ["class", "mode", "draft"]
+    assert [line.split()[:3] for line in text if line.startswith("a ")][-2:] == [
+        ["a", "lookup", "lookup"],
+        ["a", "hybrid", "lookup+model"],
+    ]
+    # Other programs' CPU use while it ran, where the bench lasted long enough to tell (this
+    # one, on tiny models, may not have: under a second).
+    if result.contention is not None:
+        assert result.contention.cpus == len(usable_cpus()) and result.contention.others >= 0
+    for contention, shown in (
+        (None, "- (not measured here)"),
+        (
+            Contention(others=0.4, cpus=2, threads=2),
+            "0.4 of 2 CPUs busy on average, beside 2 threads",
+        ),
+    ):
+        text = render_text(replace(result, contention=contention)).splitlines()
+        assert f"  other programs   {shown}" in text
 
 
 def test_json_holds_every_run_without_token_lists(result):
@@ -175,5 +210,6 @@ def test_a_head_takes_the_draft_models_place(tiny_target, tiny_dir):
         finally:
             head.close()
     assert result.draft == "eagle3:bench-head.gguf" and result.identical
+    assert {r["mode"]: r["draft"] for r in result.table}["γ=2"] == "eagle3"
     assert result.costs.draft_per_token > 0
     assert sum(r.stats["drafted"] for r in result.runs if r.mode == "γ=2") > 0

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from specrun.core import learned
 from specrun.engine import Engine
 from specrun.options import DraftOptions, LoadOptions
+from specrun.system.cpus import usable_cpus
 from tests.support.identity import GREEDY
 
 
@@ -37,3 +43,24 @@ def test_engines_leave_their_state_to_the_next_with_the_same_settings(
         tiny_target, tiny_draft, params=GREEDY, drafting=DraftOptions(gamma="3")
     ) as fixed:
         assert not fixed.recalled  # a fixed γ learns nothing and recalls nothing
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="measured from Linux's /proc/stat")
+def test_what_a_busy_machine_taught_is_not_kept(demo_pair, tmp_path, monkeypatch):
+    """Costs measured while other programs held the CPUs would keep auto from drafting in
+    every later run with the same settings (its probes judged by them): not saved."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    cpus = len(usable_cpus())
+    spin = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(cpus)]
+    try:
+        with Engine.load(*demo_pair, options=LoadOptions(threads=cpus), params=GREEDY) as busy:
+            path = busy.learned_path
+            for _ in busy.stream("Why is the sky blue?", max_tokens=16):
+                pass
+            assert busy.contention is not None and busy.contention.slowed, busy.contention
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert path is not None and not path.exists()
