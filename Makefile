@@ -32,12 +32,22 @@ $(STAMP): pyproject.toml setup.py specrun/core/_sampling.c | $(BIN)/python
 llama: $(STAMP)
 	$(BIN)/python specrun/llama/install.py $(BIN)/pip
 
-# One answer with its figures, then plain decoding and auto side by side on three prompts the
-# head never saw (measured tok/s, and what --stats estimated). The draft is the demo target's
-# EAGLE-3 head once `make head` trained it, else the Q4_0 draft; the first line says which.
+# Where speculation pays on this machine and where it does not, measured, on two prompts
+# (FIRST_RUN): a text to correct, whose answer copies it, and an open question. First the
+# correction, answered with prompt lookup (drafts copied from the prompt), with its --stats
+# figures: `est. speedup` is specrun's estimate against plain decoding, `draft` what drafted.
+# Then `specrun bench` times both prompts in one run, greedy: plain decoding, the draft model at
+# γ=3 and at auto, and prompt lookup; each row says which draft ran, its tok/s, the speedup
+# measured against plain decoding and the estimate beside it. On 2 cores (bench/results/
+# first-run.txt) lookup is about 2x plain decoding on the correction and finds little on the
+# question, where the Q4_0 draft costs more than it saves and auto decodes plainly. The draft
+# model is the demo target's EAGLE-3 head once `make head` trained it, else the Q4_0 draft; each
+# command's first line says which. About a minute and a half on 2 cores.
+FIRST_RUN := bench/prompts/first-run.jsonl
 demo: llama
-	$(BIN)/specrun run --stats --temp 0 -n 96 "Explain speculative decoding in two sentences."
-	$(BIN)/specrun bench --modes plain,auto --no-lookup --repeat 1 -n 96 --prompts bench/prompts/demo.jsonl
+	$(BIN)/python -c "import json, sys; print(json.loads(open(sys.argv[1], encoding='utf-8').readline())['prompt'])" \
+		$(FIRST_RUN) | $(BIN)/specrun run --stats --temp 0 --draft lookup -n 256
+	$(BIN)/specrun bench --modes plain,γ=3,auto,lookup --repeat 3 -n 256 --prompts $(FIRST_RUN)
 
 # The demo target's EAGLE-3 head, trained here with torch (`specrun heads train`, the `train`
 # extra): its answers to the built-in prompts collected, then 40 minutes of training; under an
