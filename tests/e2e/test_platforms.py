@@ -30,6 +30,7 @@ import pytest
 
 from specrun.llama.supervise import WINDOWS_ABORT_EXIT, died_of
 from tests.support.cli import counting_run
+from tests.support.server import Server
 from tests.support.tinymodels import write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +118,11 @@ def test_help_and_a_run_on_windows(tiny_target: Path):
     out, err = ended(ran)
     assert ran.returncode == 0, err
     assert json.loads(out)["generated_tokens"] == 4
+    front_ends = "import specrun_tui.app, specrun_tui.engine_process, specrun.server.app"
+    imported = subprocess.run(
+        [sys.executable, "-c", WINDOWS + front_ends], capture_output=True, text=True, cwd=ROOT
+    )
+    assert imported.returncode == 0, imported.stderr
 
 
 def test_doctor_on_windows(demo_pair):
@@ -159,6 +165,21 @@ def test_ctrl_c_mid_generation_keeps_the_json_object(demo_pair, platform):
     out, err = ended(process)
     assert process.returncode == 128 + signal.SIGINT, err
     interrupted_json(out, err)
+
+
+def test_serve_on_windows_answers_and_ctrl_c_stops_it(tiny_target):
+    server = Server("-t", str(tiny_target), program=("-c", WINDOWS + COMMAND), own_session=True)
+    try:
+        answer = server.client().completions.create(
+            model=server.model, prompt="the cat", max_tokens=4, temperature=0
+        )
+        assert answer.usage.completion_tokens == 4
+    finally:
+        os.killpg(server.process.pid, signal.SIGINT)  # the console's Ctrl-C: to both processes
+        status = server.process.wait(timeout=60)
+        server.reader.join()
+    assert status == 0, "".join(server.lines)
+    assert server.lines[-1] == "specrun: stopped\n", server.lines
 
 
 @pytest.mark.parametrize("platform", [WINDOWS, MACOS], ids=["windows", "macos"])

@@ -21,11 +21,18 @@ STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, no
 class Server:
     """`specrun serve` in a subprocess on a free port; stderr is collected as it comes."""
 
-    def __init__(self, *options: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *options: str,
+        env: dict[str, str] | None = None,
+        program: tuple[str, ...] = ("-m", "specrun"),
+        own_session: bool = False,
+    ) -> None:
+        """`program`: how Python starts specrun (a shim's `-c CODE`); `own_session`: its own
+        process group, which a terminal's Ctrl-C (`os.killpg`) reaches."""
         command = [
             sys.executable,
-            "-m",
-            "specrun",
+            *program,
             "serve",
             "--port",
             "0",
@@ -40,6 +47,7 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
+            start_new_session=own_session,
         )
         self.lines: list[str] = []
         self.model = self.url = ""
