@@ -4,13 +4,16 @@ In: arguments, stdin and files are UTF-8 text whatever the locale. Bytes that ar
 are an error that says where they are, never silently replaced: a prompt or a catalog
 that says something other than what the user wrote is worse than no answer.
 
-Out: stdout is the answer. A reader that goes away (`| head`, EPIPE) has what it
-wanted: the rest is dropped and specrun exits 0. Any other failure to write it (a
-full disk, an I/O error, a closed stdout) loses the answer: a one-line error, exit 1.
+Out: stdout is the answer, in UTF-8 whatever the locale, as stderr (Windows would write
+a redirected stream in its ANSI code page, which has no γ). A reader that goes away
+(`| head`, EPIPE) has what it wanted: the rest is dropped and specrun exits 0. Any other
+failure to write it (a full disk, an I/O error, a closed stdout) loses the answer: a
+one-line error, exit 1.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -134,6 +137,9 @@ def guarded_stdout() -> Iterator[None]:
     failure to write the last of the answer is reported here, not lost at exit."""
     if sys.stdout is None:
         raise OutputError("stdout is closed; redirect it to a file or to /dev/null")
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):  # not pytest's capture, say
+            stream.reconfigure(encoding="utf-8")
     original = sys.stdout
     sys.stdout = _GuardedStdout(original)  # a TextIO by duck typing (__getattr__)
     try:

@@ -167,6 +167,22 @@ def test_ctrl_c_mid_generation_keeps_the_json_object(demo_pair, platform):
     interrupted_json(out, err)
 
 
+def test_output_redirected_on_windows_is_utf8_as_its_input(tiny_target, tiny_draft, tmp_path):
+    """Windows writes a redirected stream in its ANSI code page (simulated by
+    PYTHONIOENCODING), which has no γ: bench's table is written whole, in UTF-8."""
+    table = tmp_path / "table.txt"
+    bench = ["bench", "-t", str(tiny_target), "-d", str(tiny_draft), "--threads", "1"]
+    with table.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, "-c", WINDOWS + COMMAND, *bench, "--modes", "plain,γ=2",
+             "--repeat", "1", "-n", "4"],
+            stdout=out, stderr=subprocess.PIPE, text=True, timeout=120,
+            env={**os.environ, "PYTHONIOENCODING": "cp1252"},
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "mean γ" in table.read_text(encoding="utf-8")
+
+
 def test_serve_on_windows_answers_and_ctrl_c_stops_it(tiny_target):
     server = Server("-t", str(tiny_target), program=("-c", WINDOWS + COMMAND), own_session=True)
     try:
