@@ -375,6 +375,7 @@ def gigabytes(n: int) -> str:
 
 def render_text(report: Report) -> list[str]:
     build = report.build
+    unread = report.host_cpu_flags_known == frozenset()
     amx = (
         "yes, kept off (SPECRUN_AMX=1 allows it)"
         if build.has_amx and not report.amx_allowed
@@ -385,7 +386,8 @@ def render_text(report: Report) -> list[str]:
     lines = [
         f"llama-cpp-python {build.version}",
         f"  backends:          {', '.join(build.backends)}",
-        f"  CPU features:      {' '.join(build.cpu_features) or '-'}",
+        f"  CPU features:      {' '.join(build.cpu_features) or '-'}"
+        + ("  (not checked: this CPU's own cannot be read here)" if unread else ""),
         f"  weight layouts:    {' '.join(build.extra_buffer_types) or '-'}",
         f"  AMX:               {amx}",
         f"specrun's sampling: {'compiled' if report.compiled_sampling else 'numpy (not compiled)'}",
@@ -401,8 +403,6 @@ def render_text(report: Report) -> list[str]:
             memory += ", of the memory it shares with the CPU"
         what = d.description if d.kind == "CPU" else f"{d.backend}: {d.description}"
         lines.append(f"  {d.name:<10} {d.kind:<4} {what}  ({memory})")
-    if report.host_cpu_flags_known == frozenset():
-        lines.append("  (this CPU's features cannot be read here: the build's are not checked)")
     if report.host_gpus:
         lines.append(
             "GPUs on this machine: "

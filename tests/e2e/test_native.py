@@ -476,6 +476,8 @@ def test_doctor_on_windows_judges_only_the_cpu_features_it_can_read():
     assert not [p for p in doctor.problems(with_avx512) if "lacks" in p.problem]
     unreadable = replace(report_for(AMX_BUILD, [], flags={"avx"}), host_cpu_flags_known=frozenset())
     assert not [p for p in doctor.problems(unreadable) if "lacks" in p.problem]
+    (features,) = [line for line in doctor.render_text(unreadable) if "CPU features:" in line]
+    assert features.endswith("(not checked: this CPU's own cannot be read here)")
 
 
 def test_json_and_stats_name_the_device(tiny_target):
