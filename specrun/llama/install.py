@@ -133,6 +133,11 @@ def wheel_cache() -> Path:
     return cache_dir() / "wheels"
 
 
+def wheel_folder(version: str, args: str) -> Path:
+    """Where the wheel of this version and these CMake arguments is kept."""
+    return wheel_cache() / f"{PACKAGE}-{version}-{build_key(version, args)}"
+
+
 def cached_wheel(folder: Path) -> Path | None:
     wheels = sorted(folder.glob("llama_cpp_python-*.whl"))
     return wheels[0] if wheels else None
@@ -177,7 +182,7 @@ def this_build() -> tuple[str, str]:
 
 def install(pip: str) -> None:
     version, args = this_build()
-    folder = wheel_cache() / f"{PACKAGE}-{version}-{build_key(version, args)}"
+    folder = wheel_folder(version, args)
     wheel = cached_wheel(folder)
     marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
     if wheel is not None and marker.exists() and marker.read_text() == str(wheel):

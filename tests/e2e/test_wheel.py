@@ -51,8 +51,7 @@ TRIM = 1200  # characters of each output the transcript keeps
 def cached_llama_wheel() -> Path:
     """The wheel `make llama` built for this machine, found as specrun/llama/install.py keys it."""
     version, args = install.this_build()
-    key = install.build_key(version, args)
-    folder = install.wheel_cache() / f"{install.PACKAGE}-{version}-{key}"
+    folder = install.wheel_folder(version, args)
     wheel = install.cached_wheel(folder)
     if wheel is None:  # CI builds it first (`make test` runs `make llama`): never skip quietly
         pytest.fail(f"no llama-cpp-python wheel in {folder}: run `make llama` (CMAKE_ARGS={args})")
