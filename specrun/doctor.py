@@ -47,7 +47,18 @@ FEATURE_FLAGS = {
 # flags it can tell, the only ones judged there.
 WINDOWS_CPU_FEATURES = {"avx": 39, "avx2": 40, "avx512f": 41}
 
-GpuVendor = Literal["NVIDIA", "Apple", "AMD"]
+GpuVendor = Literal["NVIDIA", "Apple", "AMD", "Intel"]
+# PCI vendor ids of the GPUs Linux lists as DRM render nodes (/sys/class/drm/renderD*).
+PCI_VENDORS: dict[str, GpuVendor] = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
+# The GPU backends that run each vendor's GPUs, the one to build first where the build has none.
+VENDOR_BACKENDS: dict[GpuVendor, tuple[str, ...]] = {
+    "NVIDIA": ("CUDA", "Vulkan"),
+    "Apple": ("Metal",),
+    "AMD": ("ROCm", "Vulkan"),
+    "Intel": ("Vulkan", "SYCL"),
+}
+# Vulkan devices that are software renderers on the CPU (Mesa's lavapipe, Google's SwiftShader).
+SOFTWARE_VULKAN = ("llvmpipe", "lavapipe", "swiftshader")
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,12 @@ class HostGpu:
     vendor: GpuVendor
     detail: str = ""  # e.g. "CUDA 12.4" from nvidia-smi
     cuda_version: tuple[int, int] | None = None
+    # The backends its driver serves here, where that is known (AMD's ROCm needs /dev/kfd).
+    backends: tuple[str, ...] | None = None
+
+    @property
+    def usable_backends(self) -> tuple[str, ...]:
+        return self.backends if self.backends is not None else VENDOR_BACKENDS[self.vendor]
 
 
 @dataclass(frozen=True)
@@ -187,28 +204,37 @@ def cuda_wheel_index(cuda_version: tuple[int, int] | None) -> str:
     return usable[-1] if usable else CUDA_WHEEL_INDEXES[0]
 
 
+def backend_build(backend: str, gpu: HostGpu | None = None) -> tuple[str, str | None]:
+    """The CMake flag that builds `backend`, and the index of llama-cpp-python's prebuilt wheels
+    for it (None where there is none)."""
+    return {
+        "CUDA": ("-DGGML_CUDA=on", cuda_wheel_index(gpu.cuda_version if gpu else None)),
+        "Metal": ("-DGGML_METAL=on", "metal"),
+        "ROCm": ("-DGGML_HIP=on", "rocm72"),
+        "Vulkan": ("-DGGML_VULKAN=on", "vulkan"),
+        "SYCL": ("-DGGML_SYCL=on", None),
+    }[backend]
+
+
 def problems(report: Report) -> list[Problem]:
     found = []
     build = report.build
     for gpu in report.host_gpus:
-        wanted = {"NVIDIA": "CUDA", "Apple": "Metal", "AMD": "ROCm"}[gpu.vendor]
-        if wanted in build.backends:
+        if any(backend in build.backends for backend in gpu.usable_backends):
             continue
-        flag, index = {
-            "CUDA": ("-DGGML_CUDA=on", cuda_wheel_index(gpu.cuda_version)),
-            "Metal": ("-DGGML_METAL=on", "metal"),
-            "ROCm": ("-DGGML_HIP=on", "rocm72"),
-        }[wanted]
+        wanted = gpu.usable_backends[0]
+        flag, index = backend_build(wanted, gpu)
         found.append(
             Problem(
                 f"this machine has a{'n' if gpu.vendor[0] in 'AEIOU' else ''} {gpu.vendor} GPU "
                 f"{('(' + gpu.detail + ') ') if gpu.detail else ''}"
-                f"but llama.cpp was built without {wanted}: "
+                f"but llama.cpp was built without {' or '.join(gpu.usable_backends)}: "
                 f"everything runs on the CPU",
                 f"reinstall it with {wanted}: {reinstall_command(flag, index, report.system)}; "
                 f"in a checkout: {checkout_build(report.system, flag)}",
             )
         )
+    found += device_problems(report)
     known = report.host_cpu_flags_known
     missing = [
         name
@@ -263,19 +289,76 @@ def problems(report: Report) -> list[Problem]:
     return found
 
 
+def device_problems(report: Report) -> list[Problem]:
+    """A GPU backend built in that sees no device, and a Vulkan device that is the CPU."""
+    found = []
+    seen = {d.backend for d in report.devices}
+    for backend in report.build.gpu_backends:
+        if backend in seen:
+            continue
+        driver = {
+            "Vulkan": "the GPU's Vulkan driver (Debian and Ubuntu: mesa-vulkan-drivers for AMD "
+            "and Intel; NVIDIA's own driver), then check that `vulkaninfo --summary` lists the GPU",
+            "CUDA": "NVIDIA's driver, then check that `nvidia-smi` lists the GPU",
+            "ROCm": "AMD's ROCm driver, then check that `rocminfo` lists the GPU",
+        }.get(backend, f"the GPU's {backend} driver")
+        found.append(
+            Problem(
+                f"llama.cpp was built with {backend} but sees no {backend} device: "
+                "everything runs on the CPU",
+                f"install {driver}",
+            )
+        )
+    for device in report.devices:
+        if device.backend == "Vulkan" and any(
+            name in device.description.lower() for name in SOFTWARE_VULKAN
+        ):
+            found.append(
+                Problem(
+                    f"{device.name} ({device.description}) is a software Vulkan device that runs "
+                    "on the CPU, many times slower than llama.cpp's own CPU backend "
+                    "(ggml takes it only where GGML_VK_VISIBLE_DEVICES names it)",
+                    "unset GGML_VK_VISIBLE_DEVICES to run on the CPU backend, or install the "
+                    "GPU's Vulkan driver and name that device instead",
+                )
+            )
+    return found
+
+
 # --- gathering ---------------------------------------------------------------------------
 
 
-def host_gpus() -> list[HostGpu]:
+def host_gpus(drm: Path = Path("/sys/class/drm"), kfd: Path = Path("/dev/kfd")) -> list[HostGpu]:
     """GPUs this machine has, whatever llama.cpp was built with."""
     found = []
     if Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi"):
         found.append(_nvidia())
     if platform.system() == "Darwin" and platform.machine() == "arm64":
         found.append(HostGpu("Apple", "Apple silicon"))
-    if Path("/dev/kfd").exists():
+    if kfd.exists():
         found.append(HostGpu("AMD", "ROCm driver (/dev/kfd)"))
+    known = {gpu.vendor for gpu in found}
+    for vendor in drm_vendors(drm):
+        if vendor in known:
+            continue
+        known.add(vendor)
+        # Without ROCm's /dev/kfd an AMD GPU is Vulkan's (Mesa's RADV driver).
+        backends = ("Vulkan",) if vendor == "AMD" else None
+        found.append(HostGpu(vendor, "a DRM render node", backends=backends))
     return found
+
+
+def drm_vendors(drm: Path) -> list[GpuVendor]:
+    """The vendors of the GPUs Linux has a render node for (none elsewhere), in node order."""
+    vendors: list[GpuVendor] = []
+    for node in sorted(drm.glob("renderD*")):
+        try:
+            vendor = PCI_VENDORS.get((node / "device" / "vendor").read_text().strip().lower())
+        except OSError:
+            continue
+        if vendor is not None:
+            vendors.append(vendor)
+    return vendors
 
 
 def _nvidia() -> HostGpu:

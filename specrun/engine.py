@@ -85,7 +85,9 @@ class Engine:
             None  # the placement by free memory, where there were GPUs
         )
         self.remotes: list[rpc.Remote] = []  # the RPC servers' devices the target's layers may use
-        self.gpu_bytes_used = 0  # what loading took from the GPUs' free memory, measured
+        # What loading took from the GPUs' free memory, measured; None where their free memory
+        # did not move (a device that reports no budget, as Mesa's lavapipe).
+        self.gpu_bytes_used: int | None = None
         self.learned_path: Path | None = None  # where auto's learned state is kept, if it is
         self._learned_key: dict[str, object] = {}  # the settings that path is named by
         self.recalled = False  # whether auto started from that state rather than its warm-up
@@ -216,7 +218,8 @@ class Engine:
         if parallel > 1:
             engine._open_slots(gather, sources)
         engine.layer_plan, engine.remotes = placed, remotes
-        engine.gpu_bytes_used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
+        used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
+        engine.gpu_bytes_used = used if used > 0 else None
         if sources[0] is not None:
             engine._learned_key = engine._learned_settings(sources[0])
             engine.learned_path = learned.path_for(engine._learned_key)

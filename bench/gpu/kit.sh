@@ -7,6 +7,8 @@
 #   bench/gpu/kit.sh run --cpu       # the same on CPU with tiny shapes (how it is tested)
 #   bench/gpu/kit.sh run --cpu --installed   # ... with the installed llama-cpp-python, no build
 #   bench/gpu/kit.sh run --cpu --installed --native DIR   # ... and native tools built before
+#   bench/gpu/kit.sh run --cpu --installed --offload      # tiny shapes on the installed build's
+#                                    # GPU (the Vulkan build on lavapipe in the device tier)
 #
 # Everything slow is kept in $KIT_WORK (bench/gpu/.work, ignored) and reused by the next call
 # while the machine stays up: the build (keyed by source and flags), the venv, the models,
@@ -129,18 +131,20 @@ measure() {  # measure NAME=PATH... (with the heads in HEADS: --head NAME=HEAD .
 }
 
 run() {
-    CPU=0 INSTALLED=0 NATIVE="" BUILD_RECORD="installed llama-cpp-python, not built" MEASURE_ARGS=() HEADS=()
+    CPU=0 INSTALLED=0 OFFLOAD=0 NATIVE="" BUILD_RECORD="installed llama-cpp-python, not built" MEASURE_ARGS=() HEADS=()
     local given_native=""
     while [ $# -gt 0 ]; do
         case $1 in
             --cpu) CPU=1 ;;
             --installed) INSTALLED=1 ;;
+            --offload) OFFLOAD=1 ;;
             --native) [ $# -ge 2 ] || die "--native needs a folder"; given_native=$(realpath "$2"); shift ;;
             *) die "unknown option $1 (see bench/gpu/kit.sh)" ;;
         esac
         shift
     done
     [ "$INSTALLED" = 1 ] && [ "$CPU" = 0 ] && die "--installed goes with --cpu"
+    [ "$OFFLOAD" = 1 ] && [ "$INSTALLED" = 0 ] && die "--offload goes with --cpu --installed"
     [ -z "$given_native" ] || [ "$INSTALLED" = 1 ] || die "--native goes with --installed (a build makes its own)"
     mkdir -p "$WORK/models" "$OUT"
     python_env
@@ -156,7 +160,9 @@ run() {
         targets=("tiny-q4_k_m=$(model tiny-target q4_k_m)" "tiny-mtp-q4_k_m=$(model tiny-target q4_k_m --mtp)"
             "tiny-f16=$(model tiny-target f16)")
         HEADS=(--head "tiny-q4_k_m=$head" --head "tiny-f16=$head")
-        MEASURE_ARGS=(--tokens 32 --prompt-words 8 --context 128 --widths 8 --gpu-layers 0)
+        MEASURE_ARGS=(--tokens 32 --prompt-words 8 --context 128 --widths 8)
+        # The tiny shapes on the CPU, or with --offload every layer on the build's GPU.
+        [ "$OFFLOAD" = 1 ] || MEASURE_ARGS+=(--gpu-layers 0)
     else
         DRAFT=$(model llama3.2-1b q4_0)
         head=$(model llama3-8b f16 --head eagle3)

@@ -49,7 +49,7 @@ from specrun.core.heads import HeadDraft
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import SamplingParams, candidate_width, compiled
 from specrun.core.stats import Stats
-from specrun.llama.devices import accelerator_name, build_info
+from specrun.llama.devices import accelerator_name, build_info, gpu_devices
 from specrun.llama.gguf import read_gguf_info
 from specrun.llama.heads import MTP_ARCHITECTURES, open_eagle3, open_mtp
 from specrun.llama.model import Model
@@ -127,6 +127,14 @@ def machine() -> dict[str, str]:
             "compute_capability": capability,
         }
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        gpus = gpu_devices()  # no NVIDIA GPU: the build's own (Vulkan, Metal, ROCm), if any
+        if gpus:
+            info |= {
+                "gpu": gpus[0].description,
+                "driver": f"{gpus[0].backend} ({gpus[0].name})",
+                "gpu_memory": f"{gpus[0].total_bytes >> 20} MiB",
+            }
+            return info | machine_build()
         cpu = next(
             (
                 line.partition(":")[2].strip()
@@ -136,9 +144,15 @@ def machine() -> dict[str, str]:
             platform.processor(),
         )
         info |= {"gpu": "none", "cpu": cpu, "cores": str(os.cpu_count())}
-    info["backends"] = ", ".join(build_info().backends)
-    info["sampling"] = "compiled" if compiled() else "numpy"
-    return info
+    return info | machine_build()
+
+
+def machine_build() -> dict[str, str]:
+    """What the llama.cpp build compiled in, and whether specrun's sampling is compiled."""
+    return {
+        "backends": ", ".join(build_info().backends),
+        "sampling": "compiled" if compiled() else "numpy",
+    }
 
 
 def prompt_text(words: int) -> str:

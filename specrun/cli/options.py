@@ -646,10 +646,12 @@ def placement_row(where: Placement) -> tuple[str, str]:
     """The `--stats` row that says where the models ran (and, placed by fit, the memory it took)."""
     text = where.text()
     if where.plan is not None:
-        text += (
-            f", GPU memory {(where.gpu_bytes_measured or 0) / 1e9:.1f} GB "
-            f"(estimated {where.plan.gpu_bytes / 1e9:.1f} GB)"
+        measured = (
+            "not reported by the device"
+            if where.gpu_bytes_measured is None
+            else f"{where.gpu_bytes_measured / 1e9:.1f} GB"
         )
+        text += f", GPU memory {measured} (estimated {where.plan.gpu_bytes / 1e9:.1f} GB)"
     return "device", text
 
 

@@ -20,6 +20,8 @@ from typing import Any, Literal, TypedDict, cast
 import llama_cpp as llama
 from llama_cpp._ggml import libggml
 
+from specrun.llama.native import start_backend
+
 # A device's kind: enum ggml_backend_dev_type as users read it, "other" for a newer value.
 DeviceKind = Literal["CPU", "GPU", "iGPU", "accelerator", "meta", "other"]
 DEVICE_TYPES: dict[int, DeviceKind] = {0: "CPU", 1: "GPU", 2: "iGPU", 3: "accelerator", 4: "meta"}
@@ -167,7 +169,7 @@ def _registries() -> list[int]:
 
 @lru_cache(maxsize=1)
 def build_info() -> BuildInfo:
-    llama.llama_backend_init()
+    start_backend()
     backends: list[str] = []
     features: list[str] = []
     for reg in _registries():
@@ -220,7 +222,7 @@ def describe(dev: int) -> Device:
 
 
 def _handles() -> list[int]:
-    llama.llama_backend_init()
+    start_backend()
     return [_dev_get(i) for i in range(_dev_count())]
 
 
@@ -241,13 +243,13 @@ def gpu_devices() -> list[Device]:
 
 def device_handle(name: str) -> int | None:
     """A local device by llama.cpp's name for it ("CPU", "CUDA0"); None where there is none."""
-    llama.llama_backend_init()
+    start_backend()
     return _dev_by_name(name.encode()) or None
 
 
 def backend_function(registry: str, name: str) -> int | None:
     """The address of a function a backend exports through its registry (RPC's server, say)."""
-    llama.llama_backend_init()
+    start_backend()
     reg = _reg_by_name(registry.encode())
     return (_reg_proc(reg, name.encode()) or None) if reg else None
 

@@ -16,6 +16,13 @@ is installed.
 
     python specrun/llama/install.py PIP      # build or reuse the wheel, install it with PIP
     python specrun/llama/install.py --print  # the CMake arguments and the cache key
+    python specrun/llama/install.py --vulkan FOLDER  # a Vulkan build, in an environment of its own
+
+The Vulkan build goes into a second environment, FOLDER, that sees every package of the one
+running this file but has its own llama-cpp-python: the CPU environment stays as it was, and
+both run the same checkout. ggml-vulkan needs Vulkan headers 1.3.272 or later; where the
+system's are older (Debian 12's), `.ci/vulkan-deps` unpacks newer ones into specrun's cache
+and the build is pointed at them.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import platform
 import re
 import subprocess
 import sys
+import sysconfig
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 PACKAGE = "llama-cpp-python"
@@ -50,6 +59,9 @@ AVX512_BASE = ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw")
 AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 # On every host: specrun's rpc-server and --rpc need ggml's RPC backend.
 ALWAYS = ["-DGGML_RPC=ON"]
+VULKAN = ["-DGGML_VULKAN=ON"]
+# ggml-vulkan uses VK_EXT_layer_settings, first in the Vulkan headers 1.3.272.
+VULKAN_HEADERS_NEEDED = 272
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:
@@ -175,13 +187,75 @@ def build_wheel(pip: str, version: str, args: str, folder: Path) -> Path:
     return wheel
 
 
-def this_build() -> tuple[str, str]:
-    """The pinned version and the CMake arguments for this host and the user's CMAKE_ARGS."""
-    return pinned_version(), cmake_args(host_cpu_flags(), os.environ.get("CMAKE_ARGS", ""))
+def vulkan_header_version(include: Path) -> int | None:
+    """VK_HEADER_VERSION of the Vulkan headers in `include` (272 for 1.3.272); None without them."""
+    try:
+        text = (include / "vulkan" / "vulkan_core.h").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"^#define VK_HEADER_VERSION (\d+)$", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
 
 
-def install(pip: str) -> None:
-    version, args = this_build()
+def vulkan_headers_cache() -> Path:
+    """Where `.ci/vulkan-deps` unpacks newer Vulkan headers: VERSION/usr/include under it."""
+    from specrun.system.paths import cache_dir
+
+    return cache_dir() / "vulkan-headers"
+
+
+def vulkan_cmake_args(system_include: Path = Path("/usr/include")) -> list[str]:
+    """-DGGML_VULKAN=ON, pointed at newer headers where the system's are too old for ggml-vulkan.
+
+    A Vulkan SDK (VULKAN_SDK set) or headers CMake finds elsewhere are left to CMake."""
+    system = vulkan_header_version(system_include)
+    if os.environ.get("VULKAN_SDK") or system is None or system >= VULKAN_HEADERS_NEEDED:
+        return VULKAN
+    newer = sorted(
+        (version, include)
+        for include in vulkan_headers_cache().glob("*/usr/include")
+        if (version := vulkan_header_version(include) or 0) >= VULKAN_HEADERS_NEEDED
+    )
+    if not newer:
+        raise SystemExit(
+            f"specrun: error: the Vulkan headers in {system_include} are 1.3.{system} and "
+            f"llama.cpp's Vulkan backend needs 1.3.{VULKAN_HEADERS_NEEDED} or later: run "
+            ".ci/vulkan-deps (Debian, Ubuntu) or install the Vulkan SDK and set VULKAN_SDK"
+        )
+    return VULKAN + [f"-DVulkan_INCLUDE_DIR={newer[-1][1]}"]
+
+
+def this_build(extra: Sequence[str] = ()) -> tuple[str, str]:
+    """The pinned version and the CMake arguments for this host, `extra` (a backend's) and the
+    user's CMAKE_ARGS, in that order."""
+    user = " ".join([*extra, os.environ.get("CMAKE_ARGS", "")]).strip()
+    return pinned_version(), cmake_args(host_cpu_flags(), user)
+
+
+def overlay_environment(folder: Path) -> str:
+    """A venv at `folder` that sees this environment's packages after its own, so that a
+    llama-cpp-python installed there takes the place of this one's; its pip."""
+    scripts = "Scripts" if os.name == "nt" else "bin"
+    python = folder / scripts / ("python.exe" if os.name == "nt" else "python")
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # A .pth line that starts with `import` runs: addsitedir reads that folder's own .pth files
+    # too (the editable install of specrun among them), and appends it to sys.path.
+    base = sysconfig.get_paths()["purelib"]
+    (Path(site) / "specrun-base-environment.pth").write_text(
+        f"import site; site.addsitedir({base!r})\n", encoding="utf-8"
+    )
+    return str(python.parent / ("pip.exe" if os.name == "nt" else "pip"))
+
+
+def install(pip: str, extra: Sequence[str] = ()) -> None:
+    version, args = this_build(extra)
     folder = wheel_folder(version, args)
     wheel = cached_wheel(folder)
     marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
@@ -197,19 +271,23 @@ def install(pip: str) -> None:
     else:
         print(f"installing {wheel} (built with CMAKE_ARGS={args!r})", flush=True)
     # --force-reinstall: a llama-cpp-python of the same version but other flags may be there.
+    # (In an overlay environment pip leaves the base environment's alone: outside its own.)
     subprocess.run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
     marker.write_text(str(wheel))
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--print"]:
-        version, args = this_build()
+        version, args = this_build(vulkan_cmake_args() if argv[1:] == ["--vulkan"] else ())
         print(f"CMAKE_ARGS={args}\nkey={build_key(version, args)}")
         return
-    if len(argv) != 1:
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[0] != "--vulkan"):
         raise SystemExit(__doc__)
     try:
-        install(argv[0])
+        if argv[0] == "--vulkan":
+            install(overlay_environment(Path(argv[1])), vulkan_cmake_args())
+        else:
+            install(argv[0])
     except OSError as error:  # a cache folder that is a file, a read-only disk: one line
         raise SystemExit(f"specrun: error: cannot build or install {PACKAGE}: {error}") from None
     except subprocess.CalledProcessError as error:  # pip said why above

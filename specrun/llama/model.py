@@ -169,9 +169,19 @@ class Model(Vocabulary):
         self._memory = llama.llama_get_memory(self._ctx)
         self._init_cache(n_batch, sequences)
         self.invariance = self.probe_invariance() if reproducible else None
-        # The output layer is on the last offloaded device whenever any layer is.
+        # The output layer is on the last offloaded device whenever any layer is. llama.cpp's
+        # backend samplers crash a Vulkan device (DESIGN.md, Backend sampling), and an RPC
+        # server's backend cannot be told from here: `auto` asks for them on neither.
+        offloaded = self.can_offload and gpu_layers > 0
+        on_vulkan = offloaded and not self.devices and "Vulkan" in build_info().gpu_backends
+        if backend_sampling == "on" and on_vulkan:
+            self.close()
+            raise SpecrunError(
+                f"{self.path.name}: llama.cpp's backend samplers crash on Vulkan devices "
+                "(DESIGN.md, Backend sampling); use `backend_sampling` off or auto"
+            )
         wanted = backend_sampling == "on" or (
-            backend_sampling == "auto" and self.can_offload and gpu_layers > 0
+            backend_sampling == "auto" and offloaded and not on_vulkan and not self.devices
         )
         self.samples_on_device = wanted and self._probe_backend_sampling()
         if backend_sampling == "on" and not self.samples_on_device:

@@ -54,8 +54,15 @@ def verbose() -> bool:
 
 def set_verbose(verbose: bool) -> None:
     """Show llama.cpp's log on stderr if `verbose`; otherwise keep it quiet."""
-    global _verbose_log, _backend_ready
+    global _verbose_log
     _verbose_log = verbose
+    start_backend()
+
+
+def start_backend() -> None:
+    """llama.cpp's backends started once, its log ours first: a backend's own lines at start
+    (ggml-vulkan lists its devices) go where the rest of the log goes, not to stderr."""
+    global _backend_ready
     llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
     if not _backend_ready:
         llama.llama_backend_init()

@@ -38,6 +38,7 @@ import pytest
 from specrun.errors import SpecrunError
 from specrun.llama import rpc
 from tests.support.cli import counting_run
+from tests.support.rpcserver import RpcServer
 from tests.support.server import SERVING
 from tests.support.terminal import Terminal
 
@@ -241,41 +242,6 @@ def test_piped_chat_stopped_mid_reply_ends_the_reply_with_a_newline(demo_pair):
 
 
 # --- the supervisor and its worker end together ---------------------------------------------
-
-
-class RpcServer:
-    """`specrun rpc-server` on a free loopback port, ready once it answers the handshake."""
-
-    def __init__(self, log: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.endpoint = f"127.0.0.1:{port}"
-        with log.open("w") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "specrun", "rpc-server", "--port", str(port)]
-                + ["--threads", "1"],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-        def ready() -> bool:
-            assert self.process.poll() is None, log.read_text()
-            try:
-                rpc.check(self.endpoint)
-                return True
-            except SpecrunError:
-                return False
-
-        wait_until(ready, f"rpc-server answers on {self.endpoint}")
-
-    def kill(self) -> None:
-        """Both processes at once, as a machine that dies."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=LIMIT)
 
 
 def test_a_worker_ends_with_its_supervisor(tmp_path):

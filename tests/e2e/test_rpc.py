@@ -10,28 +10,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from specrun.errors import SpecrunError
 from specrun.llama import rpc
-
-READY_SECONDS = 60  # a loaded test machine takes a while to start Python and ggml
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.support.rpcserver import RpcServer, free_port
 
 
 def specrun(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -55,55 +45,9 @@ def assert_one_line_error(
     assert expected in lines[0], lines[0]
 
 
-class Server:
-    """`specrun rpc-server --port N` in a subprocess, ready once it answers the handshake."""
-
-    def __init__(self, log: Path, *extra: str) -> None:
-        self.endpoint = f"127.0.0.1:{free_port()}"
-        self.log = log
-        with log.open("w") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "specrun",
-                    "rpc-server",
-                    "--port",
-                    self.endpoint.split(":")[1],
-                    "--threads",
-                    "1",
-                    *extra,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # its own process group: the supervisor and the child that serves
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            try:
-                rpc.check(self.endpoint)
-                return
-            except SpecrunError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError(f"rpc-server did not start: {log.read_text()}") from None
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-
-    def kill(self) -> None:
-        """As a machine that dies: both processes at once, no goodbye on the connection."""
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-
 @pytest.fixture
-def two_servers(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
-    servers = [Server(tmp_path / f"server{i}.log") for i in range(2)]
+def two_servers(tmp_path: Path) -> Iterator[tuple[RpcServer, RpcServer]]:
+    servers = [RpcServer(tmp_path / f"server{i}.log") for i in range(2)]
     yield servers[0], servers[1]
     for server in servers:
         server.stop()
@@ -239,7 +183,7 @@ def test_rpc_server_refuses_bad_input(tmp_path):
 
 
 def test_rpc_server_beyond_loopback_warns_that_nobody_is_checked(tmp_path):
-    server = Server(tmp_path / "open.log", "--host", "0.0.0.0")
+    server = RpcServer(tmp_path / "open.log", "--host", "0.0.0.0")
     try:
         server.stop()
         assert "the RPC protocol has no authentication" in server.log.read_text()

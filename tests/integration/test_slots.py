@@ -5,13 +5,8 @@ alone (a chi-square test per slot, on real decodes of the tiny model)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
-from typing import Any
-
 import numpy as np
 import pytest
-from scipy.stats import chisquare
 
 from specrun.core.loop import Prefill, Round
 from specrun.core.sampling import SamplingParams, probabilities
@@ -19,7 +14,9 @@ from specrun.engine import Engine
 from specrun.errors import OptionError
 from specrun.llama.model import Call, Model
 from specrun.options import MTP_LAYERS, DraftOptions, LoadOptions
+from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, assert_greedy_identical, greedy_tokens
+from tests.support.threads import in_threads
 
 PROMPTS = (
     "the cat and the dog in the big red road",
@@ -49,26 +46,6 @@ def tokens_of(events) -> list[int]:
     return [t for e in events if isinstance(e, Round) for t in e.tokens]
 
 
-def in_threads(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Each job in a thread of its own, all at once; their results in order."""
-    results: list[Any] = [None] * len(jobs)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = jobs[i]()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    assert not errors, errors
-    return results
-
-
 def test_each_slot_answers_greedy_as_its_request_alone(engine, tiny_target):
     """Eight requests on four slots (the rest wait for a free one), of different lengths, so
     slots finish and take the next request while others run."""
@@ -85,24 +62,6 @@ def test_each_slot_answers_greedy_as_its_request_alone(engine, tiny_target):
             plain, _ = greedy_tokens(alone, prompt, max_tokens=n)
             assert assert_greedy_identical(alone, prompt, plain, answer, 1e-3) == "identical"
     assert sorted(slot.index for slot in engine._free) == [0, 1, 2, 3]  # every slot free again
-
-
-def assert_distributed(observed: np.ndarray, expected: np.ndarray) -> None:
-    """Nothing outside `expected`'s support, and a chi-square test over it, with the tokens
-    expected fewer than five times pooled into one bin: a peaked distribution gives tokens
-    of probability 1e-5 whose single draw would otherwise decide the test."""
-    support = expected > 0
-    assert observed[~support].sum() == 0
-    counts = expected / expected.sum() * observed.sum()
-    small, large = support & (counts < 5), support & (counts >= 5)
-    seen, wanted = observed[large], counts[large]
-    if small.any():
-        seen, wanted = (
-            np.append(seen, observed[small].sum()),
-            np.append(wanted, counts[small].sum()),
-        )
-    result = chisquare(seen, wanted)
-    assert result.pvalue > 1e-3, result
 
 
 def test_each_slot_is_distributed_as_plain_decoding_of_its_request(engine, tiny_target):
@@ -125,15 +84,7 @@ def test_each_slot_is_distributed_as_plain_decoding_of_its_request(engine, tiny_
             return probabilities(alone.logits(history, 1)[0], SAMPLED)
 
         for prompt, counts in zip(prompts, observed):
-            first = after(prompt)
-            seconds = {a: after([*prompt, a]) for a in np.flatnonzero(first)}
-            second = sum(first[a] * seconds[a] for a in seconds)
-            third = sum(
-                first[a] * seconds[a][b] * after([*prompt, a, b])
-                for a in seconds
-                for b in np.flatnonzero(seconds[a])
-            )
-            for position, expected in enumerate((first, second, third)):
+            for position, expected in enumerate(first_marginals(after, prompt, 3)):
                 assert_distributed(counts[position], expected)
 
 

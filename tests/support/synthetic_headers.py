@@ -7,6 +7,7 @@ and ffn_down in the layers `use_more_bits` picks; other attn_v Q5_K in a 70B mod
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 Tensor = tuple[str, str, tuple[int, ...]]
@@ -94,3 +95,48 @@ def llama_1b_q4_k_m() -> tuple[list[Tensor], dict[str, Any]]:
         n_vocab=128256,
         tied=True,
     )
+
+
+def llama_8b_q4_k_m() -> tuple[list[Tensor], dict[str, Any]]:
+    """Llama-3.1-8B-Instruct Q4_K_M (a 4.9 GB file)."""
+    return llama_q4_k_m(
+        n_layer=32,
+        n_embd=4096,
+        n_ff=14336,
+        n_head=32,
+        n_head_kv=8,
+        head_dim=128,
+        n_vocab=128256,
+        tied=False,
+    )
+
+
+def write_header(path: Path, tensors: list[Tensor], meta: dict[str, Any]) -> Path:
+    """A GGUF file of the header alone: the metadata and the tensor table, no tensor data. What
+    specrun reads before a load (the estimate, the placement) takes it; llama.cpp cannot load it."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(path, meta["general.architecture"])
+    for key, value in meta.items():
+        if key == "general.architecture":
+            continue
+        if isinstance(value, int):
+            writer.add_uint32(key, value)
+        else:
+            writer.add_string(key, str(value))
+    for name, type_name, shape in tensors:
+        kind = gguf.GGMLQuantizationType[type_name]
+        block, size = gguf.GGML_QUANT_SIZES[kind]
+        values = 1
+        for n in shape:
+            values *= n
+        # add_tensor_info takes numpy's order (the last dimension first in the file's table).
+        writer.add_tensor_info(
+            name, tuple(reversed(shape)), np.dtype(np.float32), values // block * size, kind
+        )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    return path
