@@ -145,7 +145,11 @@ class Engine:
             if options.fit
             else None
         )
-        if placed is not None:
+        # `gpu_layers` and `draft_gpu_layers` win over the fit: its line is said where it holds.
+        asked = options.gpu_layers is not None or (
+            draft_file is not None and options.draft_gpu_layers is not None
+        )
+        if placed is not None and not asked:
             announce(placed.line)
         free_before = gpu_free_bytes() + rpc.free_bytes(remotes)
         target = Model(
@@ -218,6 +222,8 @@ class Engine:
         if parallel > 1:
             engine._open_slots(gather, sources)
         engine.layer_plan, engine.remotes = placed, remotes
+        if placed is not None and asked:
+            announce(f"layers as asked: {engine.placement().text()}")
         used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
         engine.gpu_bytes_used = used if used > 0 else None
         if sources[0] is not None:

@@ -29,8 +29,8 @@ class LoadOptions:
     # HOST:PORT of each RPC server (`specrun rpc-server`) whose devices take target layers.
     rpc: tuple[str, ...] = ()
     # Each row's candidates chosen on the output layer's device, so that only they reach
-    # the loop ("auto": where that device is a GPU or an RPC server; on the CPU its top-k
-    # costs more than specrun's own search over the row).
+    # the loop ("auto": where that device is a local GPU but a Vulkan one, DESIGN.md; on the
+    # CPU its top-k costs more than specrun's own search over the row).
     backend_sampling: BackendSampling = "auto"
     # Generations at once (slots): each its own sequence of `n_ctx` positions, their rounds
     # decoded in one batch; `Engine.stream` may then be called from that many threads.

@@ -545,7 +545,7 @@ LOAD = OptionGroup(
                 "auto",
                 "--backend-sampling",
                 help="Choose each row's top-k candidates on the output layer's device, so "
-                "only they reach the loop (auto: where it is a GPU or an RPC server; on, "
+                "only they reach the loop (auto: where it is a GPU but a Vulkan one; on, "
                 "off).",
             ),
         ),

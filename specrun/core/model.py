@@ -15,7 +15,7 @@ from specrun.core.sampling import Rows
 
 # Whether a model's output device chooses each row's candidates (llama.cpp's backend
 # sampling), so that only they, not the whole vocabulary's logits, reach the loop: "auto"
-# where the output layer is on a GPU or an RPC server.
+# where the output layer is on a local GPU but a Vulkan one (DESIGN.md, Vulkan).
 BackendSampling = Literal["auto", "on", "off"]
 
 

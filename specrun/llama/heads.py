@@ -165,6 +165,7 @@ class NativeHead(Vocabulary):
         if batch:
             llama.llama_batch_ext_free(batch)
         if ctx:
+            llama.llama_synchronize(ctx)  # as Model.close
             llama.llama_free(ctx)
         if model:
             llama.llama_model_free(model)

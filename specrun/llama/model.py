@@ -170,7 +170,7 @@ class Model(Vocabulary):
         self._init_cache(n_batch, sequences)
         self.invariance = self.probe_invariance() if reproducible else None
         # The output layer is on the last offloaded device whenever any layer is. llama.cpp's
-        # backend samplers crash a Vulkan device (DESIGN.md, Backend sampling), and an RPC
+        # backend samplers crash a Vulkan device (DESIGN.md, Vulkan), and an RPC
         # server's backend cannot be told from here: `auto` asks for them on neither.
         offloaded = self.can_offload and gpu_layers > 0
         on_vulkan = offloaded and not self.devices and "Vulkan" in build_info().gpu_backends
@@ -178,7 +178,7 @@ class Model(Vocabulary):
             self.close()
             raise SpecrunError(
                 f"{self.path.name}: llama.cpp's backend samplers crash on Vulkan devices "
-                "(DESIGN.md, Backend sampling); use `backend_sampling` off or auto"
+                "(DESIGN.md, Vulkan); use `backend_sampling` off or auto"
             )
         wanted = backend_sampling == "on" or (
             backend_sampling == "auto" and offloaded and not on_vulkan and not self.devices
@@ -707,6 +707,7 @@ class Model(Vocabulary):
         if batch is not None:
             llama.llama_batch_free(batch)
         if ctx:
+            llama.llama_synchronize(ctx)  # its device work done first (DESIGN.md, Vulkan)
             llama.llama_free(ctx)
         for _, chain in samplers.values():  # after the context that refers to them
             llama.llama_sampler_free(chain)

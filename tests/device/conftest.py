@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,3 @@ def cpu_reference():
         return answer
 
     return run
-
-
-def python_of_this_build() -> str:
-    return sys.executable

@@ -2,7 +2,9 @@
 CPU environment's interpreter (`python -m tests.device.reference` with a JSON request on
 stdin), it prints each prompt's greedy tokens and the logits of the prompt's last position.
 
-    {"target": PATH, "prompts": [TEXT, ...], "tokens": N, "grammar": GBNF (optional)}
+    {"target": PATH, "prompts": [TEXT or [TOKEN, ...], ...], "tokens": N, "grammar": GBNF}
+
+(the grammar optional: constrained answers where it is given).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from tests.support.identity import GREEDY, greedy_tokens
 def main() -> None:
     request = json.load(sys.stdin)
     with Model(request["target"], n_ctx=request.get("n_ctx", 512), gpu_layers=0) as target:
-        prompts = [target.tokenize(text) for text in request["prompts"]]
+        prompts = [p if isinstance(p, list) else target.tokenize(p) for p in request["prompts"]]
         if "grammar" in request:
             greedy = [
                 [

@@ -37,9 +37,11 @@ def test_the_kit_measures_every_target_on_the_device(tmp_path: Path, vulkan) -> 
     assert results["machine"]["gpu"] == device.description
     assert results["machine"]["device"] == "Vulkan" and "Vulkan" in results["machine"]["backends"]
     targets = results["targets"]
-    assert list(targets) == ["tiny-q4_k_m", "tiny-mtp-q4_k_m", "tiny-f16"]
+    # The EAGLE-3 head and the F16 target are left out on a device (bench/gpu/kit.sh says why).
+    assert list(targets) == ["tiny-q4_k_m", "tiny-mtp-q4_k_m"]
+    assert [list(t["drafts"]) for t in targets.values()] == [["model"], ["mtp"]]
     for target in targets.values():
-        assert target["backend_sampling"] is True  # auto: the output layer is on the device
+        assert target["backend_sampling"] is False  # auto: whole rows on a Vulkan device
         assert target["specrun_plain"]["generated"] == 32
         for draft in target["drafts"].values():
             assert draft["specrun_fixed"]["generated"] == 32

@@ -6,13 +6,15 @@ are the CPU build's to float tolerance, and sampled output is distributed as the
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from specrun.core.loop import Round
 from specrun.core.sampling import SamplingParams, probabilities
 from specrun.engine import Engine
-from specrun.options import DraftOptions, LoadOptions
+from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions
 from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, assert_greedy_identical
 
@@ -76,6 +78,15 @@ def test_greedy_output_is_the_cpu_builds(placement, tiny_target, tiny_draft, ref
             assert sum(r.drafted for r in rounds) > 0  # the draft model drafted (γ 3)
 
 
+def test_prompt_lookup_on_the_device_is_the_cpu_builds(tiny_target, reference):
+    with load(tiny_target, PROMPT_LOOKUP, ALL, ALL, gamma="auto") as engine:
+        for text, plain in zip(PROMPTS, reference["greedy"]):
+            prompt = engine.target.tokenize(text)
+            answer = tokens_of(engine.stream(prompt, max_tokens=TOKENS, params=GREEDY))
+            verdict = assert_greedy_identical(engine.target, prompt, plain, answer, 1e-3)
+            assert verdict == "identical", verdict
+
+
 @pytest.mark.parametrize("placement", ["both on the device", "target split"])
 def test_sampled_output_is_distributed_as_the_target(placement, tiny_target, tiny_draft):
     """The first three tokens: the first from the prompt's pass, the next two from rounds that
@@ -114,5 +125,22 @@ def test_the_demo_pair_offloaded_answers_as_the_cpu_build(demo_pair, cpu_referen
             assert engine.placement().gpu_layers[0] == f"{min(target_layers, 30)}/30"
             prompt = engine.target.tokenize(text)
             answer = tokens_of(engine.stream(prompt, max_tokens=tokens, params=GREEDY))
+            verdict = assert_greedy_identical(engine.target, prompt, plain, answer, 1e-2)
+            assert verdict == "identical" or verdict.startswith("near tie"), verdict
+
+
+def test_a_chat_turn_after_drafted_rounds_keeps_the_shared_prefix(demo_pair, cpu_reference):
+    """Drafted rounds, then a second prompt whose system prompt stays in the caches and whose
+    suffix decodes: the pattern that crashed ggml-vulkan's fused kernels on lavapipe until
+    specrun.llama turned them off (GGML_VK_DISABLE_FUSION)."""
+    assert os.environ.get("GGML_VK_DISABLE_FUSION") == "1"
+    target, draft = demo_pair
+    with load(target, draft, ALL, ALL) as engine:
+        prompts = [engine.prompt(f"Tell me a story about a cat number {i}") for i in range(2)]
+        answers = [
+            tokens_of(engine.stream(prompt, max_tokens=8, params=GREEDY)) for prompt in prompts
+        ]
+        expected = cpu_reference({"target": str(target), "prompts": prompts, "tokens": 8})
+        for prompt, plain, answer in zip(prompts, expected["greedy"], answers):
             verdict = assert_greedy_identical(engine.target, prompt, plain, answer, 1e-2)
             assert verdict == "identical" or verdict.startswith("near tie"), verdict

@@ -53,6 +53,15 @@ def test_the_fit_puts_a_small_pair_wholly_on_the_device(tiny_target, tiny_draft,
     assert lines == [f"target: 2/2 layers on {vulkan} ({free}); draft: 2/2 on {vulkan}"]
 
 
+def test_layers_asked_for_are_said_as_loaded_not_as_fitted(tiny_target, tiny_draft):
+    """--gpu-layers wins over the fit, and the line says what was loaded (it said the fit's)."""
+    lines: list[str] = []
+    options = LoadOptions(n_ctx=512, gpu_layers=0)
+    with Engine.load(tiny_target, tiny_draft, options=options, announce=lines.append) as engine:
+        assert engine.placement().gpu_layers == ("0/2", "2/2")
+    assert lines == ["layers as asked: Vulkan, GPU layers 0/2 + 2/2"]
+
+
 def test_a_model_larger_than_the_device_is_split_by_its_free_memory(tmp_path: Path, vulkan):
     """An 8B Q4_K_M (4.9 GB of weights) on a device with a few GB: the last layers that fit
     its free memory, less the margin, and the rest on the CPU."""
