@@ -430,7 +430,12 @@ def test_doctor_metal_and_no_problem_once_built_for_the_gpu():
     metal = doctor.problems(report_for(CPU_BUILD, [doctor.HostGpu("Apple", "Apple silicon")]))
     assert "-DGGML_METAL=on" in metal[0].fix and "whl/metal" in metal[0].fix
     built = replace(CPU_BUILD, backends=("Metal", "BLAS", "CPU"))
-    assert doctor.problems(report_for(built, [doctor.HostGpu("Apple", "Apple silicon")])) == []
+    report = report_for(built, [doctor.HostGpu("Apple", "Apple silicon")])
+    m2 = devices.Device("MTL0", "Apple M2 Pro", "GPU", "Metal", 20 << 30, 21 << 30)
+    assert doctor.problems(replace(report, devices=[m2])) == []
+    # A Metal build that sees no Metal device runs on the CPU, and says so.
+    (alone,) = doctor.problems(report)
+    assert "built with Metal but sees no Metal device" in alone.problem
 
 
 def test_doctor_warns_of_a_build_for_features_this_cpu_lacks():
