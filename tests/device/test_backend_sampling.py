@@ -6,13 +6,11 @@ refused in one line, and the CPU's chain still serves a model left on the CPU.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
+from tests.support.cli import specrun
 
 PROMPT = "the cat and the dog in the big red road"
 
@@ -29,13 +27,8 @@ def test_auto_keeps_whole_rows_on_the_vulkan_device(tiny_target):
 def test_on_is_refused_in_one_line_on_the_vulkan_device(tiny_target):
     with pytest.raises(SpecrunError, match="crash on Vulkan devices"):
         Model(tiny_target, n_ctx=256, gpu_layers=99, backend_sampling="on")
-    done = subprocess.run(
-        [sys.executable, "-m", "specrun", "run", "-t", str(tiny_target), "--gpu-layers", "99"]
-        + ["--backend-sampling", "on", "-n", "4", PROMPT],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = specrun(
+        "run", "-t", str(tiny_target), "--gpu-layers", "99", "--backend-sampling", "on", PROMPT
     )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and lines[-1].startswith("specrun: error: target.gguf: "), lines

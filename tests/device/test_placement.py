@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from specrun.llama.devices import gpu_devices, system_memory_available
 from specrun.llama.footprint import estimate
 from specrun.llama.placement import MARGIN, gigabytes, gpu_bytes, plan_layers
 from specrun.options import LoadOptions
+from tests.support.cli import specrun
 from tests.support.synthetic_headers import (
     llama_8b_q4_k_m,
     llama_70b_q4_k_m,
@@ -25,14 +25,8 @@ from tests.support.synthetic_headers import (
 COMMAND_SECONDS = 300
 
 
-def specrun(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        [sys.executable, "-m", "specrun", *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_SECONDS,
-    )
+def run(*args: str) -> subprocess.CompletedProcess:
+    done = specrun(*args, timeout=COMMAND_SECONDS)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
@@ -84,7 +78,7 @@ def test_a_model_that_cannot_fit_is_refused_in_one_line_before_it_loads(tmp_path
     path = write_header(tmp_path / "llama-70b-q4_k_m.gguf", *llama_70b_q4_k_m())
     if estimate(path, n_ctx=4096).total < system_memory_available():
         pytest.skip("this machine's memory holds a 70B model")
-    done = specrun("run", "-t", str(path), "-n", "1", "hi")
+    done = run("run", "-t", str(path), "-n", "1", "hi")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith("specrun: error: llama-70b-q4_k_m.gguf needs ")
@@ -93,13 +87,13 @@ def test_a_model_that_cannot_fit_is_refused_in_one_line_before_it_loads(tmp_path
 
 def test_doctor_names_the_vulkan_device_and_its_memory(vulkan):
     (device,) = [d for d in gpu_devices() if d.name == vulkan]
-    report = json.loads(specrun("doctor", "--json").stdout)
+    report = json.loads(run("doctor", "--json").stdout)
     assert "Vulkan" in report["build"]["backends"]
     (listed,) = [d for d in report["devices"] if d["name"] == vulkan]
     assert listed["backend"] == "Vulkan" and listed["kind"] == "GPU"
     assert listed["description"] == device.description and listed["total_bytes"] > 0
     assert report["demo_placement"] == {} or vulkan in report["demo_placement"]["fit"]
-    text = specrun("doctor").stdout
+    text = run("doctor").stdout
     assert f"{vulkan:<10} GPU  Vulkan: {device.description}" in text
     if "llvmpipe" in device.description:  # Mesa's software device, as in CI
         assert any("software Vulkan device" in p["problem"] for p in report["problems"])
