@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,11 @@ from tests.support.hfcache import use_temporary_cache
 from tests.support.tinymodels import write_tiny_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
+# A suite started from a background shell inherits SIGINT ignored, and so would every specrun
+# it starts (specrun keeps an inherited ignored signal ignored): the tests that stop one with
+# Ctrl-C would wait for ever. Ctrl-C is the session's own again, and its children's.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # auto's learned state (specrun.core.learned) goes to this session's own folder, not the user's,
 # and reaches the CLI's subprocesses too.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="specrun-state-")

@@ -43,6 +43,7 @@ from tests.support.server import SERVING
 from tests.support.terminal import Terminal
 
 LIMIT = 60.0  # seconds: a fail-safe for what is waited on
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 ONE_LONG_LINE = "Write the numbers from 1 to 300 on one line, separated by commas."
 PROMPT_BOX = "Message, or /help"
 CTRL_C = "\x03"  # a key to the TUI, which reads the terminal raw
@@ -55,6 +56,8 @@ def start(
     `ignoring`: started with that signal ignored, as `nohup` or a shell's background job is."""
 
     def ignore() -> None:
+        for stop in STOP_SIGNALS:  # whatever the suite inherited: the tests signal these
+            signal.signal(stop, signal.SIG_DFL)
         if ignoring is not None:
             signal.signal(ignoring, signal.SIG_IGN)
 
