@@ -35,7 +35,7 @@ llama: $(STAMP)
 # A Vulkan build of llama-cpp-python (-DGGML_VULKAN=ON on top of the CPU flags, cached by its
 # flags like the CPU wheel) in .venv-vulkan, an environment that sees .venv's packages but has its
 # own llama-cpp-python: the CPU environment stays as it is. .ci/vulkan-deps installs what the
-# build needs on Debian and Ubuntu (as root). About 17 minutes once on 2 cores, the shaders most.
+# build needs on Debian and Ubuntu (as root). About 6 minutes once on 2 cores, the shaders most.
 VULKAN_VENV := .venv-vulkan
 vulkan: llama
 	.ci/vulkan-deps
