@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from specrun.llama.devices import build_info, gpu_devices
+from specrun.llama.devices import Device, build_info, gpu_devices
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_SECONDS = 300
@@ -37,10 +37,15 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-@pytest.fixture(scope="session")
-def vulkan() -> str:
-    """The name llama.cpp gives the device the tier runs on ("Vulkan0")."""
-    return next(device.name for device in gpu_devices() if device.backend == "Vulkan")
+@pytest.fixture
+def vulkan() -> Device:
+    """The device the tier runs on ("Vulkan0"), with its memory as it reports it now."""
+    return next(device for device in gpu_devices() if device.backend == "Vulkan")
+
+
+def cpu_environment() -> dict[str, str]:
+    """This environment without the Vulkan device's selection, for the CPU build's processes."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GGML_VK")}
 
 
 def cpu_python() -> str:
@@ -62,7 +67,7 @@ def cpu_reference():
             text=True,
             timeout=REFERENCE_SECONDS,
             cwd=ROOT,
-            env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VK")},
+            env=cpu_environment(),
         )
         assert done.returncode == 0, done.stderr[-3000:]
         answer: dict[str, Any] = json.loads(done.stdout)

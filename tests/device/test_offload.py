@@ -16,7 +16,7 @@ from specrun.core.sampling import SamplingParams, probabilities
 from specrun.engine import Engine
 from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions
 from tests.support.distribution import assert_distributed, first_marginals
-from tests.support.identity import GREEDY, assert_greedy_identical
+from tests.support.identity import GREEDY, assert_greedy_identical, committed
 
 PROMPTS = ["the cat and the dog in the big red road", "hello world, code and edit a line"]
 TOKENS = 32
@@ -33,10 +33,6 @@ DRAWS = 600
 # The same float32 weights on two backends: ggml-vulkan rounds a matmul's activations to F16 where
 # the device has it (lavapipe: 0.009 at most over the tiny model's logits, of magnitude up to 25).
 LOGITS_ATOL = 2e-2
-
-
-def tokens_of(events) -> list[int]:
-    return [t for e in events if isinstance(e, Round) for t in e.tokens]
 
 
 def load(target, draft, target_layers: int, draft_layers: int, gamma: str = "3") -> Engine:
@@ -82,7 +78,7 @@ def test_prompt_lookup_on_the_device_is_the_cpu_builds(tiny_target, reference):
     with load(tiny_target, PROMPT_LOOKUP, ALL, ALL, gamma="auto") as engine:
         for text, plain in zip(PROMPTS, reference["greedy"]):
             prompt = engine.target.tokenize(text)
-            answer = tokens_of(engine.stream(prompt, max_tokens=TOKENS, params=GREEDY))
+            answer = committed(engine.stream(prompt, max_tokens=TOKENS, params=GREEDY))
             verdict = assert_greedy_identical(engine.target, prompt, plain, answer, 1e-3)
             assert verdict == "identical", verdict
 
@@ -97,7 +93,7 @@ def test_sampled_output_is_distributed_as_the_target(placement, tiny_target, tin
         counts = np.zeros((3, engine.target.n_vocab))
         for _ in range(DRAWS):
             for position, token in enumerate(
-                tokens_of(engine.stream(prompt, max_tokens=3, params=SAMPLED))
+                committed(engine.stream(prompt, max_tokens=3, params=SAMPLED))
             ):
                 counts[position, token] += 1
         drafted = sum(
@@ -124,7 +120,7 @@ def test_the_demo_pair_offloaded_answers_as_the_cpu_build(demo_pair, cpu_referen
         with load(target, draft, target_layers, ALL) as engine:
             assert engine.placement().gpu_layers[0] == f"{min(target_layers, 30)}/30"
             prompt = engine.target.tokenize(text)
-            answer = tokens_of(engine.stream(prompt, max_tokens=tokens, params=GREEDY))
+            answer = committed(engine.stream(prompt, max_tokens=tokens, params=GREEDY))
             verdict = assert_greedy_identical(engine.target, prompt, plain, answer, 1e-2)
             assert verdict == "identical" or verdict.startswith("near tie"), verdict
 
@@ -138,7 +134,7 @@ def test_a_chat_turn_after_drafted_rounds_keeps_the_shared_prefix(demo_pair, cpu
     with load(target, draft, ALL, ALL) as engine:
         prompts = [engine.prompt(f"Tell me a story about a cat number {i}") for i in range(2)]
         answers = [
-            tokens_of(engine.stream(prompt, max_tokens=8, params=GREEDY)) for prompt in prompts
+            committed(engine.stream(prompt, max_tokens=8, params=GREEDY)) for prompt in prompts
         ]
         expected = cpu_reference({"target": str(target), "prompts": prompts, "tokens": 8})
         for prompt, plain, answer in zip(prompts, expected["greedy"], answers):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specrun.engine import Engine
-from specrun.llama.devices import gpu_devices, system_memory_available
+from specrun.llama.devices import system_memory_available
 from specrun.llama.footprint import estimate
 from specrun.llama.placement import MARGIN, gigabytes, gpu_bytes, plan_layers
 from specrun.options import LoadOptions
@@ -32,7 +32,6 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_fit_puts_a_small_pair_wholly_on_the_device(tiny_target, tiny_draft, vulkan):
-    (device,) = [d for d in gpu_devices() if d.name == vulkan]
     lines: list[str] = []
     with Engine.load(
         tiny_target, tiny_draft, options=LoadOptions(n_ctx=512), announce=lines.append
@@ -41,10 +40,10 @@ def test_the_fit_puts_a_small_pair_wholly_on_the_device(tiny_target, tiny_draft,
         assert where.device == "Vulkan" and where.gpu_layers == ("2/2", "2/2")
         assert where.plan is not None and where.plan.target_layers == 3  # the output layer too
         # lavapipe reports its whole heap free whatever is loaded: nothing measured, said so.
-        software = "llvmpipe" in device.description
+        software = "llvmpipe" in vulkan.description
         assert (where.gpu_bytes_measured is None) == software, where.gpu_bytes_measured
-    free = f"{gigabytes(device.free_bytes)} of {gigabytes(device.total_bytes)} GB free"
-    assert lines == [f"target: 2/2 layers on {vulkan} ({free}); draft: 2/2 on {vulkan}"]
+    free = f"{gigabytes(vulkan.free_bytes)} of {gigabytes(vulkan.total_bytes)} GB free"
+    assert lines == [f"target: 2/2 layers on {vulkan.name} ({free}); draft: 2/2 on {vulkan.name}"]
 
 
 def test_layers_asked_for_are_said_as_loaded_not_as_fitted(tiny_target, tiny_draft):
@@ -62,13 +61,12 @@ def test_a_model_larger_than_the_device_is_split_by_its_free_memory(tmp_path: Pa
     path = write_header(tmp_path / "llama-8b-q4_k_m.gguf", *llama_8b_q4_k_m())
     plan = plan_layers(path, None, n_ctx=4096)
     assert plan is not None
-    (device,) = [d for d in gpu_devices() if d.name == vulkan]
-    budget = device.free_bytes - MARGIN
+    budget = vulkan.free_bytes - MARGIN
     model = estimate(path, n_ctx=4096)
     assert 0 < plan.target_layers < model.n_layer
     assert gpu_bytes(model, plan.target_layers) <= budget < gpu_bytes(model, plan.target_layers + 1)
     on_cpu = model.n_layer - plan.target_layers
-    assert plan.line.startswith(f"target: {plan.target_layers}/32 layers on {vulkan} (")
+    assert plan.line.startswith(f"target: {plan.target_layers}/32 layers on {vulkan.name} (")
     assert plan.line.endswith(f", {on_cpu} on CPU")
 
 
@@ -86,14 +84,13 @@ def test_a_model_that_cannot_fit_is_refused_in_one_line_before_it_loads(tmp_path
 
 
 def test_doctor_names_the_vulkan_device_and_its_memory(vulkan):
-    (device,) = [d for d in gpu_devices() if d.name == vulkan]
     report = json.loads(run("doctor", "--json").stdout)
     assert "Vulkan" in report["build"]["backends"]
-    (listed,) = [d for d in report["devices"] if d["name"] == vulkan]
+    (listed,) = [d for d in report["devices"] if d["name"] == vulkan.name]
     assert listed["backend"] == "Vulkan" and listed["kind"] == "GPU"
-    assert listed["description"] == device.description and listed["total_bytes"] > 0
-    assert report["demo_placement"] == {} or vulkan in report["demo_placement"]["fit"]
+    assert listed["description"] == vulkan.description and listed["total_bytes"] > 0
+    assert report["demo_placement"] == {} or vulkan.name in report["demo_placement"]["fit"]
     text = run("doctor").stdout
-    assert f"{vulkan:<10} GPU  Vulkan: {device.description}" in text
-    if "llvmpipe" in device.description:  # Mesa's software device, as in CI
+    assert f"{vulkan.name:<10} GPU  Vulkan: {vulkan.description}" in text
+    if "llvmpipe" in vulkan.description:  # Mesa's software device, as in CI
         assert any("software Vulkan device" in p["problem"] for p in report["problems"])

@@ -5,14 +5,12 @@ output is the client's own plain decoding."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from specrun.llama.devices import gpu_devices
 from specrun.llama.placement import gigabytes
-from tests.device.conftest import cpu_python
+from tests.device.conftest import cpu_environment, cpu_python
 from tests.support.rpcserver import RpcServer
 
 PROMPT = "the cat and the dog in the big red road"
@@ -27,14 +25,13 @@ def cpu_client(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=CLIENT_SECONDS,
-        env={k: v for k, v in os.environ.items() if not k.startswith("GGML_VK")},
+        env=cpu_environment(),
     )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     return done
 
 
 def test_a_vulkan_device_served_to_a_cpu_client(tmp_path: Path, tiny_target, tiny_draft, vulkan):
-    (device,) = [d for d in gpu_devices() if d.name == vulkan]
     server = RpcServer(tmp_path / "server.log", python=sys.executable)  # every GPU: the device
     try:
         common = ["run", "-t", str(tiny_target), "-d", str(tiny_draft), "--temp", "0"]
@@ -49,7 +46,7 @@ def test_a_vulkan_device_served_to_a_cpu_client(tmp_path: Path, tiny_target, tin
     assert record["gpu_layers"] == ["2/2", "0/2"]  # the target remote, the draft here
     # The remote device is the Vulkan one: its memory, as the server reports it.
     assert f"RPC0@{server.endpoint}" in record["fit"]
-    assert f"of {gigabytes(device.total_bytes)} GB free" in record["fit"], record["fit"]
+    assert f"of {gigabytes(vulkan.total_bytes)} GB free" in record["fit"], record["fit"]
     # auto: whole rows from a server whose backend cannot be told from here (a Vulkan one, as
     # this, would crash in llama.cpp's backend samplers).
     assert "backend_sampling" not in record

@@ -4,19 +4,15 @@ own as plain decoding alone gives it, and a second turn that takes its prefix fr
 
 from __future__ import annotations
 
-from specrun.core.loop import Prefill, Round
+from specrun.core.loop import Prefill
 from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.llama.model import Model
 from specrun.options import DraftOptions, LoadOptions
-from tests.support.identity import GREEDY, assert_greedy_identical, greedy_tokens
+from tests.support.identity import GREEDY, assert_greedy_identical, committed, greedy_tokens
 from tests.support.threads import in_threads
 
 PROMPTS = ("the cat and the dog in the big red road", "the sun is big and the sea", "the moon")
-
-
-def tokens_of(events) -> list[int]:
-    return [t for e in events if isinstance(e, Round) for t in e.tokens]
 
 
 def test_slots_on_the_device_answer_as_alone(tiny_target, tiny_draft):
@@ -29,7 +25,7 @@ def test_slots_on_the_device_answer_as_alone(tiny_target, tiny_draft):
         tokens = [engine.target.tokenize(p) for p in PROMPTS]
         answers = in_threads(
             [
-                lambda t=t, p=p: tokens_of(engine.stream(t, max_tokens=30, params=p))
+                lambda t=t, p=p: committed(engine.stream(t, max_tokens=30, params=p))
                 for t, p in zip(tokens, [GREEDY, sampled, GREEDY])
             ]
         )

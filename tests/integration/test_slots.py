@@ -15,7 +15,7 @@ from specrun.errors import OptionError
 from specrun.llama.model import Call, Model
 from specrun.options import MTP_LAYERS, DraftOptions, LoadOptions
 from tests.support.distribution import assert_distributed, first_marginals
-from tests.support.identity import GREEDY, assert_greedy_identical, greedy_tokens
+from tests.support.identity import GREEDY, assert_greedy_identical, committed, greedy_tokens
 from tests.support.threads import in_threads
 
 PROMPTS = (
@@ -42,10 +42,6 @@ def engine(tiny_target, tiny_draft):
         yield loaded
 
 
-def tokens_of(events) -> list[int]:
-    return [t for e in events if isinstance(e, Round) for t in e.tokens]
-
-
 def test_each_slot_answers_greedy_as_its_request_alone(engine, tiny_target):
     """Eight requests on four slots (the rest wait for a free one), of different lengths, so
     slots finish and take the next request while others run."""
@@ -53,7 +49,7 @@ def test_each_slot_answers_greedy_as_its_request_alone(engine, tiny_target):
     lengths = [40, 12, 33, 25, 7, 48, 19, 30]
     answers = in_threads(
         [
-            lambda p=p, n=n: tokens_of(engine.stream(p, max_tokens=n, params=GREEDY))
+            lambda p=p, n=n: committed(engine.stream(p, max_tokens=n, params=GREEDY))
             for p, n in zip(prompts, lengths)
         ]
     )
@@ -72,7 +68,7 @@ def test_each_slot_is_distributed_as_plain_decoding_of_its_request(engine, tiny_
     def draws(prompt: list[int]) -> np.ndarray:
         counts = np.zeros((3, engine.target.n_vocab))
         for _ in range(DRAWS):
-            tokens = tokens_of(engine.stream(prompt, max_tokens=3, params=SAMPLED))
+            tokens = committed(engine.stream(prompt, max_tokens=3, params=SAMPLED))
             for position, token in enumerate(tokens):
                 counts[position, token] += 1
         return counts
@@ -100,8 +96,8 @@ def test_a_slot_takes_the_prefix_another_slot_evaluated(engine):
     prefill = events[0]
     assert isinstance(prefill, Prefill) and prefill.evaluated <= 2
     with Engine.load(engine.target.path, options=LoadOptions(n_ctx=256)) as alone:
-        expected = tokens_of(alone.stream(second, max_tokens=10, params=GREEDY))
-    assert tokens_of(events) == expected
+        expected = committed(alone.stream(second, max_tokens=10, params=GREEDY))
+    assert committed(events) == expected
 
 
 def test_streams_interleaved_in_one_thread_both_finish(engine):
@@ -119,7 +115,7 @@ def test_streams_interleaved_in_one_thread_both_finish(engine):
                 answers[i] += event.tokens if isinstance(event, Round) else []
     assert [len(a) for a in answers] == [12, 12]
     alone = in_threads(
-        [lambda p=p: tokens_of(engine.stream(p, max_tokens=12, params=GREEDY)) for p in prompts]
+        [lambda p=p: committed(engine.stream(p, max_tokens=12, params=GREEDY)) for p in prompts]
     )
     assert answers == alone
 
@@ -136,7 +132,7 @@ def test_slots_whose_device_chooses_the_candidates_answer_as_alone(tiny_target, 
         sampled = SamplingParams(temperature=0.8, top_k=8)
         answers = in_threads(
             [
-                lambda t=t, p=p: tokens_of(engine.stream(t, max_tokens=30, params=p))
+                lambda t=t, p=p: committed(engine.stream(t, max_tokens=30, params=p))
                 for t, p in zip(tokens, [GREEDY, sampled, GREEDY])
             ]
         )

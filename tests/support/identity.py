@@ -3,16 +3,21 @@ except at a near tie that batch numerics can flip (specrun.core.exactness, DESIG
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from specrun.core.drafting import DraftSource
 from specrun.core.exactness import first_divergence
 from specrun.core.gamma import GammaPolicy
-from specrun.core.loop import Round, generate
+from specrun.core.loop import Event, Round, generate
 from specrun.core.sampling import SamplingParams
 from specrun.llama.model import Model
 
 GREEDY = SamplingParams(temperature=0)
+
+
+def committed(events: Iterable[Event]) -> list[int]:
+    """The tokens a generation's events committed, in order."""
+    return [t for e in events if isinstance(e, Round) for t in e.tokens]
 
 
 def greedy_tokens(
