@@ -24,7 +24,9 @@ import numpy as np
 from specrun import FixedGamma, Model, ModelDraft, Round, SamplingParams, generate
 from specrun.core import sampling
 from specrun.core.sampling import CandidateRows, candidate_width
+from specrun.llama.batch import Batch
 from specrun.llama.model import SequenceCache
+from specrun.llama.samplers import BackendSamplers
 
 VOCABS = (49_152, 152_064)  # SmolLM2, Qwen2.5
 CONTEXTS = (512, 4096, 32_768)
@@ -72,11 +74,53 @@ def logit_table(n_vocab: int, seed: int = 0) -> LogitTable:
     return LogitTable(n_vocab, seed)
 
 
+class NullBatch(Batch):
+    """A batch whose decode costs nothing: the logits of a position are a table row chosen by
+    the position (set by `NullModel`). Filling it is Batch's own code."""
+
+    logit_table: LogitTable
+
+    def _decode(self) -> int:
+        return 0
+
+    def _first_row(self, count: int) -> int:
+        return int(self._pos[self.native.n_tokens - count] % TABLE_ROWS)
+
+    def _outputs(self, count: int) -> np.ndarray:
+        """Row p % TABLE_ROWS for each of the last `count` positions p. llama.cpp writes
+        its logits during the decode, which costs nothing here: like its buffer, what this
+        returns is a view (up to TABLE_ROWS + 1 rows, a round's; a copy beyond)."""
+        table = self.logit_table.rows
+        first = self._first_row(count)
+        if first + count <= len(table):
+            return table[first : first + count]
+        return np.take(table, np.arange(first, first + count), axis=0, mode="wrap")
+
+    def _candidates(self, count: int, width: int, after: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates of the decode's rows: views, as of llama.cpp's buffers."""
+        ids, values = self.logit_table.candidates(width)
+        first = self._first_row(count + after)
+        rows = len(self.logit_table.rows)
+        if first + count > rows:
+            wrapped = np.arange(first, first + count) % rows
+            return ids[wrapped, :width], values[wrapped, :width]
+        return ids[first : first + count, :width], values[first : first + count, :width]
+
+
+class NullSamplers(BackendSamplers):
+    """The table's candidates are chosen for any width asked: nothing to attach."""
+
+    def attach(self, seq_id: int, width: int | None) -> None:
+        pass
+
+
 class NullModel(Model):
-    """A Model whose native calls cost nothing: the logits of a position are a table row
-    chosen by the position. Every line of Python bookkeeping is Model's own. With
-    `on_device`, it samples on its device as a GPU does: each row's best candidates are
-    chosen in the (free) decode, and read from a buffer laid out as llama.cpp's."""
+    """A Model whose native calls cost nothing (`NullBatch`). Every line of Python
+    bookkeeping is Model's own. With `on_device`, it samples on its device as a GPU does:
+    each row's best candidates are chosen in the (free) decode, and read from a buffer laid
+    out as llama.cpp's."""
+
+    batch_type = NullBatch
 
     def __init__(
         self,
@@ -87,41 +131,15 @@ class NullModel(Model):
         on_device: bool = False,
     ) -> None:
         self.name = name
-        self.logit_table = table
-        self.table = table.rows
         self.n_vocab = table.n_vocab
+        self.n_embd = 0
         self.n_ctx = self.n_ctx_train = n_ctx
         self.n_batch = n_batch
         self._ctx = self._model = None
         self._init_cache(n_batch)
+        self.batch.logit_table = table
+        self.samplers = NullSamplers(None, name)
         self.samples_on_device = on_device
-
-    def _set_sampler(self, width: int | None, seq_id: int = 0) -> None:
-        pass  # the table's candidates are chosen for any width asked
-
-    def _candidates(self, count: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates of the last decode's rows: views, as of llama.cpp's buffers."""
-        ids, values = self.logit_table.candidates(width)
-        first = self._first_row(count)
-        if first + count > len(self.table):
-            rows = np.arange(first, first + count) % len(self.table)
-            return ids[rows, :width], values[rows, :width]
-        return ids[first : first + count, :width], values[first : first + count, :width]
-
-    def _first_row(self, count: int) -> int:
-        return int(self._batch_pos[self._batch.n_tokens - count] % TABLE_ROWS)
-
-    def _decode(self) -> int:
-        return 0
-
-    def _outputs(self, count: int) -> np.ndarray:
-        """Row p % TABLE_ROWS for each of the last `count` positions p. llama.cpp writes
-        its logits during the decode, which costs nothing here: like its buffer, what this
-        returns is a view (up to TABLE_ROWS + 1 rows, a round's; a copy beyond)."""
-        first = self._first_row(count)
-        if first + count <= len(self.table):
-            return self.table[first : first + count]
-        return np.take(self.table, np.arange(first, first + count), axis=0, mode="wrap")
 
     def _drop(self, cache: SequenceCache, keep: int) -> bool:
         return True

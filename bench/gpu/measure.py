@@ -49,6 +49,7 @@ from specrun.core.heads import HeadDraft
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import SamplingParams, candidate_width, compiled
 from specrun.core.stats import Stats
+from specrun.llama.batch import Batch
 from specrun.llama.devices import accelerator_name, build_info, gpu_devices
 from specrun.llama.gguf import read_gguf_info
 from specrun.llama.heads import MTP_ARCHITECTURES, open_eagle3, open_mtp
@@ -67,10 +68,9 @@ GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=0.8, seed=0)  # llama.cpp's defaults otherwise
 
 
-class TimedModel(Model):
-    """A Model that adds up its decodes' time, each waited for (a GPU's decode returns
-    before its work is done): the models' time in a round, against which the loop's own is
-    measured."""
+class TimedBatch(Batch):
+    """A batch that adds up its decodes' time, each waited for (a GPU's decode returns before
+    its work is done)."""
 
     native_seconds = 0.0
 
@@ -80,6 +80,17 @@ class TimedModel(Model):
         llama.llama_synchronize(self.context)
         self.native_seconds += time.perf_counter() - start
         return status
+
+
+class TimedModel(Model):
+    """A Model whose decodes are timed (`TimedBatch`): the models' time in a round, against
+    which the loop's own is measured."""
+
+    batch_type = TimedBatch
+
+    @property
+    def native_seconds(self) -> float:
+        return self.batch.native_seconds if isinstance(self.batch, TimedBatch) else 0.0
 
 
 def measured_alpha() -> str | None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from specrun.core.sampling import SamplingParams, pick
 from specrun.errors import SpecrunError
-from specrun.llama import ext
+from specrun.llama.batch import Batch, Run
 from specrun.llama.diagnose import load_failure
 from specrun.llama.model import Model
 from specrun.system.interrupts import raise_pending
@@ -112,9 +112,8 @@ class Capture:
         if not self._ctx:
             raise load_failure(f"cannot create a context of {slots} sequences for {target.name}")
         self._memory = llama.llama_get_memory(self._ctx)
-        self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
-        for layer in dict.fromkeys(self.layers):
-            ext.function("llama_set_embeddings_layer_inp")(self._ctx, layer, True)
+        self.batch = Batch(self._ctx, self.n_batch, target.n_vocab, target.n_embd, target.name)
+        self.batch.keep_hidden(self.layers)
 
     def generate(
         self, requests: Iterable[Request], progress: Callable[[int], None] = lambda n: None
@@ -143,15 +142,15 @@ class Capture:
                 yield finished.index, finished.sample()
             if not active:
                 continue
-            entries = [(slot, b.next, len(b.tokens)) for slot, b in active.items()]
-            features, logits = self._decode(entries)
+            runs = [Run(slot, [b.next], len(b.tokens), 0) for slot, b in active.items()]
+            features, logits = self._decode(runs)
             ids, logprobs = top_logprobs(logits)
-            progress(len(entries))
-            for i, (slot, token, _) in enumerate(entries):
-                active[slot].add(
-                    [token], features[i : i + 1], (ids[i : i + 1], logprobs[i : i + 1])
+            progress(len(runs))
+            for i, run in enumerate(runs):
+                active[run.seq_id].add(
+                    run.tokens, features[i : i + 1], (ids[i : i + 1], logprobs[i : i + 1])
                 )
-                active[slot].choose(logits[i])
+                active[run.seq_id].choose(logits[i])
 
     def _finished(self, builder: _Builder) -> bool:
         done = len(builder.tokens) - builder.answer >= builder.request.max_new
@@ -160,39 +159,25 @@ class Capture:
     def _prefill(self, slot: int, builder: _Builder, tokens: list[int]) -> int:
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
-            features, logits = self._decode(
-                [(slot, token, start + i) for i, token in enumerate(chunk)]
-            )
+            features, logits = self._decode([Run(slot, chunk, start, 0)])
             builder.add(chunk, features, top_logprobs(logits))
         builder.choose(logits[-1])
         return len(tokens)
 
-    def _decode(self, entries: Sequence[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Decode (sequence, token, position) entries in one pass: every row's layer inputs
-        (a copy) and logits (llama.cpp's buffer, valid until the next decode), in entry order."""
-        batch = self._batch
-        for i, (seq, token, pos) in enumerate(entries):
-            batch.token[i], batch.pos[i], batch.logits[i] = token, pos, True
-            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq
-        batch.n_tokens = len(entries)
-        status = llama.llama_decode(self._ctx, batch)
-        if status != 0:
+    def _decode(self, runs: Sequence[Run]) -> tuple[np.ndarray, np.ndarray]:
+        """Decode the runs in one pass, a row for each position: every row's layer inputs (a
+        copy) and logits (llama.cpp's buffer, valid until the next decode), in run order."""
+        try:
+            self.batch.decode(runs)
+        finally:
             raise_pending()
-            raise SpecrunError(f"{self.target.name}: llama_decode failed (status {status})")
-        raise_pending()
-        n, d = len(entries), self.target.n_embd
-        get = ext.function("llama_get_embeddings_layer_inp")
-        features = np.concatenate(
-            [np.ctypeslib.as_array(get(self._ctx, layer), (n, d)) for layer in self.layers], axis=1
-        )
-        logits = np.ctypeslib.as_array(llama.llama_get_logits(self._ctx), (n, self.target.n_vocab))
-        return features, logits
+        return np.concatenate(self.batch.all_hidden(), axis=1), self.batch.all_logits()
 
     def close(self) -> None:
-        batch, ctx = getattr(self, "_batch", None), getattr(self, "_ctx", None)
-        self._batch = self._ctx = None
+        batch, ctx = getattr(self, "batch", None), getattr(self, "_ctx", None)
+        self.batch, self._ctx = None, None  # type: ignore[assignment]
         if batch is not None:
-            llama.llama_batch_free(batch)
+            batch.close()
         if ctx:
             llama.llama_free(ctx)
 

@@ -84,6 +84,8 @@ class NativeHead(Vocabulary):
         self.path = file if kind == "eagle3" else None  # MTP layers are in the target's file
         self.offset = offset
         self._encode = encode
+        self._made = (kind, file, model, ctx_params)  # what a twin is made of
+        self._twins: list[NativeHead] = []  # closed before this head, whose model they use
         self._model = model if owns_model else None  # freed with the head where it is its own
         self._ctx = llama.llama_init_from_model(model, ctx_params)
         if not self._ctx:
@@ -96,6 +98,16 @@ class NativeHead(Vocabulary):
         self._memory = llama.llama_get_memory(self._ctx)
         self._batch = llama.llama_batch_ext_init(self._ctx)
         self._state = np.empty(self.n_embd, np.float32)  # the last output's, a copy
+
+    def twin(self) -> NativeHead:
+        """Another context of this head on the same weights, for another sequence of the
+        target (a slot of a parallel engine): its own cache, its own state."""
+        kind, file, model, ctx_params = self._made
+        twin = NativeHead(
+            kind, file, model, ctx_params, offset=self.offset, encode=self._encode, owns_model=False
+        )
+        self._twins.append(twin)
+        return twin
 
     def truncate(self, position: int) -> None:
         llama.llama_memory_seq_rm(self._memory, 0, position, -1)
@@ -159,6 +171,9 @@ class NativeHead(Vocabulary):
             raise SpecrunError(f"the head {self.name} failed to decode (status {status})")
 
     def close(self) -> None:
+        twins, self._twins = getattr(self, "_twins", []), []
+        for twin in twins:
+            twin.close()
         handles = getattr(self, "_batch", None), getattr(self, "_ctx", None), self._model
         self._batch = self._ctx = self._model = None
         batch, ctx, model = handles
@@ -191,7 +206,8 @@ def _head_context_params(target: Model) -> llama.llama_context_params:
 
 
 def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead, HiddenRows]:
-    """Load an EAGLE-3 head for `target` and make the target keep the layer inputs it reads;
+    """Load an EAGLE-3 head for `target` and make the target keep the layer inputs it reads
+    (its first sequence's rows are returned; `twin` gives another sequence a head of its own);
     a head made for another target is refused in one line."""
     path = Path(path)
     check_gguf_header(path)
@@ -233,7 +249,7 @@ def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead
     except BaseException:
         head.close()
         raise
-    return head, target.keep_hidden(layers)
+    return head, target.keep_hidden(layers)[0]
 
 
 def open_mtp(target: Model) -> tuple[NativeHead, HiddenRows]:
@@ -256,7 +272,7 @@ def open_mtp(target: Model) -> tuple[NativeHead, HiddenRows]:
         encode=False,
         owns_model=False,
     )
-    return head, target.keep_hidden()
+    return head, target.keep_hidden()[0]
 
 
 def _check_trained_for(path: Path, head: int, target: Model) -> None:

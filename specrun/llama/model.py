@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple, overload
+from typing import NamedTuple, overload
 
 import llama_cpp as llama
 import numpy as np
@@ -27,13 +27,14 @@ from specrun.core.model import BackendSampling
 from specrun.core.sampling import CandidateRows, Rows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
-from specrun.llama import ext
+from specrun.llama.batch import Batch, Run
 from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
 from specrun.llama.diagnose import load_failure
 from specrun.llama.gguf import check_gguf_header, tensor_table
-from specrun.llama.invariance import CHUNK_WIDTHS, PROBE_POSITIONS, Invariance
+from specrun.llama.invariance import probe_invariance
 from specrun.llama.native import clear_log, set_verbose
 from specrun.llama.params import load_params
+from specrun.llama.samplers import BackendSamplers
 from specrun.llama.vocab import Vocabulary
 from specrun.system.cpus import physical_cores
 from specrun.system.interrupts import raise_pending
@@ -55,6 +56,7 @@ class SequenceCache:
     base: Tokens | None = None
     seen: int = 0
     n_evaluated: int = 0  # tokens decoded for it so far
+    hidden: HiddenRows | None = None  # its hidden rows, kept for a head (`keep_hidden`)
 
 
 @dataclass(eq=False)
@@ -73,19 +75,23 @@ class Call:
     shared_with: int = 0  # how many sequences they were for
 
 
-class Run(NamedTuple):
-    """Positions start..end of a call's sequence in a decode of `decode_calls`: with `rows`,
-    its rows (`width` candidates each where the device chooses them)."""
+class Part(NamedTuple):
+    """Positions start..end of a call's sequence in one decode, with `padding` copies of the
+    last after them (dropped after the decode), logits from position `rows_from` on, and
+    `width` candidates a row where the device chooses them."""
 
     call: Call
     start: int
     end: int
-    rows: bool
+    rows_from: int
+    padding: int
     width: int | None
 
 
 class Model(Vocabulary):
     """A GGUF model with one context, its KV cache holding `self.tokens`."""
+
+    batch_type = Batch  # what decodes: a model without weights (bench/) replaces its native calls
 
     def __init__(
         self,
@@ -104,8 +110,9 @@ class Model(Vocabulary):
         backend_sampling: BackendSampling = "auto",
         sequences: int = 1,
     ) -> None:
-        """`sequences` > 1: as many sequences share the context, each with `n_ctx` positions of
-        one KV pool (decoded together by `decode_calls`; not with `reproducible` or a head)."""
+        """`sequences` > 1: as many sequences share the context, each with `n_ctx` positions,
+        decoded together by `decode_calls`: in one KV pool, or with `reproducible` each in a
+        stream of its own, decoded apart (DESIGN.md, Slots)."""
         self.path = Path(path)
         self.name = self.path.name
         check_gguf_header(self.path)
@@ -153,8 +160,10 @@ class Model(Vocabulary):
         ctx_params.n_batch = ctx_params.n_ubatch = n_batch
         ctx_params.n_seq_max = sequences
         # One pool of cells for every sequence: a batch of several decodes as one ubatch (split
-        # streams would cut it into equal parts per sequence).
-        ctx_params.kv_unified = sequences > 1
+        # streams would cut it into equal parts per sequence). Reproducible decoding keeps each
+        # sequence's cells where a context of its own would: a stream each.
+        shared_pool = sequences > 1 and not reproducible
+        ctx_params.kv_unified = shared_pool
         ctx_params.n_outputs_max_per_seq = GAMMA_LIMIT + 1  # a verify's rows, when sampled
         ctx_params.n_threads = ctx_params.n_threads_batch = threads
         ctx_params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
@@ -167,8 +176,8 @@ class Model(Vocabulary):
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
         self._memory = llama.llama_get_memory(self._ctx)
-        self._init_cache(n_batch, sequences)
-        self.invariance = self.probe_invariance() if reproducible else None
+        self._init_cache(n_batch, sequences, shared_pool=shared_pool)
+        self.invariance = probe_invariance(self) if reproducible else None
         # The output layer is on the last offloaded device whenever any layer is. llama.cpp's
         # backend samplers crash a Vulkan device (DESIGN.md, Vulkan), and an RPC
         # server's backend cannot be told from here: `auto` asks for them on neither.
@@ -191,20 +200,19 @@ class Model(Vocabulary):
                 "device; use `backend_sampling` off"
             )
 
-    def _init_cache(self, n_batch: int, sequences: int = 1) -> None:
-        """The Python side of the cache: the batch it is fed by and the sequences it holds."""
-        batch = self._batch = llama.llama_batch_init(n_batch, 0, 1)
-        # Numpy views on the batch's arrays: a chunk is filled by array copies.
-        self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(n_batch,))
-        self._batch_pos = np.ctypeslib.as_array(batch.pos, shape=(n_batch,))
-        self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(n_batch,))
-        self._positions = np.arange(self.n_ctx + n_batch, dtype=np.int32)  # padding may pass n_ctx
-        # Every position is in one sequence, 0 unless `decode_calls` says otherwise: llama.cpp
-        # never writes to a batch.
-        np.ctypeslib.as_array(batch.n_seq_id, shape=(n_batch,))[:] = 1
-        self._batch_seq = np.zeros(n_batch, np.int32)  # what `seq_id` holds, position by position
-        for j in range(n_batch):
-            batch.seq_id[j][0] = 0
+    def _probe_backend_sampling(self) -> bool:
+        try:
+            return self.samplers.probe(self.batch)
+        finally:
+            self.reset()
+            raise_pending()
+
+    def _init_cache(self, n_batch: int, sequences: int = 1, *, shared_pool: bool = False) -> None:
+        """The Python side of the cache: the batch it is fed by and the sequences it holds
+        (`shared_pool`: in one pool of cells, which they may share)."""
+        self.shared_pool = shared_pool
+        self.batch = self.batch_type(self._ctx, n_batch, self.n_vocab, self.n_embd, self.name)
+        self.samplers = BackendSamplers(self._ctx, self.name)
         self.piece = lru_cache(maxsize=None)(self._piece)
         self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
         self.caches = [SequenceCache(seq_id) for seq_id in range(sequences)]
@@ -214,24 +222,20 @@ class Model(Vocabulary):
         # graph and buffers and costs up to twice a later one: not a sample of its cost.
         self._shapes_decoded: set[tuple[int, int]] = set()
         self.first_of_shape = False  # whether the last `logits` call decoded a new shape
-        self.shared_rows = self.shared_with = 0  # `logits` decodes this sequence alone
+        self.shared_rows = self.shared_with = 0  # other sequences' rows in that decode
         self.min_width = 1  # no decode spans fewer positions ("padded")
-        self.max_width: int | None = (
-            None  # positions with logits decoded at most this many per pass
-        )
+        self.max_width: int | None = None  # positions with logits decoded at most this many a pass
         self.samples_on_device = False  # whether `logits(top=...)` returns candidates
-        # Attached backend samplers, by sequence: (width, chain).
-        self._samplers: dict[int, tuple[int, llama.llama_sampler_p]] = {}
-        self.hidden_rows: HiddenRows | None = None  # kept for a head (`keep_hidden`)
-        self._hidden_layers: tuple[int, ...] = ()  # whose inputs they are; () the last state
-        # Views of llama.cpp's output buffers (logits, candidates, hidden rows), by what they
-        # view: `_view`.
-        self._views: dict[tuple[int, int, type], np.ndarray] = {}
 
     @property
     def tokens(self) -> list[int]:
         """What the KV cache holds for `logits`' sequence, position by position."""
         return self._seq.tokens
+
+    @property
+    def hidden_rows(self) -> HiddenRows | None:
+        """The hidden rows kept for a head of `logits`' sequence (`keep_hidden`)."""
+        return self._seq.hidden
 
     @property
     def model(self) -> llama.llama_model_p:
@@ -273,60 +277,66 @@ class Model(Vocabulary):
         152k vocabulary. Not marked read-only: numpy's argmax copies such an array first.
         With `top`, where the model samples on its device (`samples_on_device`), each row's
         `top` best candidates instead (CandidateRows, copies): only they leave the device.
+        The one-sequence case of `decode_calls`.
         """
-        self._check(seq, last)
-        width = self._width(top)
-        if last:  # a pass without rows leaves the sampler as the last one with rows asked for
-            self._set_sampler(width)
-        cache = self._seq
-        keep = self._reuse(cache, seq, last)
+        call = Call(self._seq, seq, last, view, top)
+        self.decode_calls((call,))
+        self.first_of_shape = call.first_of_shape
+        self.shared_rows, self.shared_with = call.shared_rows, call.shared_with
+        return call.rows if call.rows is not None else np.empty((0, self.n_vocab), np.float32)
 
-        first_out = len(seq) - last
-        spans = self._spans(keep, len(seq), first_out)
-        # The buffer can be handed out where one decode, the last, makes every row asked for.
-        out = (
-            None
-            if width is not None or (view and last and spans[-1][0] <= first_out)
-            else np.empty((last, self.n_vocab), np.float32)
-        )
-        candidates = (
-            CandidateRows(np.empty((last, width), np.int32), np.empty((last, width), np.float32))
-            if width is not None
-            else None
-        )
-        self.first_of_shape = False
-        for start, end in spans:
-            chunk = seq[start:end]
-            padding, flagged, wanted = self._fill_batch(chunk, start, first_out)
-            self.first_of_shape |= self._first_decode_of(
-                len(chunk) + padding, len(chunk) + padding - flagged
-            )
-            cache.held = end + padding  # what the decode may write, until `tokens` says
-            self._decode_or_forget([(cache, start)])
-            if self.hidden_rows is not None:
-                self.hidden_rows.write(start, *self._hidden_outputs(len(chunk)))
-            cache.tokens.extend(chunk)
-            if not padding or self._drop(cache, end):  # padding a cache could not drop stays held
-                cache.held = end
-            self._count(cache, len(chunk))
-            if end > first_out:
-                # Rows before `wanted` had logits only to keep the output layer `min_width` wide.
-                outputs, skip = len(chunk) + padding - flagged, wanted - flagged
-                into = slice(max(start, first_out) - first_out, end - first_out)
-                count = into.stop - into.start
-                if candidates is not None and width is not None:
-                    ids, values = self._candidates(outputs, width)
-                    candidates.ids[into] = ids[skip : skip + count]
-                    candidates.logits[into] = values[skip : skip + count]
-                    continue
-                rows = self._outputs(outputs)[skip : skip + count]
-                if out is None:
-                    return rows
-                out[into] = rows
-        if candidates is not None:
-            return candidates
-        assert out is not None, "the last decode returned its rows as a view"
-        return out
+    def decode_calls(self, calls: Sequence[Call]) -> None:
+        """Serve sequences' `logits` calls (`Call.rows`: views of llama.cpp's buffer, valid until
+        this model's next decode, where the call asks for a view and its rows all come from the
+        last decode; else copies).
+
+        Where the decodes are shaped (`min_width`, `max_width`: reproducible decoding), or
+        there is one call, each call is decoded apart in the passes `_spans` gives; else every
+        call's new positions go in one batch where they fit in `n_batch`, else in as few as
+        they fit in, the rows asked for in the last.
+        """
+        # A lone call keeps its chain through a pass without rows: no other sequence's rows
+        # are in its decodes.
+        alone = len(calls) == 1
+        self.samplers.keep_only({call.cache.seq_id for call in calls if call.last or alone})
+        parts: list[Part] = []
+        shaped = alone or self.min_width > 1 or self.max_width is not None
+        for call in calls:
+            self._check(call.seq, call.last)
+            width = self._width(call.top)
+            if call.last:  # a pass without rows leaves the sampler as the last one with rows
+                self.samplers.attach(call.cache.seq_id, width)
+            keep = self._reuse(call.cache, call.seq, call.last)
+            first_out = len(call.seq) - call.last
+            if keep < first_out and self.shared_pool:
+                keep = self._borrow(call.cache, call.seq, keep, first_out)
+            call.rows, call.first_of_shape = None, False
+            if shaped:
+                parts.extend(self._shaped_parts(call, keep, first_out, width))
+                continue
+            if keep < first_out:  # a prompt (or a draft catching up): another may hold it
+                parts.append(Part(call, keep, first_out, first_out, 0, None))
+            if call.last:
+                parts.append(Part(call, first_out, len(call.seq), first_out, 0, width))
+        # Shaped: a decode per part. Else positions without rows first: every call's rows
+        # then come from the last decode.
+        decodes = [[part] for part in parts] if shaped else _cut(parts, self.n_batch)
+        for number, decode in enumerate(decodes, 1):
+            self._decode_parts(decode, last=number == len(decodes))
+
+    def _shaped_parts(self, call: Call, keep: int, first_out: int, width: int | None) -> list[Part]:
+        """A call's decodes as `_spans` shapes them: those narrower than `min_width` padded
+        with copies of the last token (dropped after the decode), and under `min_width` at
+        least that many positions with logits, since llama.cpp runs the last layer's
+        feed-forward and the output layer only on the positions with logits."""
+        parts = []
+        for start, end in self._spans(keep, len(call.seq), first_out):
+            n = end - start
+            padding = max(self.min_width - n, 0)
+            wanted = min(max(first_out - start, 0), n)
+            flagged = min(wanted, n + padding - self.min_width) if wanted < n else n + padding
+            parts.append(Part(call, start, end, start + flagged, padding, width))
+        return parts
 
     def _check(self, seq: Sequence[int], last: int) -> None:
         if len(seq) > self.n_ctx:
@@ -356,55 +366,6 @@ class Model(Vocabulary):
             self._truncate(cache, keep)
         return len(cache.tokens)
 
-    def _decode_or_forget(self, starts: Sequence[tuple[SequenceCache, int]]) -> None:
-        """Decode the batch; where it fails, forget what each sequence's part of it may have
-        left in the cache (from its start on) and say why."""
-        status = self._decode()
-        if status != 0:
-            for cache, start in starts:
-                self._truncate(cache, start)
-            raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
-            raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
-
-    def _count(self, cache: SequenceCache, decoded: int) -> None:
-        cache.n_evaluated += decoded
-        self.n_evaluated += decoded
-        raise_pending()
-
-    def decode_calls(self, calls: Sequence[Call]) -> None:
-        """Serve several sequences' `logits` calls together: every call's new positions in one
-        batch where they fit in `n_batch`, else in as few as they fit in, the rows asked for in
-        the last (`Call.rows`: views of llama.cpp's buffer, valid until this model's next decode,
-        where the call asks for a view and its rows all come from the last; else copies)."""
-        if self.min_width > 1 or self.max_width or self.hidden_rows is not None:
-            raise SpecrunError(f"{self.name}: only plain decoding serves several sequences at once")
-        prefills: list[Run] = []
-        outputs: list[Run] = []
-        # llama.cpp runs a sampler of a sequence without rows in the batch on its first row,
-        # and that run can overwrite the candidates of the sequence whose row it is: only the
-        # sequences with rows keep theirs.
-        with_rows = {call.cache.seq_id for call in calls if call.last}
-        for seq_id in [s for s in self._samplers if s not in with_rows]:
-            self._set_sampler(None, seq_id)
-        for call in calls:
-            self._check(call.seq, call.last)
-            width = self._width(call.top)
-            if call.last:
-                self._set_sampler(width, call.cache.seq_id)
-            keep = self._reuse(call.cache, call.seq, call.last)
-            first_out = len(call.seq) - call.last
-            if keep < first_out:  # a prompt (or a draft catching up): another may hold it
-                keep = self._borrow(call.cache, call.seq, keep, first_out)
-            if keep < first_out:
-                prefills.append(Run(call, keep, first_out, False, None))
-            if call.last:
-                outputs.append(Run(call, first_out, len(call.seq), True, width))
-            call.rows = None
-        # Positions without rows first: every call's rows then come from the last decode.
-        decodes = _cut(prefills + outputs, self.n_batch)
-        for number, runs in enumerate(decodes, 1):
-            self._decode_runs(runs, last=number == len(decodes))
-
     def _borrow(self, cache: SequenceCache, seq: Sequence[int], keep: int, limit: int) -> int:
         """Where another sequence holds more of `seq`'s first `limit` positions than the
         `keep` that `cache` holds, take its cells for them (one KV pool: the cells are shared,
@@ -419,44 +380,63 @@ class Model(Vocabulary):
         llama.llama_memory_seq_cp(self._memory, donor.seq_id, cache.seq_id, keep, most)
         cache.tokens.extend(seq[keep:most])
         cache.held = most
+        if cache.hidden is not None:  # no rows for the borrowed positions: a head starts there
+            cache.hidden.truncate(most)
         return most
 
-    def _decode_runs(self, runs: list[Run], *, last: bool) -> None:
-        """One decode of `decode_calls`: each run's positions, then its rows to its call."""
-        j = 0
-        for run in runs:
-            call, width = run.call, run.end - run.start
-            self._batch_tokens[j : j + width] = call.seq[run.start : run.end]
-            self._batch_pos[j : j + width] = self._positions[run.start : run.end]
-            self._batch_logits[j : j + width] = run.rows
-            self._in_sequence(call.cache.seq_id, j, j + width)
-            call.cache.held = max(call.cache.held, run.end)
-            j += width
-        self._batch.n_tokens = j
-        n_out = sum(run.end - run.start for run in runs if run.rows)
-        sequences = sum(run.rows for run in runs)  # with rows
-        self.first_of_shape = self._first_decode_of(j, n_out)
-        self._decode_or_forget([(run.call.cache, len(run.call.cache.tokens)) for run in runs])
-        out_at = 0
-        for run in runs:
-            call, count = run.call, run.end - run.start
-            call.cache.tokens.extend(call.seq[run.start : run.end])
-            call.cache.held = len(call.cache.tokens)
-            self._count(call.cache, count)
-            if not run.rows:
+    def _decode_parts(self, parts: Sequence[Part], *, last: bool) -> None:
+        """One decode: each part's positions, then its rows to its call."""
+        runs = [
+            Run(
+                part.call.cache.seq_id,
+                part.call.seq[part.start : part.end],
+                part.start,
+                min(max(part.rows_from - part.start, 0), part.end + part.padding - part.start),
+                part.padding,
+            )
+            for part in parts
+        ]
+        self.batch.fill(runs)
+        n_out = self.batch.n_outputs
+        first_of_shape = self._first_decode_of(int(self.batch.native.n_tokens), n_out)
+        for part in parts:
+            part.call.cache.held = max(part.call.cache.held, part.end + part.padding)
+        status = self.batch._decode()
+        if status != 0:  # forget what each sequence's part may have left in the cache
+            for part in parts:
+                self._truncate(part.call.cache, part.start)
+            raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
+            raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+        with_rows = sum(run.outputs > 0 for run in runs)
+        for i, (part, run) in enumerate(zip(parts, runs)):
+            call, cache = part.call, part.call.cache
+            if cache.hidden is not None:
+                cache.hidden.write(
+                    part.start, *(rows[: len(run.tokens)] for rows in self.batch.hidden(i))
+                )
+            cache.tokens.extend(run.tokens)
+            if not part.padding or self._drop(cache, part.end):  # padding kept where it stays
+                cache.held = part.end
+            self._count(cache, len(run.tokens))
+            call.first_of_shape |= first_of_shape
+            first_out = len(call.seq) - call.last
+            if part.end <= first_out:
                 continue
-            call.first_of_shape = self.first_of_shape
-            call.shared_rows, call.shared_with = n_out - count, sequences - 1
-            begins = run.start == len(call.seq) - call.last  # its first row is in this decode
-            if run.width is not None:
-                ids, values = self._candidates(count, run.width, after=n_out - out_at - count)
-                rows: Rows = CandidateRows(ids.copy(), values.copy())
+            begins = part.start <= first_out  # the call's first row is in this decode
+            wanted = max(part.start, first_out)
+            skip, count = wanted - part.start - run.logits_from, part.end - wanted
+            rows: Rows
+            if part.width is not None:
+                ids, values = self.batch.candidates(i, part.width)
+                rows = CandidateRows(
+                    ids[skip : skip + count].copy(), values[skip : skip + count].copy()
+                )
             else:
-                view = self._outputs(n_out)[out_at : out_at + count]
+                view = self.batch.logits(i)[skip : skip + count]
                 # A view where every row is in this decode, the last: none comes after it.
                 rows = view if last and call.view and begins else view.copy()
-            out_at += count
             call.rows = rows if begins else _joined(call.rows, rows)
+            call.shared_rows, call.shared_with = n_out - run.outputs, with_rows - 1
 
     def _first_decode_of(self, positions: int, outputs: int) -> bool:
         """Whether the decode about to run is the first of its shape (`first_of_shape`)."""
@@ -464,13 +444,6 @@ class Model(Vocabulary):
         first = shape not in self._shapes_decoded
         self._shapes_decoded.add(shape)
         return first
-
-    def _in_sequence(self, seq_id: int, start: int, end: int) -> None:
-        """Put the batch's positions start..end in sequence `seq_id` (where they are not)."""
-        held = self._batch_seq[start:end]
-        for k in np.flatnonzero(held != seq_id):
-            self._batch.seq_id[start + int(k)][0] = seq_id
-        held[:] = seq_id
 
     def _spans(self, keep: int, end: int, first_out: int) -> list[tuple[int, int]]:
         """The decodes that take the cache from `keep` to `end` positions: `n_batch` wide at
@@ -487,105 +460,10 @@ class Model(Vocabulary):
             bounds[-1] = end - self.min_width  # the last decode takes positions from the one before
         return list(zip(bounds, [*bounds[1:], end]))
 
-    def _fill_batch(self, chunk: Sequence[int], start: int, first_out: int) -> tuple[int, int, int]:
-        """Positions start.. of the sequence, with logits from `first_out` on.
-
-        llama.cpp runs the last layer's feed-forward and the output layer only on the
-        positions with logits, so under `min_width` at least that many get them. A chunk
-        narrower than `min_width` (a sequence that short) gets copies of its last token
-        after it, dropped after the decode. Returns the padding, the first position with
-        logits and the first wanted, both counted from `start`.
-        """
-        n = len(chunk)
-        padding = max(self.min_width - n, 0)
-        wanted = min(max(first_out - start, 0), n)
-        flagged = min(wanted, n + padding - self.min_width) if wanted < n else n + padding
-        self._batch.n_tokens = n + padding
-        self._in_sequence(0, 0, n + padding)
-        self._batch_tokens[:n] = chunk
-        if padding:
-            self._batch_tokens[n : n + padding] = chunk[-1]
-        self._batch_pos[: n + padding] = self._positions[start : start + n + padding]
-        self._batch_logits[:flagged] = 0
-        self._batch_logits[flagged : n + padding] = 1
-        return padding, flagged, wanted
-
-    # --- the native calls, a thin layer a model without weights can replace -------
-    # llama_cpp's bindings return Any (its ctypes_function decorator is untyped): a result
-    # returned on is declared as what ctypes makes of the C type.
-
-    def _decode(self) -> int:
-        status: int = llama.llama_decode(self._ctx, self._batch)
-        return status
-
-    def _outputs(self, count: int) -> np.ndarray:
-        """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's
-        buffer."""
-        return self._view(llama.llama_get_logits(self._ctx), self.n_vocab)[:count]
-
-    def _view(self, pointer: ctypes._Pointer[Any], columns: int) -> np.ndarray:
-        """A [n_batch, columns] view of one of llama.cpp's output buffers from `pointer` on.
-
-        Made once for each address, width and type the buffer has (it moves only when
-        llama.cpp reallocates it): numpy's as_array, right after a decode with the CPU's
-        caches cold, costs a measurable share of a small model's round.
-        """
-        key = (ctypes.addressof(pointer.contents), columns, pointer._type_)
-        view = self._views.get(key)
-        if view is None:
-            view = self._views[key] = np.ctypeslib.as_array(pointer, (self.n_batch, columns))
-        return view
-
-    def _set_sampler(self, width: int | None, seq_id: int = 0) -> None:
-        """From the next decode on, have llama.cpp choose each of the sequence's rows' `width`
-        best tokens on the output layer's device (a top-k chain); None: whole rows again.
-        The chain lives until it is replaced: the context only refers to it."""
-        previous = self._samplers.get(seq_id)
-        if (previous[0] if previous else None) == width:
-            return
-        chain = None
-        if width is not None:
-            chain = llama.llama_sampler_chain_init(llama.llama_sampler_chain_default_params())
-            llama.llama_sampler_chain_add(chain, llama.llama_sampler_init_top_k(width))
-        attached = llama.llama_set_sampler(self._ctx, seq_id, chain)  # None detaches
-        if chain is not None and not attached:
-            llama.llama_sampler_free(chain)
-            raise SpecrunError(f"{self.name}: llama.cpp refused a top-{width} backend sampler")
-        if width is not None and chain is not None:
-            self._samplers[seq_id] = (width, chain)
-        else:
-            self._samplers.pop(seq_id, None)
-        if previous is not None:
-            llama.llama_sampler_free(previous[1])
-
-    def _candidates(self, count: int, width: int, after: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """The last decode's candidates [count, width] (ids, logits) of the `count` rows before
-        its last `after`, in batch order: views of llama.cpp's buffers, whose rows lie a
-        vocabulary apart."""
-        first = -(count + after)
-        found = llama.llama_get_sampled_candidates_count_ith(self._ctx, first)
-        if found != width:
-            raise SpecrunError(f"{self.name}: the backend chose {found} candidates, not {width}")
-        ids = llama.llama_get_sampled_candidates_ith(self._ctx, first)
-        values = llama.llama_get_sampled_logits_ith(self._ctx, first)
-        rows = slice(count), slice(width)
-        return self._view(ids, self.n_vocab)[rows], self._view(values, self.n_vocab)[rows]
-
-    def _probe_backend_sampling(self) -> bool:
-        """Whether this build's backend chooses candidates on the output layer's device: one
-        token decoded with a top-2 sampler attached (llama.cpp accepts any chain and runs
-        what its backend cannot on the CPU, whole rows and all)."""
-        try:
-            self._set_sampler(2)
-            self._fill_batch([0], 0, 0)
-            decoded = self._decode() == 0
-            return decoded and llama.llama_get_sampled_candidates_count_ith(self._ctx, -1) == 2
-        except SpecrunError:  # refused outright (llama.cpp's tensor-split mode)
-            return False
-        finally:
-            self._set_sampler(None)
-            self.reset()
-            raise_pending()
+    def _count(self, cache: SequenceCache, decoded: int) -> None:
+        cache.n_evaluated += decoded
+        self.n_evaluated += decoded
+        raise_pending()
 
     def _drop(self, cache: SequenceCache, keep: int) -> bool:
         dropped: bool = llama.llama_memory_seq_rm(self._memory, cache.seq_id, keep, -1)
@@ -602,16 +480,16 @@ class Model(Vocabulary):
             return
         del cache.tokens[keep:]
         cache.held = keep
-        if self.hidden_rows is not None:
-            self.hidden_rows.truncate(keep)
+        if cache.hidden is not None:
+            cache.hidden.truncate(keep)
 
     def reset(self) -> None:
         self._clear()
         for cache in self.caches:
             del cache.tokens[:]
             cache.held = 0
-        if self.hidden_rows is not None:
-            self.hidden_rows.truncate(0)
+            if cache.hidden is not None:
+                cache.hidden.truncate(0)
 
     # --- hidden states for a head ---------------------------------------------------
 
@@ -619,71 +497,17 @@ class Model(Vocabulary):
         """Whether `layers` (a head's, or those a head is trained on) are all this model's."""
         return bool(layers) and 0 <= min(layers) and max(layers) < self.n_layer
 
-    def keep_hidden(self, layers: Sequence[int] = ()) -> HiddenRows:
-        """Keep, from each decode on, every position's hidden state for a head: the inputs
-        of `layers`, side by side (EAGLE-3), or with none given, the last hidden state
-        (what an MTP layer reads). llama.cpp then computes every position of a pass through
-        the last layer, not only those with logits: a verify already does."""
+    def keep_hidden(self, layers: Sequence[int] = ()) -> list[HiddenRows]:
+        """Keep, from each decode on, every position's hidden state for a head, each sequence
+        its own rows: the inputs of `layers`, side by side (EAGLE-3), or with none given, the
+        last hidden state (what an MTP layer reads). Returns each sequence's rows."""
         width = self.n_embd * (len(layers) or 1)
-        budget = HIDDEN_ROWS_BYTES // (width * 4)
-        self.hidden_rows = HiddenRows(width, max(2 * self.n_batch, min(self.n_ctx, budget)))
-        self._hidden_layers = tuple(layers)
-        for layer in dict.fromkeys(layers):
-            ext.function("llama_set_embeddings_layer_inp")(self._ctx, layer, True)
-        if not layers:
-            ext.function("llama_set_embeddings_nextn")(self._ctx, True, False)
+        budget = HIDDEN_ROWS_BYTES // (width * 4 * len(self.caches))
+        for cache in self.caches:
+            cache.hidden = HiddenRows(width, max(2 * self.n_batch, min(self.n_ctx, budget)))
+        self.batch.keep_hidden(layers)
         self.reset()  # what the cache held has no rows
-        return self.hidden_rows
-
-    def _hidden_outputs(self, count: int) -> list[np.ndarray]:
-        """The last decode's hidden rows [count, n_embd] per kept layer, in batch order."""
-        if not self._hidden_layers:
-            pointers = [ext.function("llama_get_embeddings_nextn")(self._ctx)]
-        else:
-            get = ext.function("llama_get_embeddings_layer_inp")
-            pointers = [get(self._ctx, layer) for layer in self._hidden_layers]
-        return [self._view(pointer, self.n_embd)[:count] for pointer in pointers]
-
-    def probe_invariance(self) -> Invariance:
-        """Evaluate the last PROBE_POSITIONS positions of a fixed sequence one per pass, in
-        one batch, in two, and in each way `Invariance` names; decode from now on in the
-        first way whose logits are those of one position per pass, bit for bit (a kernel
-        that differs at all differs here)."""
-        sequence = [(7919 * i + 13) % self.n_vocab for i in range(PROBE_POSITIONS + 4)]
-        ends = range(len(sequence) - PROBE_POSITIONS + 1, len(sequence) + 1)
-
-        def evaluate(
-            min_width: int, max_width: int | None, stops: Sequence[int] = ends[-1:]
-        ) -> np.ndarray:
-            self.reset()
-            self.min_width, self.max_width = min_width, max_width
-            rows = [
-                self.logits(sequence[:stop], stop - start)
-                for start, stop in zip([ends[0] - 1, *stops], stops)
-            ]
-            return np.concatenate(rows)
-
-        try:
-            single = evaluate(1, 1)
-            batch = evaluate(1, None)
-            # Widths 2 and 7: other widths, other slots. Equal, batches agree among themselves.
-            batches_agree = np.array_equal(batch, evaluate(1, None, [ends[1], ends[-1]]))
-            if batches_agree and np.array_equal(batch, single):
-                found = Invariance("batch", 0.0)
-            elif batches_agree and np.array_equal(batch, evaluate(2, None, ends)):
-                found = Invariance("padded", float(np.abs(batch - single).max()))
-            else:
-                width = next(
-                    (w for w in CHUNK_WIDTHS if np.array_equal(single, evaluate(1, w))), None
-                )
-                found = Invariance(
-                    "chunked" if width else "serial", float(np.abs(batch - single).max()), width
-                )
-        finally:
-            self.reset()
-        self.min_width = 2 if found.mode == "padded" else 1
-        self.max_width = found.width or (1 if found.mode == "serial" else None)
-        return found
+        return [cache.hidden for cache in self.caches if cache.hidden is not None]
 
     # --- metadata ----------------------------------------------------------------------
 
@@ -696,21 +520,21 @@ class Model(Vocabulary):
         """Free the native objects once: the handles are taken from `self` before they are
         freed, so a signal during close, or `__del__` after it, cannot free them again."""
         handles = (
-            getattr(self, "_batch", None),
+            getattr(self, "batch", None),
             getattr(self, "_ctx", None),
             getattr(self, "_model", None),
-            getattr(self, "_samplers", {}),
+            getattr(self, "samplers", None),
         )
-        self._batch = self._ctx = self._model = None
-        self._samplers = {}
+        self.batch = self.samplers = None  # type: ignore[assignment]
+        self._ctx = self._model = None
         batch, ctx, model, samplers = handles
         if batch is not None:
-            llama.llama_batch_free(batch)
+            batch.close()
         if ctx:
             llama.llama_synchronize(ctx)  # its device work done first (DESIGN.md, Vulkan)
             llama.llama_free(ctx)
-        for _, chain in samplers.values():  # after the context that refers to them
-            llama.llama_sampler_free(chain)
+        if samplers is not None:  # after the context that refers to them
+            samplers.close()
         if model:
             llama.llama_model_free(model)
 
@@ -724,23 +548,23 @@ class Model(Vocabulary):
         self.close()
 
 
-def _cut(runs: list[Run], n_batch: int) -> list[list[Run]]:
-    """The runs cut into decodes of `n_batch` positions at most, the last ending with the last
-    run (the first decode takes what is left over)."""
-    total = sum(run.end - run.start for run in runs)
-    decodes: list[list[Run]] = [[]]
+def _cut(parts: list[Part], n_batch: int) -> list[list[Part]]:
+    """The parts cut into decodes of `n_batch` positions at most, the last ending with the last
+    part (the first decode takes what is left over)."""
+    total = sum(part.end - part.start for part in parts)
+    decodes: list[list[Part]] = [[]]
     room = total % n_batch or n_batch
-    for run in runs:
-        start = run.start
-        while start < run.end:
+    for part in parts:
+        start = part.start
+        while start < part.end:
             if not room:
                 decodes.append([])
                 room = n_batch
-            end = min(run.end, start + room)
-            decodes[-1].append(run._replace(start=start, end=end))
+            end = min(part.end, start + room)
+            decodes[-1].append(part._replace(start=start, end=end))
             room -= end - start
             start = end
-    return [runs for runs in decodes if runs]
+    return [parts for parts in decodes if parts]
 
 
 def _joined(earlier: Rows | None, later: Rows) -> Rows:

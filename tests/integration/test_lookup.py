@@ -185,8 +185,8 @@ def test_lookup_keeps_greedy_identity_and_accepts_copies(target, monkeypatch):
     # The tiny model's greedy output soon repeats itself, which lookup exploits. Its decode
     # (~0.2 ms) is no longer than the Python around it, so auto's choice would follow that
     # noise; 2 ms more a decode makes it cost what a small real model's does.
-    decode = target._decode
-    monkeypatch.setattr(target, "_decode", lambda: (time.sleep(0.002), decode())[1])
+    decode = target.batch._decode
+    monkeypatch.setattr(target.batch, "_decode", lambda: (time.sleep(0.002), decode())[1])
     prompt = target.tokenize("the cat and the dog and the cat and the dog")
     plain, _ = greedy_tokens(target, prompt, max_tokens=80)
     for policy in (FixedGamma(4), AdaptiveGamma(8)):

@@ -108,16 +108,16 @@ def test_the_cache_is_cut_only_where_it_may_hold_more(tiny_target, fresh, monkey
         assert drops == [len(seq) - 3]
 
         seq = seq[:-3] + [301]
-        decode = model._decode
+        decode = model.batch._decode
 
         def cut_short() -> int:
             decode()  # the positions are written, then Ctrl-C arrives before they are recorded
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(model, "_decode", cut_short)
+        monkeypatch.setattr(model.batch, "_decode", cut_short)
         with pytest.raises(KeyboardInterrupt):
             model.logits(seq + [302, 303], 1)
-        monkeypatch.setattr(model, "_decode", decode)
+        monkeypatch.setattr(model.batch, "_decode", decode)
         drops.clear()
         assert_close(model.logits(seq + [304], 1), fresh_logits(fresh, seq + [304], 1))
         assert drops == [len(seq)]

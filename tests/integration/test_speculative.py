@@ -109,9 +109,9 @@ def test_the_first_token_comes_from_the_prompts_pass(tiny_target, monkeypatch):
         plain, _ = greedy_tokens(target, prompt, max_tokens=8)
         target.reset()
         decodes: list[int] = []  # the cache's length before each decode
-        decode = target._decode
+        decode = target.batch._decode
         monkeypatch.setattr(
-            target, "_decode", lambda: decodes.append(len(target.tokens)) or decode()
+            target.batch, "_decode", lambda: decodes.append(len(target.tokens)) or decode()
         )
         policy = FixedSchedule([0] * 8)
         events = list(generate(target, prompt, params=GREEDY, policy=policy, max_tokens=8))

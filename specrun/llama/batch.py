@@ -1,0 +1,206 @@
+"""One decode of a llama.cpp context: runs of positions, of one sequence or several, filled
+into the native batch, and what the decode gives back for each run.
+
+A `Batch` owns a context's `llama_batch` and numpy views of its arrays (a run is filled by
+array copies), and views of llama.cpp's output buffers. `decode(runs)` decodes every run's
+positions in one pass; then `logits(i)`, `candidates(i, width)` and `hidden(i)` are run i's
+rows of logits, of the device's candidates and of kept hidden states: views of llama.cpp's
+buffers, valid until the next decode. `Model` (the KV cache as a cache of token sequences)
+and `Capture` (what a head is trained on) both decode through it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import llama_cpp as llama
+import numpy as np
+
+from specrun.errors import SpecrunError
+from specrun.llama import ext
+
+
+class Run(NamedTuple):
+    """Positions start, start + 1, ... of sequence `seq_id`, holding `tokens` and then
+    `padding` copies of the last (positions decoded only to widen the pass); llama.cpp
+    computes logits from `tokens[logits_from]` on, padding included (`len(tokens) +
+    padding`: none)."""
+
+    seq_id: int
+    tokens: Sequence[int]
+    start: int
+    logits_from: int
+    padding: int = 0
+
+    @property
+    def width(self) -> int:
+        return len(self.tokens) + self.padding
+
+    @property
+    def outputs(self) -> int:
+        return self.width - self.logits_from
+
+
+class DecodeFailed(SpecrunError):
+    """llama_decode returned an error status."""
+
+
+class Batch:
+    """The native batch of `context` (`n_batch` positions at most), its output buffers read
+    as rows of `n_vocab` logits and, once `keep_hidden` asked, of `n_embd` hidden states."""
+
+    def __init__(
+        self, context: llama.llama_context_p, n_batch: int, n_vocab: int, n_embd: int, name: str
+    ) -> None:
+        self.context = context
+        self.n_batch = n_batch
+        self.n_vocab = n_vocab
+        self.n_embd = n_embd
+        self.name = name
+        native = self.native = llama.llama_batch_init(n_batch, 0, 1)
+        self._tokens = np.ctypeslib.as_array(native.token, shape=(n_batch,))
+        self._pos = np.ctypeslib.as_array(native.pos, shape=(n_batch,))
+        self._flags = np.ctypeslib.as_array(native.logits, shape=(n_batch,))
+        # Every position is in one sequence, 0 until a run says otherwise; `_seq` mirrors the
+        # ids the native array holds (llama.cpp never writes to a batch).
+        np.ctypeslib.as_array(native.n_seq_id, shape=(n_batch,))[:] = 1
+        self._seq = np.zeros(n_batch, np.int32)
+        for j in range(n_batch):
+            native.seq_id[j][0] = 0
+        self.positions = np.arange(0, dtype=np.int32)  # grown as runs reach further
+        # Of the last decode: where each run's positions and rows begin, and the rows in all.
+        self._at: list[int] = []
+        self._rows_at: list[int] = []
+        self.n_outputs = 0
+        # The layers whose inputs are kept, side by side (EAGLE-3); () the last hidden state
+        # (MTP); None: no hidden states kept.
+        self.hidden_layers: tuple[int, ...] | None = None
+        # Views of llama.cpp's output buffers, by what they view (`_view`).
+        self._views: dict[tuple[int, int, type], np.ndarray] = {}
+
+    def keep_hidden(self, layers: Sequence[int] = ()) -> None:
+        """From the next decode on, keep every position's hidden state: the inputs of
+        `layers`, or with none given, the last hidden state. llama.cpp then computes every
+        position of a pass through the last layer, not only those with logits."""
+        self.hidden_layers = tuple(layers)
+        for layer in dict.fromkeys(layers):
+            ext.function("llama_set_embeddings_layer_inp")(self.context, layer, True)
+        if not layers:
+            ext.function("llama_set_embeddings_nextn")(self.context, True, False)
+
+    def fill(self, runs: Sequence[Run]) -> None:
+        """Put the runs' positions in the batch, one after another."""
+        j = rows = 0
+        self._at.clear()
+        self._rows_at.clear()
+        for run in runs:
+            n, width = len(run.tokens), run.width
+            end = run.start + width
+            if end > len(self.positions):
+                self.positions = np.arange(max(end, 2 * len(self.positions)), dtype=np.int32)
+            self._tokens[j : j + n] = run.tokens
+            if run.padding:
+                self._tokens[j + n : j + width] = run.tokens[-1]
+            self._pos[j : j + width] = self.positions[run.start : end]
+            self._flags[j : j + run.logits_from] = 0
+            self._flags[j + run.logits_from : j + width] = 1
+            held = self._seq[j : j + width]
+            for k in np.flatnonzero(held != run.seq_id):
+                self.native.seq_id[j + int(k)][0] = run.seq_id
+            held[:] = run.seq_id
+            self._at.append(j)
+            self._rows_at.append(rows)
+            j += width
+            rows += run.outputs
+        self.native.n_tokens = j
+        self.n_outputs = rows
+
+    def decode(self, runs: Sequence[Run]) -> None:
+        """Decode the runs in one pass; DecodeFailed where llama.cpp refuses."""
+        self.fill(runs)
+        status = self._decode()
+        if status != 0:
+            raise DecodeFailed(f"{self.name}: llama_decode failed (status {status})")
+
+    def logits(self, run: int) -> np.ndarray:
+        """Run `run`'s rows of logits [outputs, n_vocab], a view of llama.cpp's buffer."""
+        first = self._rows_at[run]
+        return self._outputs(self.n_outputs)[first : first + self._outputs_of(run)]
+
+    def all_logits(self) -> np.ndarray:
+        """Every row of the decode [n_outputs, n_vocab], in batch order (a view)."""
+        return self._outputs(self.n_outputs)
+
+    def candidates(self, run: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Run `run`'s rows as the device's `width` best candidates (ids, logits): views."""
+        first, count = self._rows_at[run], self._outputs_of(run)
+        return self._candidates(count, width, after=self.n_outputs - first - count)
+
+    def hidden(self, run: int) -> list[np.ndarray]:
+        """Run `run`'s hidden rows [positions, n_embd], one block per kept layer (views)."""
+        first = self._at[run]
+        end = self._at[run + 1] if run + 1 < len(self._at) else int(self.native.n_tokens)
+        return [rows[first:end] for rows in self.all_hidden()]
+
+    def all_hidden(self) -> list[np.ndarray]:
+        """Every position's hidden rows, one block per kept layer, in batch order (views)."""
+        return self._hidden(int(self.native.n_tokens))
+
+    def _outputs_of(self, run: int) -> int:
+        end = self._rows_at[run + 1] if run + 1 < len(self._rows_at) else self.n_outputs
+        return end - self._rows_at[run]
+
+    # --- the native calls, a thin layer a model without weights can replace -------
+    # llama_cpp's bindings return Any (its ctypes_function decorator is untyped): a result
+    # returned on is declared as what ctypes makes of the C type.
+
+    def _decode(self) -> int:
+        status: int = llama.llama_decode(self.context, self.native)
+        return status
+
+    def _outputs(self, count: int) -> np.ndarray:
+        """The last decode's logits [count, n_vocab], in batch order: a view of llama.cpp's
+        buffer."""
+        return self._view(llama.llama_get_logits(self.context), self.n_vocab)[:count]
+
+    def _candidates(self, count: int, width: int, after: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """The last decode's candidates [count, width] (ids, logits) of the `count` rows before
+        its last `after`, in batch order: views of llama.cpp's buffers, whose rows lie a
+        vocabulary apart."""
+        first = -(count + after)
+        found = llama.llama_get_sampled_candidates_count_ith(self.context, first)
+        if found != width:
+            raise SpecrunError(f"{self.name}: the backend chose {found} candidates, not {width}")
+        ids = llama.llama_get_sampled_candidates_ith(self.context, first)
+        values = llama.llama_get_sampled_logits_ith(self.context, first)
+        rows = slice(count), slice(width)
+        return self._view(ids, self.n_vocab)[rows], self._view(values, self.n_vocab)[rows]
+
+    def _hidden(self, count: int) -> list[np.ndarray]:
+        """The last decode's hidden rows [count, n_embd] per kept layer, in batch order."""
+        if not self.hidden_layers:
+            pointers = [ext.function("llama_get_embeddings_nextn")(self.context)]
+        else:
+            get = ext.function("llama_get_embeddings_layer_inp")
+            pointers = [get(self.context, layer) for layer in self.hidden_layers]
+        return [self._view(pointer, self.n_embd)[:count] for pointer in pointers]
+
+    def _view(self, pointer: ctypes._Pointer[Any], columns: int) -> np.ndarray:
+        """A [n_batch, columns] view of one of llama.cpp's output buffers from `pointer` on.
+
+        Made once for each address, width and type the buffer has (it moves only when
+        llama.cpp reallocates it): numpy's as_array, right after a decode with the CPU's
+        caches cold, costs a measurable share of a small model's round.
+        """
+        key = (ctypes.addressof(pointer.contents), columns, pointer._type_)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = np.ctypeslib.as_array(pointer, (self.n_batch, columns))
+        return view
+
+    def close(self) -> None:
+        native, self.native = self.native, None
+        if native is not None:
+            llama.llama_batch_free(native)
