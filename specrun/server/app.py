@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import uvicorn
 from starlette.applications import Starlette
@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specrun.core.sampling import SamplingParams, TokenLogprob
 from specrun.core.stats import Stats
 from specrun.server import metrics
+from specrun.server.bodies import ChatCompletionRequest, CompletionRequest, GenerationBody
 from specrun.server.connection import connection_type, late
 from specrun.server.pool import ModelPool
 from specrun.server.requests import (
@@ -40,6 +41,7 @@ from specrun.server.requests import (
     GenerationRequest,
     chat_request,
     check_json_content,
+    checked,
     completion_request,
     parse_body,
 )
@@ -53,6 +55,7 @@ LOOPBACK = AllowedHosts.of("127.0.0.1")
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
+Body = TypeVar("Body", bound=GenerationBody)
 
 
 Piece = Callable[[int], bytes]  # a token's bytes in text
@@ -91,13 +94,15 @@ def _completion_logprobs(
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class Endpoint(Generic[Body]):
     """What differs between /v1/chat/completions and /v1/completions."""
 
+    path: str
+    body: type[Body]  # the body it takes, as declared
     object_name: ObjectName  # a response's "object"
     chunk_object_name: ObjectName  # a streamed chunk's
     id_prefix: Literal["chatcmpl-", "cmpl-"]  # of the ids of its answers
-    request: Callable[[dict[str, Any], Mapping[str, str], SamplingParams], GenerationRequest]
+    request: Callable[[Body, Mapping[str, str], SamplingParams], GenerationRequest]
     whole: Callable[[str], dict[str, object]]  # the answer, in a response's choice
     part: Callable[[str], dict[str, object]]  # a piece of it, in a streamed chunk's choice
     opening: dict[str, object] | None  # the first streamed choice, before any text
@@ -106,6 +111,8 @@ class Endpoint:
 
 
 CHAT = Endpoint(
+    "/v1/chat/completions",
+    ChatCompletionRequest,
     "chat.completion",
     "chat.completion.chunk",
     "chatcmpl-",
@@ -116,6 +123,8 @@ CHAT = Endpoint(
     logprobs=_chat_logprobs,
 )
 COMPLETION = Endpoint(
+    "/v1/completions",
+    CompletionRequest,
     "text_completion",
     "text_completion",
     "cmpl-",
@@ -197,8 +206,8 @@ class Api:
             Route("/metrics", self.metrics),
             Route("/v1/models", self.models),
             Route("/v1/stats", self.stats),
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route(CHAT.path, self.chat, methods=["POST"]),
+            Route(COMPLETION.path, self.completions, methods=["POST"]),
         ]
         return Starlette(
             routes=routes,
@@ -260,8 +269,8 @@ class Api:
     async def completions(self, request: Request) -> Response:
         return await self._generation(request, COMPLETION)
 
-    async def _generation(self, request: Request, endpoint: Endpoint) -> Response:
-        body = await _json_body(request, self.read_timeout)
+    async def _generation(self, request: Request, endpoint: Endpoint[Body]) -> Response:
+        body = checked(endpoint.body, await _json_body(request, self.read_timeout))
         generation = endpoint.request(body, self.worker.pool.names, self.worker.defaults)
         jobs = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         for job in jobs:  # the Prefills: the prompt is in, or the request's error comes
@@ -275,7 +284,7 @@ class Api:
         return await self._answer(jobs, endpoint)
 
     def _record(
-        self, job: Job, endpoint: Endpoint, choices: list[dict[str, object]], *, chunk: bool
+        self, job: Job, endpoint: Endpoint[Any], choices: list[dict[str, object]], *, chunk: bool
     ) -> dict[str, object]:
         return {
             "id": job.id,
@@ -286,7 +295,7 @@ class Api:
         }
 
     def _logprobs(
-        self, job: Job, endpoint: Endpoint, entries: list[TokenLogprob], offset: int = 0
+        self, job: Job, endpoint: Endpoint[Any], entries: list[TokenLogprob], offset: int = 0
     ) -> dict[str, object] | None:
         if job.request.logprobs is None:
             return None
@@ -300,7 +309,7 @@ class Api:
         assert job.engine is not None, "a job with rounds ran on its engine"
         return parse_calls(text, tool_format(job.engine.target.chat_template))
 
-    async def _answer(self, jobs: list[Job], endpoint: Endpoint) -> Response:
+    async def _answer(self, jobs: list[Job], endpoint: Endpoint[Any]) -> Response:
         choices = [
             {"index": index, **await self._choice(job, endpoint)} for index, job in enumerate(jobs)
         ]
@@ -312,7 +321,7 @@ class Api:
             }
         )
 
-    async def _choice(self, job: Job, endpoint: Endpoint) -> dict[str, object]:
+    async def _choice(self, job: Job, endpoint: Endpoint[Any]) -> dict[str, object]:
         """One whole answer: its text or tool calls, log-probabilities and finish_reason."""
         text: list[str] = []
         entries: list[TokenLogprob] = []
@@ -335,7 +344,7 @@ class Api:
             "finish_reason": "tool_calls" if calls else job.finish_reason(),
         }
 
-    async def _chunks(self, jobs: list[Job], endpoint: Endpoint) -> AsyncIterator[str]:
+    async def _chunks(self, jobs: list[Job], endpoint: Endpoint[Any]) -> AsyncIterator[str]:
         """Server-sent events in OpenAI's chunk format, each answer's chunks by its index as
         they come. The usage and the figures come in the last chunk; with
         `stream_options.include_usage`, as OpenAI sends them: in a chunk of their own with no
@@ -387,7 +396,7 @@ class Api:
                 producer.cancel()
         yield "data: [DONE]\n\n"
 
-    async def _deltas(self, job: Job, endpoint: Endpoint) -> AsyncIterator[dict[str, object]]:
+    async def _deltas(self, job: Job, endpoint: Endpoint[Any]) -> AsyncIterator[dict[str, object]]:
         """One answer's chunks as choices (without their index): the opening, the text as it
         comes (what may be a tool call held until the answer ends), then its finish_reason."""
         if endpoint.opening:

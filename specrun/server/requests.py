@@ -1,8 +1,8 @@
 """Request checking for `specrun serve`: which Host names and content types reach the API, a
-body's bytes into JSON that holds only text and numbers a handler can use, and that JSON's
-fields into a typed `GenerationRequest` (the prompt as chat messages or as text, the sampling
-over the server's own settings, the token limit, the stop strings); or an `ApiError`, OpenAI's
-error shape, which names the field at fault."""
+body's bytes into JSON that holds only text and numbers a handler can use, and that JSON, read
+as the route's declared body (`bodies.py`), into a typed `GenerationRequest` (the prompt as
+chat messages or as text, the sampling over the server's own settings, the token limit, the
+stop strings); or an `ApiError`, OpenAI's error shape, which names the field at fault."""
 
 from __future__ import annotations
 
@@ -12,29 +12,35 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails, to_json
 from starlette.responses import JSONResponse
 
-from specrun.core.loop import MAX_TOP_LOGPROBS
 from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
 from specrun.prompt import Message, render
+from specrun.server.bodies import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    EndpointName,
+    GenerationBody,
+    NamedToolChoice,
+)
 from specrun.tools import Tool, ToolCall, ToolChoice, call_grammar, tool_format
 
-ROLES = ("system", "user", "assistant", "tool")
-FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
-Endpoint = Literal["chat", "completion"]
 NUMBER = (int, float)
-MAX_CHOICES = 128  # answers one request may ask for (`n`), as OpenAI allows
 MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
 # OpenAI's error `type`: the client's mistake, or the server's.
 ErrorKind = Literal["invalid_request_error", "server_error"]
 # The body field that holds the prompt: chat messages, or a completion's text.
 PromptField = Literal["messages", "prompt"]
+Declared = TypeVar("Declared", bound=GenerationBody)
 
 
 class ApiError(Exception):
@@ -208,7 +214,7 @@ class Unsupported:
     are ignored, as OpenAI-compatible servers do."""
 
     name: str
-    endpoints: tuple[Endpoint, ...]
+    endpoints: tuple[EndpointName, ...]
     asks_nothing: Callable[[Any], bool]  # the values that leave the answer as it is
     what: str  # what the field asks for, in the error's words
 
@@ -223,7 +229,6 @@ def _nothing(value: Any) -> bool:
     )
 
 
-BOTH: tuple[Endpoint, ...] = ("chat", "completion")
 UNSUPPORTED = (
     Unsupported("functions", ("chat",), _nothing, "function calls (send `tools`)"),
     Unsupported(
@@ -240,7 +245,7 @@ UNSUPPORTED = (
 )
 
 
-def _check_supported(body: dict[str, Any], endpoint: Endpoint) -> None:
+def _check_supported(body: dict[str, Any], endpoint: EndpointName) -> None:
     for field in UNSUPPORTED:
         if endpoint in field.endpoints and not field.asks_nothing(body.get(field.name)):
             raise ApiError(
@@ -300,15 +305,63 @@ class GenerationRequest:
         return engine.prompt(self.prompt, raw=True)
 
 
+def checked(declared: type[Declared], body: dict[str, Any]) -> Declared:
+    """A body as its route declares it, once no field it refuses by name asks for anything; or
+    the 400 that names the first field at fault."""
+    _check_supported(body, declared.endpoint)
+    try:
+        return declared.model_validate(body)
+    except ValidationError as error:
+        raise _refusal(error.errors()[0]) from None
+
+
+# pydantic's words for what a value must be, in JSON's, each formatted with its error's context.
+JSON_WORDS = {
+    "model_type": "must be an object",
+    "dict_type": "must be an object",
+    "too_short": "must have at least {min_length} item(s)",
+    "string_pattern_mismatch": "must match the pattern '{pattern}'",
+}
+
+
+def _refusal(error: ErrorDetails) -> ApiError:
+    """pydantic's error as OpenAI's: the field by its path, as `messages[0].content`; a wrong
+    type is `invalid_type`, a wrong value `invalid_value`."""
+    param = ""
+    for part in error["loc"]:
+        param += f"[{part}]" if isinstance(part, int) else f".{part}" if param else str(part)
+    kind = error["type"]
+    if kind == "missing":
+        return ApiError(
+            400,
+            f"missing required field `{param}`",
+            param=param,
+            code="missing_required_parameter",
+        )
+    if kind in JSON_WORDS:
+        said = JSON_WORDS[kind].format(**error.get("ctx", {}))
+    else:  # pydantic's own ("Input should be ...") or the bodies' ("must be ...")
+        said = error["msg"].replace("Input should", "must", 1)
+    return ApiError(
+        400,
+        f"`{param}` {said}, got {to_json(error['input']).decode()[:40]}",
+        param=param,
+        code="invalid_type" if kind.endswith("_type") else "invalid_value",
+    )
+
+
 def chat_request(
-    body: dict[str, Any], models: Mapping[str, str], defaults: SamplingParams
+    asked: ChatCompletionRequest, models: Mapping[str, str], defaults: SamplingParams
 ) -> GenerationRequest:
     """A /v1/chat/completions body, for the server of `models` (each name a request may
     give, to the id of its model; the first the default) with sampling `defaults`."""
-    _check_supported(body, "chat")
-    request = _generation_request(body, models, _messages, defaults)
-    tools = _tools(body)
-    choice = _tool_choice(body, tools)
+    messages = [_message(message) for message in asked.messages]
+    request = _generation_request(asked, models, messages, defaults)
+    tools = tuple(
+        Tool(tool.function.name, tool.function.description, tool.function.parameters)
+        for tool in asked.tools or ()
+    )
+    choice = _tool_choice(asked.tool_choice, tools)
     if choice not in ("auto", "none") and request.grammar is not None:
         raise ApiError(
             400,
@@ -321,10 +374,9 @@ def chat_request(
         if choice in ("required", tool.name):
             _schema(tool.schema, f"tools[{index}].function.parameters")
     request = replace(request, tools=tools, tool_choice=choice)
-    top = _field(body, "top_logprobs", (int,), "an integer")
-    if _field(body, "logprobs", (bool,), "true or false"):
-        return replace(request, logprobs=_bounded(top or 0, "top_logprobs", MAX_TOP_LOGPROBS))
-    if top:
+    if asked.logprobs:
+        return replace(request, logprobs=asked.top_logprobs or 0)
+    if asked.top_logprobs:
         raise ApiError(
             400,
             "`top_logprobs` needs `logprobs`: set it to true",
@@ -335,110 +387,49 @@ def chat_request(
 
 
 def completion_request(
-    body: dict[str, Any], models: Mapping[str, str], defaults: SamplingParams
+    asked: CompletionRequest, models: Mapping[str, str], defaults: SamplingParams
 ) -> GenerationRequest:
     """A /v1/completions body, whose prompt is sent as is; its `logprobs` is how many of the
-    most likely tokens to list at each position (0-5), as OpenAI's legacy API has it."""
-    _check_supported(body, "completion")
-    request = _generation_request(body, models, _text, defaults)
-    top = _field(body, "logprobs", (int,), "an integer (0-5)")
-    return request if top is None else replace(request, logprobs=_bounded(top, "logprobs", 5))
+    most likely tokens to list at each position, as OpenAI's legacy API has it."""
+    request = _generation_request(asked, models, asked.prompt, defaults)
+    return request if asked.logprobs is None else replace(request, logprobs=asked.logprobs)
 
 
-def _tools(body: dict[str, Any]) -> tuple[Tool, ...]:
-    """`tools`: functions, each with a name, a description and its parameters' schema."""
-    given = _field(body, "tools", (list,), "a list of tools") or []
-    tools = []
-    for index, tool in enumerate(given):
-        param = f"tools[{index}]"
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if (
-            not isinstance(tool, dict)
-            or tool.get("type") != "function"
-            or not isinstance(function, dict)
-        ):
-            raise ApiError(
-                400,
-                f'`{param}` must be {{"type": "function", "function": {{...}}}}',
-                param=param,
-                code="invalid_value",
-            )
-        name = function.get("name")
-        if not isinstance(name, str) or not FUNCTION_NAME.fullmatch(name):
-            raise ApiError(
-                400,
-                f"`{param}.function.name` must be 1-64 letters, digits, _ or -",
-                param=f"{param}.function.name",
-                code="invalid_value",
-            )
-        description = function.get("description") or ""
-        parameters = function.get("parameters")
-        if not isinstance(description, str) or not isinstance(parameters, (dict, type(None))):
-            raise ApiError(
-                400,
-                f"`{param}.function` has a text `description` and a schema as `parameters`",
-                param=f"{param}.function",
-                code="invalid_type",
-            )
-        tools.append(Tool(name, description, parameters))
-    return tuple(tools)
+def _message(message: ChatMessage) -> Message:
+    """A declared message as the prompt's: its text parts joined; an assistant's calls and a
+    tool's call id, each where its role has one."""
+    content = message.content
+    text = "\n".join(part.text for part in content) if isinstance(content, list) else content
+    calls = tuple(
+        ToolCall(call.function.name, call.function.arguments, call.id)
+        for call in (message.tool_calls or () if message.role == "assistant" else ())
+    )
+    call_id = message.tool_call_id if message.role == "tool" else None
+    return Message(message.role, text or "", tool_calls=calls, tool_call_id=call_id)
 
 
-def _tool_choice(body: dict[str, Any], tools: tuple[Tool, ...]) -> ToolChoice:
-    """`tool_choice`: none, auto (the default), required, or {"type": "function",
-    "function": {"name": ...}} for one of the tools."""
-    choice = body.get("tool_choice")
-    if choice is None:
-        return "auto"
-    if isinstance(choice, dict):
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if choice.get("type") != "function" or not isinstance(name, str):
-            raise ApiError(
-                400,
-                '`tool_choice` names a function as {"type": "function", "function": {"name": ...}}',
-                param="tool_choice",
-                code="invalid_value",
-            )
-        choice = name
-    elif choice not in ("none", "auto", "required"):
+def _tool_choice(choice: str | NamedToolChoice | None, tools: tuple[Tool, ...]) -> ToolChoice:
+    """`tool_choice` as the tools read it: none, auto (the default), required, or the name
+    of the one function to call, which `tools` must offer."""
+    name = choice.function.name if isinstance(choice, NamedToolChoice) else choice or "auto"
+    if name not in ("none", "auto") and not any(name in ("required", tool.name) for tool in tools):
         raise ApiError(
             400,
-            f"`tool_choice` must be none, auto, required or a function, got {json.dumps(choice)}",
-            param="tool_choice",
-            code="invalid_value",
-        )
-    if choice not in ("none", "auto") and not any(
-        choice in ("required", tool.name) for tool in tools
-    ):
-        raise ApiError(
-            400,
-            f"`tool_choice` asks for a call of {'a tool' if choice == 'required' else choice!r}, "
+            f"`tool_choice` asks for a call of {'a tool' if name == 'required' else name!r}, "
             "which `tools` does not offer",
             param="tool_choice",
             code="invalid_value",
         )
-    return str(choice)
-
-
-def _bounded(value: int, name: str, most: int) -> int:
-    if not 0 <= value <= most:
-        raise ApiError(
-            400,
-            f"`{name}` must be between 0 and {most}, got {value}",
-            param=name,
-            code="invalid_value",
-        )
-    return value
+    return name
 
 
 def _generation_request(
-    body: dict[str, Any],
+    asked: GenerationBody,
     models: Mapping[str, str],
-    prompt: Callable[[dict[str, Any]], list[Message] | str],
+    prompt: list[Message] | str,
     defaults: SamplingParams,
 ) -> GenerationRequest:
-    named = _field(body, "model", (str,), "a string")
+    named = asked.model
     if named is not None and named not in models:
         served = ", ".join(f"`{model}`" for model in dict.fromkeys(models.values()))
         raise ApiError(
@@ -447,74 +438,54 @@ def _generation_request(
             param="model",
             code="model_not_found",
         )
-    asked = prompt(body)
-    n = _field(body, "n", (int,), "an integer")
-    if n is not None and not 1 <= n <= MAX_CHOICES:
+    if asked.stream_options is not None and not asked.stream:
         raise ApiError(
-            400, f"`n` must be between 1 and {MAX_CHOICES}", param="n", code="invalid_value"
+            400,
+            "`stream_options` is only for a streamed answer: set `stream` to true",
+            param="stream_options",
+            code="invalid_value",
         )
-    max_tokens = _field(body, "max_tokens", (int,), "an integer")
-    if max_tokens is None:  # the chat API's newer name
-        max_tokens = _field(body, "max_completion_tokens", (int,), "an integer")
-    stream = bool(_field(body, "stream", (bool,), "true or false"))
-    grammar, grammar_param = _grammar(body)
+    grammar, grammar_param = _grammar(asked)
     return GenerationRequest(
-        asked,
-        _sampling(body, defaults),
+        prompt,
+        _sampling(asked, defaults),
         models[named] if named is not None else next(iter(models.values())),
-        max_tokens,
-        _stop(body),
-        stream,
-        include_usage=_include_usage(body, stream),
+        asked.max_tokens if asked.max_tokens is not None else asked.max_completion_tokens,
+        (asked.stop,) if isinstance(asked.stop, str) else tuple(asked.stop or ()),
+        asked.stream,
+        include_usage=asked.stream_options is not None and asked.stream_options.include_usage,
         grammar=grammar,
         grammar_param=grammar_param,
-        n=n or 1,
+        n=asked.n,
     )
 
 
-def _grammar(body: dict[str, Any]) -> tuple[str | None, str | None]:
+def _grammar(asked: GenerationBody) -> tuple[str | None, str | None]:
     """The GBNF grammar the answer must keep to, and the field that asked: OpenAI's
     `response_format` (`json_object`, `json_schema`), or llama-server's `grammar` (GBNF) or
     `json_schema` (a schema); one of them at most."""
-    asked = [n for n in ("response_format", "grammar", "json_schema") if body.get(n) is not None]
-    if len(asked) > 1:
+    given = [
+        n for n in ("response_format", "grammar", "json_schema") if getattr(asked, n) is not None
+    ]
+    if len(given) > 1:
         raise ApiError(
             400,
-            f"`{asked[0]}` and `{asked[1]}` each constrain the answer: send one",
-            param=asked[1],
+            f"`{given[0]}` and `{given[1]}` each constrain the answer: send one",
+            param=given[1],
             code="invalid_value",
         )
-    if not asked:
+    form = asked.response_format
+    if asked.grammar is not None:
+        return asked.grammar or None, "grammar"
+    if asked.json_schema is not None:
+        return _schema(asked.json_schema, "json_schema"), "json_schema"
+    if form is None or form.type == "text":
         return None, None
-    name = asked[0]
-    if name == "grammar":
-        gbnf = _field(body, "grammar", (str,), "a GBNF grammar (a string)")
-        return (gbnf or None), "grammar"
-    if name == "json_schema":
-        schema = _field(body, "json_schema", (dict, bool), "a JSON schema")
-        return _schema(schema, "json_schema"), "json_schema"
-    form = _field(body, "response_format", (dict,), "an object with a `type`")
-    kind = form.get("type")
-    if kind == "text":
-        return None, None
-    if kind == "json_object":
+    if form.type == "json_object":
         return JSON_GRAMMAR, "response_format"
-    if kind == "json_schema":
-        spec = form.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), (dict, bool)):
-            raise ApiError(
-                400,
-                "`response_format.json_schema` must be an object with the `schema`",
-                param="response_format.json_schema",
-                code="invalid_value",
-            )
-        return _schema(spec["schema"], "response_format.json_schema.schema"), "response_format"
-    raise ApiError(
-        400,
-        f"`response_format.type` must be text, json_object or json_schema, got {json.dumps(kind)}",
-        param="response_format.type",
-        code="invalid_value",
-    )
+    assert form.json_schema is not None, "declared: given where the type is json_schema"
+    schema = _schema(form.json_schema.schema_, "response_format.json_schema.schema")
+    return schema, "response_format"
 
 
 def _schema(schema: dict[str, Any] | bool, param: str) -> str:
@@ -524,66 +495,21 @@ def _schema(schema: dict[str, Any] | bool, param: str) -> str:
         raise ApiError(400, str(error), param=param, code="invalid_value") from None
 
 
-def _include_usage(body: dict[str, Any], stream: bool) -> bool:
-    """`stream_options.include_usage`; stream options without a stream are a mistake."""
-    options = _field(body, "stream_options", (dict,), "an object")
-    if options is None:
-        return False
-    if not stream:
-        raise ApiError(
-            400,
-            "`stream_options` is only for a streamed answer: set `stream` to true",
-            param="stream_options",
-            code="invalid_value",
-        )
-    include = options.get("include_usage")
-    if include is not None and not isinstance(include, bool):
-        raise ApiError(
-            400,
-            f"`stream_options.include_usage` must be true or false, got {json.dumps(include)[:40]}",
-            param="stream_options.include_usage",
-            code="invalid_type",
-        )
-    return bool(include)
-
-
-def _field(
-    body: dict[str, Any], name: str, kinds: tuple[type, ...], what: str, *, required: bool = False
-) -> Any:
-    """body[name] if it has one of `kinds` (a bool is no number); None when absent or null."""
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise ApiError(
-                400,
-                f"missing required field `{name}`",
-                param=name,
-                code="missing_required_parameter",
-            )
-        return None
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ApiError(
-            400,
-            f"`{name}` must be {what}, got {json.dumps(value)[:40]}",
-            param=name,
-            code="invalid_type",
-        )
-    return value
-
-
-def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
-    """The request's sampling fields over the server's own (its --temp, --top-k, ...)."""
-    given = {
-        "temperature": _field(body, "temperature", NUMBER, "a number"),
-        "top_p": _field(body, "top_p", NUMBER, "a number"),
-        "min_p": _field(body, "min_p", NUMBER, "a number"),
-        "top_k": _field(body, "top_k", (int,), "an integer"),
-        "seed": _field(body, "seed", (int,), "an integer"),
-        "presence_penalty": _field(body, "presence_penalty", NUMBER, "a number"),
-        "frequency_penalty": _field(body, "frequency_penalty", NUMBER, "a number"),
-        "repeat_penalty": _field(body, "repeat_penalty", NUMBER, "a number"),
-        "penalty_last_n": _field(body, "repeat_last_n", (int,), "an integer"),
-        "logit_bias": _logit_bias(body),
+def _sampling(asked: GenerationBody, defaults: SamplingParams) -> SamplingParams:
+    """The request's sampling fields over the server's own (its --temp, --top-k, ...); the
+    library checks their ranges, and names the field of one out of its range."""
+    bias = asked.logit_bias
+    given: dict[str, Any] = {
+        "temperature": asked.temperature,
+        "top_p": asked.top_p,
+        "min_p": asked.min_p,
+        "top_k": asked.top_k,
+        "seed": asked.seed,
+        "presence_penalty": asked.presence_penalty,
+        "frequency_penalty": asked.frequency_penalty,
+        "repeat_penalty": asked.repeat_penalty,
+        "penalty_last_n": asked.repeat_last_n,
+        "logit_bias": None if bias is None else tuple((int(t), b) for t, b in bias.items()),
     }
     try:
         return replace(
@@ -591,129 +517,3 @@ def _sampling(body: dict[str, Any], defaults: SamplingParams) -> SamplingParams:
         )
     except OptionError as error:
         raise bad_value(error) from None
-
-
-def _logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...] | None:
-    """OpenAI's `logit_bias`: token ids (as JSON's keys, text) to a bias from -100 to 100."""
-    bias = _field(body, "logit_bias", (dict,), "an object of token ids to biases")
-    if bias is None:
-        return None
-    pairs = []
-    for key, value in bias.items():
-        if not key.strip().isdigit() or not isinstance(value, NUMBER) or isinstance(value, bool):
-            raise ApiError(
-                400,
-                f"`logit_bias` maps token ids to numbers, got {json.dumps({key: value})[:60]}",
-                param="logit_bias",
-                code="invalid_value",
-            )
-        pairs.append((int(key), float(value)))
-    return tuple(pairs)
-
-
-def _stop(body: dict[str, Any]) -> tuple[str, ...]:
-    stop = body.get("stop")
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        return (stop,)
-    if isinstance(stop, list) and all(isinstance(text, str) for text in stop):
-        return tuple(stop)
-    raise ApiError(
-        400, "`stop` must be a string or a list of strings", param="stop", code="invalid_type"
-    )
-
-
-def _text(body: dict[str, Any]) -> str:
-    text: str = _field(body, "prompt", (str,), "a string", required=True)
-    return text
-
-
-def _messages(body: dict[str, Any]) -> list[Message]:
-    messages = _field(body, "messages", (list,), "a list of messages", required=True)
-    if not messages:
-        raise ApiError(400, "`messages` is empty", param="messages", code="invalid_value")
-    return [_message(message, f"messages[{index}]") for index, message in enumerate(messages)]
-
-
-def _message(message: Any, param: str) -> Message:
-    if not isinstance(message, dict):
-        raise ApiError(
-            400,
-            f"`{param}` must be an object with `role` and `content`",
-            param=param,
-            code="invalid_type",
-        )
-    if message.get("role") not in ROLES:
-        role = json.dumps(message.get("role"))
-        raise ApiError(
-            400,
-            f"`{param}.role` must be one of {', '.join(ROLES)}, got {role}",
-            param=f"{param}.role",
-            code="invalid_value",
-        )
-    role = message["role"]
-    calls = _calls(message.get("tool_calls"), f"{param}.tool_calls") if role == "assistant" else ()
-    content = message.get("content")
-    if calls and content is None:  # an assistant that only called
-        content = ""
-    result = Message(role, _content(content, f"{param}.content"), tool_calls=calls)
-    if role == "tool":
-        call = message.get("tool_call_id")
-        if not isinstance(call, str):
-            raise ApiError(
-                400,
-                f"`{param}.tool_call_id` must name the call this result answers",
-                param=f"{param}.tool_call_id",
-                code="missing_required_parameter",
-            )
-        result = replace(result, tool_call_id=call)
-    return result
-
-
-def _calls(given: Any, param: str) -> tuple[ToolCall, ...]:
-    """An assistant message's `tool_calls`, each with its id, name and arguments (JSON text)."""
-    if given is None:
-        return ()
-    calls = []
-    for index, call in enumerate(given if isinstance(given, list) else [None]):
-        function = call.get("function") if isinstance(call, dict) else None
-        if (
-            not isinstance(function, dict)
-            or not isinstance(function.get("name"), str)
-            or not isinstance(function.get("arguments", "{}"), str)
-            or not isinstance(call.get("id", ""), str)
-        ):
-            raise ApiError(
-                400,
-                f"`{param}[{index}]` must be a call: "
-                '{"id", "type": "function", "function": {"name", "arguments"}}',
-                param=f"{param}[{index}]",
-                code="invalid_value",
-            )
-        arguments = function.get("arguments", "{}")
-        try:
-            json.loads(arguments or "{}")
-        except ValueError:
-            raise ApiError(
-                400,
-                f"`{param}[{index}].function.arguments` must be JSON text",
-                param=f"{param}[{index}].function.arguments",
-                code="invalid_value",
-            ) from None
-        calls.append(ToolCall(function["name"], arguments, call.get("id", "")))
-    return tuple(calls)
-
-
-def _content(content: Any, param: str) -> str:
-    """A message's text: a string, or OpenAI's list of text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-        for part in content
-    ):
-        return "\n".join(part["text"] for part in content)
-    raise ApiError(
-        400, f"`{param}` must be a string or a list of text parts", param=param, code="invalid_type"
-    )
