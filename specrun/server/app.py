@@ -1,9 +1,9 @@
 """`specrun serve`'s HTTP side: the Starlette routes of an OpenAI-compatible API (chat and
-text completions, answered whole or streamed as server-sent events, with models, stats and
-health) over a `Worker`, the middleware before them (the Host and content-type gate, the bearer
-key), the body read against its deadline, every error in OpenAI's shape, and uvicorn on
-`Connection` under the command's signal policy. A response's `specrun` object is its job's
-`Stats.as_dict()`, the figures of `run --json`."""
+text completions, answered whole or streamed as server-sent events, with models, stats,
+health and the OpenAPI document of the routes' bodies) over a `Worker`, the middleware before
+them (the Host and content-type gate, the bearer key), the body read against its deadline,
+every error in OpenAI's shape, and uvicorn on `Connection` under the command's signal policy.
+A response's `specrun` object is its job's `Stats.as_dict()`, the figures of `run --json`."""
 
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from specrun import __version__
 from specrun.core.sampling import SamplingParams, TokenLogprob
 from specrun.core.stats import Stats
-from specrun.server import metrics
+from specrun.server import metrics, openapi
 from specrun.server.bodies import ChatCompletionRequest, CompletionRequest, GenerationBody
 from specrun.server.connection import connection_type, late
 from specrun.server.pool import ModelPool
@@ -208,6 +209,7 @@ class Api:
             Route("/v1/stats", self.stats),
             Route(CHAT.path, self.chat, methods=["POST"]),
             Route(COMPLETION.path, self.completions, methods=["POST"]),
+            Route("/openapi.json", self.openapi),
         ]
         return Starlette(
             routes=routes,
@@ -236,6 +238,7 @@ class Api:
         )
 
     async def health(self, request: Request) -> Response:
+        """Whether the server answers."""
         return JSONResponse({"status": "ok"})
 
     async def models(self, request: Request) -> Response:
@@ -258,16 +261,25 @@ class Api:
         )
 
     async def metrics(self, request: Request) -> Response:
+        """The counters, as Prometheus text."""
         return Response(metrics.exposition(self.worker), media_type=metrics.CONTENT_TYPE)
 
     async def stats(self, request: Request) -> Response:
+        """The running generations' figures, the slots, the queue and the totals."""
         return JSONResponse({"model": self.worker.pool.default, **self.worker.snapshot()})
 
     async def chat(self, request: Request) -> Response:
+        """A conversation's next message, whole or streamed as server-sent events."""
         return await self._generation(request, CHAT)
 
     async def completions(self, request: Request) -> Response:
+        """Text that continues the prompt, whole or streamed as server-sent events."""
         return await self._generation(request, COMPLETION)
+
+    async def openapi(self, request: Request) -> Response:
+        """This document: the routes, and the request bodies they take."""
+        bodies = {endpoint.path: endpoint.body for endpoint in (CHAT, COMPLETION)}
+        return JSONResponse(openapi.document(request.app.routes, bodies, __version__))
 
     async def _generation(self, request: Request, endpoint: Endpoint[Body]) -> Response:
         body = checked(endpoint.body, await _json_body(request, self.read_timeout))

@@ -1,15 +1,23 @@
 """The request bodies as the server declares them: each body read into a `GenerationRequest`
-or refused with OpenAI's 400 naming the field at fault."""
+or refused with OpenAI's 400 naming the field at fault, and the OpenAPI document that
+publishes those declarations at /openapi.json, held to what the server really refuses."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.testclient import TestClient
 
 from specrun.core.sampling import SamplingParams
 from specrun.server import bodies
+from specrun.server.app import Api
 from specrun.server.bodies import ChatCompletionRequest, CompletionRequest
+from specrun.server.pool import ModelPool, Served
 from specrun.server.requests import (
     UNSUPPORTED,
     ApiError,
@@ -18,10 +26,13 @@ from specrun.server.requests import (
     checked,
     completion_request,
 )
+from specrun.server.worker import Worker
 
 MODELS = {"target": "target", "alias": "target"}
 DEFAULTS = SamplingParams(temperature=0.5, top_k=7)
 HELLO = [{"role": "user", "content": "hello"}]
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+VALID = {CHAT: {"messages": HELLO}, COMPLETIONS: {"prompt": "hi"}}
 
 
 def chat(**fields: Any) -> GenerationRequest:
@@ -41,6 +52,22 @@ def refusal(read: Any, **fields: Any) -> ApiError:
         read(**fields)
     assert refused.value.status == 400 and "\n" not in str(refused.value)
     return refused.value
+
+
+def no_model() -> Any:
+    raise AssertionError("no request in these tests reaches a model")
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    """The server's app over a worker whose model never loads: every request here is
+    answered, or refused, before it would."""
+    worker = Worker(ModelPool([Served("target", no_model)]), queue=1, defaults=DEFAULTS)
+    try:
+        with TestClient(Api(worker).app(None), base_url="http://127.0.0.1") as test_client:
+            yield test_client
+    finally:
+        worker.close()
 
 
 # --- bodies into requests -----------------------------------------------------------------------
@@ -212,3 +239,162 @@ def test_a_field_the_server_does_not_act_on_is_refused_before_the_rest():
     field = next(field for field in UNSUPPORTED if field.name == "echo")
     error = refusal(completion, echo=True, max_tokens="many")
     assert (error.param, error.code) == (field.name, "unsupported_parameter")
+
+
+# --- the OpenAPI document -----------------------------------------------------------------------
+
+
+def declared(name: str) -> type[BaseModel]:
+    model = getattr(bodies, name)
+    assert issubclass(model, BaseModel)
+    return model
+
+
+def test_the_document_lists_every_route_and_the_body_each_takes(client: TestClient):
+    response = client.get("/openapi.json")
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    document = response.json()
+    assert document["openapi"].startswith("3.1")
+    app = client.app
+    assert isinstance(app, Starlette)
+    routes = {route.path: route.methods for route in app.routes if isinstance(route, Route)}
+    assert document["paths"].keys() == routes.keys()
+    for path, methods in routes.items():
+        assert document["paths"][path].keys() == {m.lower() for m in methods} - {"head"}
+    for path, model in ((CHAT, "ChatCompletionRequest"), (COMPLETIONS, "CompletionRequest")):
+        body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert body["schema"] == {"$ref": f"#/components/schemas/{model}"}
+    assert all(
+        "requestBody" not in operation["get"]
+        for path, operation in document["paths"].items()
+        if "get" in operation
+    )
+
+
+def test_the_document_names_every_field_each_model_declares(client: TestClient):
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert {"ChatMessage", "ToolDefinition", "ResponseFormat", "StreamOptions"} <= schemas.keys()
+    for name, schema in schemas.items():
+        fields = declared(name).model_fields
+        assert schema["properties"].keys() == {field.alias or key for key, field in fields.items()}
+        assert set(schema.get("required", ())) == {
+            field.alias or key for key, field in fields.items() if field.is_required()
+        }
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_a_field_the_document_requires_is_refused_when_missing(client: TestClient, path: str):
+    document = client.get("/openapi.json").json()
+    body = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    name = body["schema"]["$ref"].rpartition("/")[2]
+    required = document["components"]["schemas"][name]["required"]
+    assert required and set(required) <= VALID[path].keys()
+    for field in required:
+        response = client.post(path, json={k: v for k, v in VALID[path].items() if k != field})
+        assert response.status_code == 400
+        assert response.json() == {
+            "error": {
+                "message": f"missing required field `{field}`",
+                "type": "invalid_request_error",
+                "param": field,
+                "code": "missing_required_parameter",
+            }
+        }
+
+
+TOOL = {"type": "function", "function": {"name": "f"}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def in_chat(**fields: Any) -> dict[str, Any]:
+    return {"messages": HELLO, **fields}
+
+
+# Each declared object that has required fields: where it sits in a body, a sound example of
+# it, and the body that holds it.
+PLACES: dict[str, tuple[type[BaseModel], str, dict[str, Any], Any]] = {
+    "ChatCompletionRequest": (ChatCompletionRequest, "", VALID[CHAT], lambda o: o),
+    "CompletionRequest": (CompletionRequest, "", VALID[COMPLETIONS], lambda o: o),
+    "ChatMessage": (ChatCompletionRequest, "messages[0].", HELLO[0], lambda o: {"messages": [o]}),
+    "TextPart": (
+        ChatCompletionRequest,
+        "messages[0].content[0].",
+        {"type": "text", "text": "hi"},
+        lambda o: {"messages": [{"role": "user", "content": [o]}]},
+    ),
+    "AssistantToolCall": (
+        ChatCompletionRequest,
+        "messages[0].tool_calls[0].",
+        CALL,
+        lambda o: {"messages": [{"role": "assistant", "tool_calls": [o]}]},
+    ),
+    "FunctionCall": (
+        ChatCompletionRequest,
+        "messages[0].tool_calls[0].function.",
+        CALL["function"],
+        lambda o: {"messages": [{"role": "assistant", "tool_calls": [{"function": o}]}]},
+    ),
+    "ToolDefinition": (ChatCompletionRequest, "tools[0].", TOOL, lambda o: in_chat(tools=[o])),
+    "FunctionDefinition": (
+        ChatCompletionRequest,
+        "tools[0].function.",
+        TOOL["function"],
+        lambda o: in_chat(tools=[{"type": "function", "function": o}]),
+    ),
+    "NamedToolChoice": (
+        ChatCompletionRequest,
+        "tool_choice.",
+        {"type": "function", "function": {"name": "f"}},
+        lambda o: in_chat(tools=[TOOL], tool_choice=o),
+    ),
+    "FunctionName": (
+        ChatCompletionRequest,
+        "tool_choice.function.",
+        {"name": "f"},
+        lambda o: in_chat(tools=[TOOL], tool_choice={"type": "function", "function": o}),
+    ),
+    "ResponseFormat": (
+        ChatCompletionRequest,
+        "response_format.",
+        {"type": "json_object"},
+        lambda o: in_chat(response_format=o),
+    ),
+    "JsonSchemaFormat": (
+        ChatCompletionRequest,
+        "response_format.json_schema.",
+        {"name": "x", "schema": {"type": "object"}},
+        lambda o: in_chat(response_format={"type": "json_schema", "json_schema": o}),
+    ),
+}
+
+
+def test_every_field_the_document_requires_anywhere_is_refused_when_missing(client: TestClient):
+    """Where a union's alternatives are one error (a message's content), the error names the
+    field that holds the object."""
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    requiring = {
+        name: schema["required"] for name, schema in schemas.items() if "required" in schema
+    }
+    assert requiring.keys() == PLACES.keys()
+    for name, required in requiring.items():
+        model, prefix, example, place = PLACES[name]
+        checked(model, place(example))  # sound as it is
+        for field in required:
+            with pytest.raises(ApiError) as refused:
+                checked(model, place({k: v for k, v in example.items() if k != field}))
+            assert refused.value.status == 400 and refused.value.param
+            assert (prefix + field).startswith(refused.value.param), (name, field)
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_a_wrong_type_is_an_openai_400_that_names_the_field(client: TestClient, path: str):
+    response = client.post(path, json={**VALID[path], "top_k": "many"})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "message": '`top_k` must be a valid integer, got "many"',
+            "type": "invalid_request_error",
+            "param": "top_k",
+            "code": "invalid_type",
+        }
+    }

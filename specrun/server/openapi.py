@@ -1,0 +1,46 @@
+"""The API's OpenAPI document, served at /openapi.json as vLLM's and FastAPI's servers serve
+theirs: each route with its methods and what it does (its handler's docstring), and the
+request body of each that takes one, as its declared model's JSON schema (`bodies.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+from starlette.routing import BaseRoute, Route
+
+SCHEMAS = "#/components/schemas/{model}"
+ERROR = 'an error in OpenAI\'s shape: {"error": {"message", "type", "param", "code"}}'
+
+
+def document(
+    routes: Iterable[BaseRoute], bodies: Mapping[str, type[BaseModel]], version: str
+) -> dict[str, Any]:
+    """OpenAPI 3.1 (whose schemas are JSON Schema's, as pydantic writes them) for `routes`;
+    `bodies`: the path of each route that takes a JSON body, to the body's model."""
+    refs, schemas = models_json_schema(
+        [(model, "validation") for model in bodies.values()], ref_template=SCHEMAS
+    )
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        operation: dict[str, Any] = {
+            "description": " ".join((route.endpoint.__doc__ or "").split()),
+            "responses": {"200": {"description": "the answer"}, "default": {"description": ERROR}},
+        }
+        if route.path in bodies:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": refs[bodies[route.path], "validation"]}},
+            }
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            paths.setdefault(route.path, {})[method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "specrun", "version": version},
+        "paths": paths,
+        "components": {"schemas": schemas.get("$defs", {})},
+    }
