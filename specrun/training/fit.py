@@ -1,6 +1,7 @@
-"""Training an EAGLE-3 head for a GGUF target: collect, fit, export.
+"""Training an EAGLE-3 head for a GGUF target: collect, prepare, fit, export.
 
-`train_head` runs the three phases, each resumable: the target's samples are kept in
+`train_head` runs the four steps (`collect_answers`, `prepare_data`, `fit_head`,
+`export_head`); collecting and fitting are resumable: the target's samples are kept in
 shards beside the output (`HEAD.train/`), the head's weights and optimizer in a
 checkpoint there, written every minute and on a stop; a later run with the same output
 goes on from both. The loss is EAGLE-3's: at every unrolled step, the cross-entropy of
@@ -280,21 +281,61 @@ class Checkpoint:
         return int(saved["step"]), float(saved["seconds"])
 
 
-def train_head(
-    target: Path,
-    out: Path,
-    options: TrainOptions = TrainOptions(),
-    on_progress: Callable[[Progress], None] = lambda progress: None,
-) -> Trained:
-    """Train an EAGLE-3 head for the GGUF `target` and write it to `out`."""
-    if options.minutes is None and options.steps is None:
-        raise SpecrunError("training needs a bound: `minutes` or `steps`")
-    device = pick_device(options.device)
-    if options.threads:
-        torch.set_num_threads(options.threads)
-    torch.manual_seed(options.seed)
-    work = out.with_name(out.name + ".train")
+@dataclass(frozen=True)
+class Collected:
+    """The target's answers: (request index, sample) in request order, of `requests` asked."""
 
+    samples: list[tuple[int, Sample]]
+    requests: int
+    layers: tuple[int, int, int]  # the target layers whose inputs each sample holds
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the head learns from: the draft vocabulary (its target ids, ascending), the
+    training samples and their windows in batches, and the held-out batches it is measured on."""
+
+    d2t: np.ndarray
+    train: list[Sample]
+    train_batches: list[Batch]
+    held_batches: list[Batch]
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The head as the fitting left it, and what the fitting did."""
+
+    head: Eagle3Head
+    steps: int
+    resumed_from: int
+    seconds: float
+    acceptance: tuple[float, ...]
+    initial_acceptance: tuple[float, ...]  # before the first step (a fresh run)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What bounds the fitting: steps, seconds or both, the first reached ending it."""
+
+    steps: int | None
+    seconds: float  # math.inf without a time bound
+
+    @classmethod
+    def of(cls, options: TrainOptions) -> Budget:
+        return cls(options.steps, (options.minutes or math.inf) * 60)
+
+    def spent(self, step: int, seconds: float) -> float:
+        """The share of the budget that `step` steps in `seconds` have used, 0 to 1."""
+        by_steps = step / self.steps if self.steps else 0.0
+        return min(max(by_steps, seconds / self.seconds), 1.0)
+
+
+def collect_answers(
+    target: Path, work: Path, options: TrainOptions, on_progress: Callable[[Progress], None]
+) -> Collected:
+    """The target's answers to the prompts and texts, with each position's layer inputs and
+    top-k log probabilities, kept in shards under `work` so that a later run resumes."""
     start = time.perf_counter()
     model = Model(target, threads=options.threads, n_ctx=SAMPLE_LENGTH)
     try:
@@ -315,89 +356,119 @@ def train_head(
             capture.close()
     finally:
         model.close()
-    collect_seconds = time.perf_counter() - start
+    return Collected(samples, len(wanted), layers, time.perf_counter() - start)
 
-    weights = read_target(target)
-    train = [s for i, s in samples if not data.held_out(i, len(wanted))]
-    held = [s for i, s in samples if data.held_out(i, len(wanted))]
+
+def prepare_data(collected: Collected, n_vocab: int, options: TrainOptions) -> Prepared:
+    """The held-out requests set apart, the draft vocabulary chosen from the others' answers,
+    and both cut in windows and batches."""
+    train = [s for i, s in collected.samples if not data.held_out(i, collected.requests)]
+    held = [s for i, s in collected.samples if data.held_out(i, collected.requests)]
     if not train:
         raise SpecrunError("no samples to learn from: give prompts or --text")
-    d2t = draft_vocabulary(train, len(weights.embeddings), options.draft_vocab)
-    to_draft = np.full(len(weights.embeddings), -1, np.int64)
+    d2t = draft_vocabulary(train, n_vocab, options.draft_vocab)
+    to_draft = np.full(n_vocab, -1, np.int64)
     to_draft[d2t] = np.arange(len(d2t))
     train_batches = batches(train, to_draft, options.window, options.batch, options.unrolled)
     held_batches = batches(held, to_draft, options.window, options.batch, options.unrolled)
     held_batches = held_batches[:: max(1, len(held_batches) * options.batch // HELD_OUT_WINDOWS)]
+    return Prepared(d2t, train, train_batches, held_batches)
 
-    head = build_head(weights, d2t, layers, device)
+
+def held_out_acceptance(
+    head: Eagle3Head, held_batches: Sequence[Batch], unrolled: int, device: torch.device
+) -> tuple[float, ...]:
+    """Per unrolled step, the share of held-out roots whose draft is the target's top token."""
+    head.eval()
+    sums = np.zeros(unrolled)
+    with torch.no_grad():
+        for batch in held_batches:
+            sums += unrolled_loss(head, batch, unrolled, device, measure=True)[1]
+    head.train()
+    return tuple(sums / max(len(held_batches), 1))
+
+
+def optimizer_step(
+    head: Eagle3Head,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    learning_rate: float,
+    unrolled: int,
+    device: torch.device,
+) -> float:
+    """One step on `batch` at `learning_rate`; the batch's loss before it."""
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+    loss, _ = unrolled_loss(head, batch, unrolled, device)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[no-untyped-call]
+    torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def fit_head(
+    head: Eagle3Head,
+    prepared: Prepared,
+    checkpoint: Checkpoint,
+    options: TrainOptions,
+    device: torch.device,
+    on_progress: Callable[[Progress], None],
+) -> Fitted:
+    """Train `head` until the budget is spent, going on from the checkpoint of this head where
+    there is one, saving it every CHECKPOINT_SECONDS of training and on a stop."""
     optimizer = torch.optim.AdamW(head.parameters(), lr=options.learning_rate, weight_decay=0.0)
-    checkpoint = Checkpoint(work / "checkpoint.pt")
-    step, seconds = checkpoint.load(head, optimizer, d2t)
+    step, seconds = checkpoint.load(head, optimizer, prepared.d2t)
     resumed_from, resumed_seconds = step, seconds
-    budget = (options.minutes or math.inf) * 60
-
-    def fraction() -> float:
-        by_steps = step / options.steps if options.steps else 0.0
-        return min(max(by_steps, seconds / budget), 1.0)
+    budget = Budget.of(options)
 
     def evaluate() -> tuple[float, ...]:
-        head.eval()
-        sums = np.zeros(options.unrolled)
-        with torch.no_grad():
-            for batch in held_batches:
-                sums += unrolled_loss(head, batch, options.unrolled, device, measure=True)[1]
-        head.train()
-        return tuple(sums / max(len(held_batches), 1))
+        return held_out_acceptance(head, prepared.held_batches, options.unrolled, device)
 
     rng = np.random.default_rng(options.seed + step)
     initial = evaluate() if step == 0 else ()
     acceptance: tuple[float, ...] = ()
     last_saved = seconds
-    next_evaluation = math.floor(fraction() * EVALUATIONS) + 1
+    next_evaluation = math.floor(budget.spent(step, seconds) * EVALUATIONS) + 1
     positions = 0  # trained on in this run, over its training seconds
     clock = time.perf_counter()
     try:
-        while fraction() < 1.0:
-            for index in rng.permutation(len(train_batches)):
-                if fraction() >= 1.0:
+        while budget.spent(step, seconds) < 1.0:
+            for index in rng.permutation(len(prepared.train_batches)):
+                fraction = budget.spent(step, seconds)
+                if fraction >= 1.0:
                     break
-                batch = train_batches[index]
-                for group in optimizer.param_groups:
-                    group["lr"] = schedule(fraction(), options.learning_rate)
-                loss, _ = unrolled_loss(head, batch, options.unrolled, device)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-                optimizer.step()
+                batch = prepared.train_batches[index]
+                rate = schedule(fraction, options.learning_rate)
+                loss = optimizer_step(head, optimizer, batch, rate, options.unrolled, device)
                 step += 1
                 positions += int(batch.features.shape[0] * batch.features.shape[1])
                 now = time.perf_counter()
                 seconds += now - clock
                 clock = now
-                if fraction() * EVALUATIONS >= next_evaluation:
+                if budget.spent(step, seconds) * EVALUATIONS >= next_evaluation:
                     next_evaluation += 1
                     acceptance = evaluate()
                     clock = time.perf_counter()  # measuring is not training
                 if seconds - last_saved >= CHECKPOINT_SECONDS:
-                    checkpoint.save(head, optimizer, step, seconds, d2t)
+                    checkpoint.save(head, optimizer, step, seconds, prepared.d2t)
                     last_saved = seconds
-                on_progress(
-                    Progress(
-                        "train",
-                        fraction(),
-                        1.0,
-                        step,
-                        float(loss.detach()),
-                        acceptance,
-                        positions / max(seconds - resumed_seconds, 1e-9),
-                    )
-                )
+                per_second = positions / max(seconds - resumed_seconds, 1e-9)
+                done = budget.spent(step, seconds)
+                on_progress(Progress("train", done, 1.0, step, loss, acceptance, per_second))
     except KeyboardInterrupt:
-        checkpoint.save(head, optimizer, step, seconds, d2t)
+        checkpoint.save(head, optimizer, step, seconds, prepared.d2t)
         raise
-    checkpoint.save(head, optimizer, step, seconds, d2t)
+    checkpoint.save(head, optimizer, step, seconds, prepared.d2t)
     if not acceptance or next_evaluation <= EVALUATIONS:
         acceptance = evaluate()
+    return Fitted(head, step, resumed_from, seconds, acceptance, initial)
+
+
+def export_head(
+    out: Path, target: Path, weights: TargetWeights, head: Eagle3Head, d2t: np.ndarray
+) -> None:
+    """The head as the GGUF llama.cpp's converter writes for an EAGLE-3 checkpoint, at `out`."""
     write_head(
         out,
         weights,
@@ -406,15 +477,39 @@ def train_head(
         tensors=head.gguf_tensors(),
         d2t=d2t,
     )
+
+
+def train_head(
+    target: Path,
+    out: Path,
+    options: TrainOptions = TrainOptions(),
+    on_progress: Callable[[Progress], None] = lambda progress: None,
+) -> Trained:
+    """Train an EAGLE-3 head for the GGUF `target` and write it to `out`: the target's answers
+    collected, prepared as batches, the head fitted to them and exported."""
+    if options.minutes is None and options.steps is None:
+        raise SpecrunError("training needs a bound: `minutes` or `steps`")
+    device = pick_device(options.device)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    torch.manual_seed(options.seed)
+    work = out.with_name(out.name + ".train")
+    collected = collect_answers(target, work, options, on_progress)
+    weights = read_target(target)
+    prepared = prepare_data(collected, len(weights.embeddings), options)
+    head = build_head(weights, prepared.d2t, collected.layers, device)
+    checkpoint = Checkpoint(work / "checkpoint.pt")
+    fitted = fit_head(head, prepared, checkpoint, options, device, on_progress)
+    export_head(out, target, weights, fitted.head, prepared.d2t)
     return Trained(
         path=out,
-        steps=step,
-        resumed_from=resumed_from,
-        samples=len(samples),
-        positions=sum(len(s.tokens) for s in train),
-        draft_vocab=len(d2t),
-        acceptance=acceptance,
-        initial_acceptance=initial,
-        collect_seconds=collect_seconds,
-        train_seconds=seconds,
+        steps=fitted.steps,
+        resumed_from=fitted.resumed_from,
+        samples=len(collected.samples),
+        positions=sum(len(s.tokens) for s in prepared.train),
+        draft_vocab=len(prepared.d2t),
+        acceptance=fitted.acceptance,
+        initial_acceptance=fitted.initial_acceptance,
+        collect_seconds=collected.seconds,
+        train_seconds=fitted.seconds,
     )
