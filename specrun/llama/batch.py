@@ -34,14 +34,6 @@ class Run(NamedTuple):
     logits_from: int
     padding: int = 0
 
-    @property
-    def width(self) -> int:
-        return len(self.tokens) + self.padding
-
-    @property
-    def outputs(self) -> int:
-        return self.width - self.logits_from
-
 
 class DecodeFailed(SpecrunError):
     """llama_decode returned an error status."""
@@ -67,13 +59,14 @@ class Batch:
         # ids the native array holds (llama.cpp never writes to a batch).
         np.ctypeslib.as_array(native.n_seq_id, shape=(n_batch,))[:] = 1
         self._seq = np.zeros(n_batch, np.int32)
+        self._seq_of_all = 0  # the sequence every position is in, -1 where they differ
         for j in range(n_batch):
             native.seq_id[j][0] = 0
         self.positions = np.arange(0, dtype=np.int32)  # grown as runs reach further
         # Of the last decode: where each run's positions and rows begin, and the rows in all.
         self._at: list[int] = []
         self._rows_at: list[int] = []
-        self.n_outputs = 0
+        self.n_outputs = self.runs_with_rows = 0
         # The layers whose inputs are kept, side by side (EAGLE-3); () the last hidden state
         # (MTP); None: no hidden states kept.
         self.hidden_layers: tuple[int, ...] | None = None
@@ -92,11 +85,12 @@ class Batch:
 
     def fill(self, runs: Sequence[Run]) -> None:
         """Put the runs' positions in the batch, one after another."""
-        j = rows = 0
+        j = rows = with_rows = 0
         self._at.clear()
         self._rows_at.clear()
         for run in runs:
-            n, width = len(run.tokens), run.width
+            n = len(run.tokens)
+            width = n + run.padding
             end = run.start + width
             if end > len(self.positions):
                 self.positions = np.arange(max(end, 2 * len(self.positions)), dtype=np.int32)
@@ -106,16 +100,25 @@ class Batch:
             self._pos[j : j + width] = self.positions[run.start : end]
             self._flags[j : j + run.logits_from] = 0
             self._flags[j + run.logits_from : j + width] = 1
-            held = self._seq[j : j + width]
-            for k in np.flatnonzero(held != run.seq_id):
-                self.native.seq_id[j + int(k)][0] = run.seq_id
-            held[:] = run.seq_id
+            self._in_sequence(run.seq_id, j, j + width)
             self._at.append(j)
             self._rows_at.append(rows)
             j += width
-            rows += run.outputs
+            rows += width - run.logits_from
+            with_rows += width > run.logits_from
         self.native.n_tokens = j
-        self.n_outputs = rows
+        self.n_outputs, self.runs_with_rows = rows, with_rows
+
+    def _in_sequence(self, seq_id: int, start: int, end: int) -> None:
+        """Put the batch's positions start..end in sequence `seq_id`, where they are not (a
+        batch of one sequence, the usual one, writes none)."""
+        if seq_id == self._seq_of_all:
+            return
+        held = self._seq[start:end]
+        for k in np.flatnonzero(held != seq_id):
+            self.native.seq_id[start + int(k)][0] = seq_id
+        held[:] = seq_id
+        self._seq_of_all = int(self._seq[0]) if np.all(self._seq == self._seq[0]) else -1
 
     def decode(self, runs: Sequence[Run]) -> None:
         """Decode the runs in one pass; DecodeFailed where llama.cpp refuses."""
@@ -127,7 +130,7 @@ class Batch:
     def logits(self, run: int) -> np.ndarray:
         """Run `run`'s rows of logits [outputs, n_vocab], a view of llama.cpp's buffer."""
         first = self._rows_at[run]
-        return self._outputs(self.n_outputs)[first : first + self._outputs_of(run)]
+        return self._outputs(self.n_outputs)[first : first + self.outputs_of(run)]
 
     def all_logits(self) -> np.ndarray:
         """Every row of the decode [n_outputs, n_vocab], in batch order (a view)."""
@@ -135,7 +138,7 @@ class Batch:
 
     def candidates(self, run: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Run `run`'s rows as the device's `width` best candidates (ids, logits): views."""
-        first, count = self._rows_at[run], self._outputs_of(run)
+        first, count = self._rows_at[run], self.outputs_of(run)
         return self._candidates(count, width, after=self.n_outputs - first - count)
 
     def hidden(self, run: int) -> list[np.ndarray]:
@@ -148,7 +151,8 @@ class Batch:
         """Every position's hidden rows, one block per kept layer, in batch order (views)."""
         return self._hidden(int(self.native.n_tokens))
 
-    def _outputs_of(self, run: int) -> int:
+    def outputs_of(self, run: int) -> int:
+        """How many rows run `run` has in the last decode."""
         end = self._rows_at[run + 1] if run + 1 < len(self._rows_at) else self.n_outputs
         return end - self._rows_at[run]
 

@@ -73,6 +73,7 @@ class Call:
     first_of_shape: bool = False  # whether its rows came from a decode of a new shape
     shared_rows: int = 0  # other sequences' rows in that decode
     shared_with: int = 0  # how many sequences they were for
+    first_out: int = field(default=0, init=False)  # its first position with rows
 
 
 class Part(NamedTuple):
@@ -307,7 +308,7 @@ class Model(Vocabulary):
             if call.last:  # a pass without rows leaves the sampler as the last one with rows
                 self.samplers.attach(call.cache.seq_id, width)
             keep = self._reuse(call.cache, call.seq, call.last)
-            first_out = len(call.seq) - call.last
+            first_out = call.first_out = len(call.seq) - call.last
             if keep < first_out and self.shared_pool:
                 keep = self._borrow(call.cache, call.seq, keep, first_out)
             call.rows, call.first_of_shape = None, False
@@ -407,7 +408,6 @@ class Model(Vocabulary):
                 self._truncate(part.call.cache, part.start)
             raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
             raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
-        with_rows = sum(run.outputs > 0 for run in runs)
         for i, (part, run) in enumerate(zip(parts, runs)):
             call, cache = part.call, part.call.cache
             if cache.hidden is not None:
@@ -419,7 +419,7 @@ class Model(Vocabulary):
                 cache.held = part.end
             self._count(cache, len(run.tokens))
             call.first_of_shape |= first_of_shape
-            first_out = len(call.seq) - call.last
+            first_out = call.first_out
             if part.end <= first_out:
                 continue
             begins = part.start <= first_out  # the call's first row is in this decode
@@ -436,7 +436,8 @@ class Model(Vocabulary):
                 # A view where every row is in this decode, the last: none comes after it.
                 rows = view if last and call.view and begins else view.copy()
             call.rows = rows if begins else _joined(call.rows, rows)
-            call.shared_rows, call.shared_with = n_out - run.outputs, with_rows - 1
+            call.shared_rows = n_out - self.batch.outputs_of(i)
+            call.shared_with = self.batch.runs_with_rows - 1
 
     def _first_decode_of(self, positions: int, outputs: int) -> bool:
         """Whether the decode about to run is the first of its shape (`first_of_shape`)."""

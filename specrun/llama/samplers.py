@@ -46,6 +46,8 @@ class BackendSamplers:
         """Detach the chains of the sequences not in `seq_ids`. llama.cpp runs the sampler of
         a sequence without rows in a decode on the batch's first row, and that run can
         overwrite the candidates of the sequence whose row it is."""
+        if not self._chains:
+            return
         for seq_id in [s for s in self._chains if s not in seq_ids]:
             self.attach(seq_id, None)
 
