@@ -15,7 +15,8 @@ from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"specrun": ROOT / "specrun", "specrun_tui": ROOT / "tui"}
+# Import name -> folder; the TUI is the package specrun_tui/ in the top-level folder tui/.
+PACKAGES = {"specrun": ROOT / "specrun", "specrun_tui": ROOT / "tui" / "specrun_tui"}
 
 # Lowest first. Packages that share a rank (the server and the TUI) may not import each
 # other. `specrun` stands for the modules directly in specrun/: the library's entry.
@@ -154,6 +155,15 @@ def test_every_module_keeps_to_its_layer():
     assert violations(graph(), subpackages_of()) == []
 
 
+def test_every_package_is_read_from_its_folder():
+    """A folder that moved would leave its package out of the graph, and every rule kept."""
+    edges = graph()
+    for package, folder in PACKAGES.items():
+        assert (folder / "__init__.py").is_file(), f"{package}: no package at {folder}"
+        imported = set().union(*(edges[m] for m in edges if m.startswith(package + ".")))
+        assert any(name.startswith("specrun.") for name in imported), package
+
+
 def test_the_rules_catch_an_import_upward_beside_or_of_a_framework():
     edges = {
         "specrun.core.loop": {"specrun.llama.model", "llama_cpp", "numpy"},
@@ -202,6 +212,36 @@ def test_a_planted_bad_import_in_a_real_tree_fails(tmp_path):
         ),
         "specrun.extras is in no layer: give its package a place in LAYERS",
         "specrun.extras.thing is in no layer: give its package a place in LAYERS",
+    ]
+
+
+def test_the_tuis_imports_of_specrun_are_held_to_its_layer(tmp_path):
+    """The TUI, read from its own folder: it may use the library, not the CLI, the server or
+    torch."""
+    for folder in ("specrun", "specrun/cli", "specrun/server", "specrun/core"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    for module in ("cli/app", "server/app", "core/loop"):
+        (tmp_path / "specrun" / f"{module}.py").write_text("")
+    tui = tmp_path / "tui" / "specrun_tui"
+    tui.mkdir(parents=True)
+    (tui / "__init__.py").write_text("from specrun_tui.app import App\n")
+    (tui / "app.py").write_text(
+        "import torch\n"
+        "from specrun.core.loop import Round\n"
+        "from specrun.server.app import build\n"
+        "from .screens import Chat\n"
+        "def later():\n    from specrun.cli.app import main\n    return main\n"
+    )
+    (tui / "screens.py").write_text("from specrun_tui.app import App\n")
+    packages = {"specrun": tmp_path / "specrun", "specrun_tui": tui}
+    assert violations(graph(packages), subpackages_of(packages)) == [
+        "specrun_tui.app (specrun_tui) imports specrun.cli.app (specrun.cli), a layer above it",
+        (
+            "specrun_tui.app (specrun_tui) imports specrun.server.app (specrun.server), "
+            "a layer beside it"
+        ),
+        "specrun_tui.app (specrun_tui) imports torch",
     ]
 
 

@@ -250,7 +250,7 @@ class ChatScreen(Screen[None]):
             )
         elif isinstance(command, SetSampling):
             self.engine.send(command)
-            self.notify(f"{command.field} = {command.value}")
+            self.notify(str(command))
         elif isinstance(command, SetMaxTokens):
             self.max_tokens = command.value
             self.notify(f"max_tokens = {command.value}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specrun.core.loop import Event, Round, Segment
+from specrun.core.loop import Event, Round
 from specrun.core.stats import Stats
+from specrun.core.text import Segment
 
 
 @dataclass(frozen=True)

@@ -108,9 +108,7 @@ class EngineProcess:
             self.loaded = replace(self.loaded, policy=command.spec)
         elif isinstance(command, SetSampling):
             assert self.loaded is not None
-            self.loaded = replace(
-                self.loaded, params=replace(self.params, **{command.field: command.value})
-            )
+            self.loaded = replace(self.loaded, params=replace(self.params, **command.change))
         try:
             self._connection.send(command)
         except OSError:  # the engine process is gone; `receive` says why
@@ -207,7 +205,7 @@ class _Session:
         elif isinstance(command, SetSystem):
             self.conversation.system = command.text
         elif isinstance(command, SetSampling):
-            self.engine.set_params(**{command.field: command.value})
+            self.engine.set_params(**command.change)
         elif isinstance(command, SetGamma):
             self.engine.set_gamma(command.spec)
 
@@ -226,8 +224,8 @@ class _Session:
             turn = self.conversation.ask(
                 self.engine, ask.text, max_tokens=ask.max_tokens, cancelled=self.cancelled
             )
-        except SpecrunError as error:
-            self.send(Refused(str(error)))
+        except SpecrunError as refusal:
+            self.send(Refused(str(refusal)))
             return
         self.send(Started(turn.dropped_notice if turn.dropped else None))
         error = None

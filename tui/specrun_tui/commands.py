@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from specrun.errors import SpecrunError
 
@@ -18,10 +19,22 @@ class SetSystem:
     text: str | None  # None removes the system prompt
 
 
+class SamplingChange(TypedDict, total=False):
+    """The SamplingParams fields `/set` changes, by name: `replace(params, **change)`."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    seed: int | None
+
+
 @dataclass(frozen=True)
 class SetSampling:
-    field: str  # a SamplingParams field
-    value: float | int | None
+    change: SamplingChange  # one field
+
+    def __str__(self) -> str:
+        return ", ".join(f"{field} = {value}" for field, value in self.change.items())
 
 
 @dataclass(frozen=True)
@@ -61,14 +74,14 @@ def _optional_int(text: str) -> int | None:
     return None if text.lower() == "none" else int(text)
 
 
-# name typed after /set -> (SamplingParams field, parser)
-SAMPLING_SETTINGS: dict[str, tuple[str, Callable[[str], float | int | None]]] = {
-    "temp": ("temperature", float),
-    "temperature": ("temperature", float),
-    "top_k": ("top_k", int),
-    "top_p": ("top_p", float),
-    "min_p": ("min_p", float),
-    "seed": ("seed", _optional_int),
+# name typed after /set -> the change its value makes
+SAMPLING_SETTINGS: dict[str, Callable[[str], SamplingChange]] = {
+    "temp": lambda text: {"temperature": float(text)},
+    "temperature": lambda text: {"temperature": float(text)},
+    "top_k": lambda text: {"top_k": int(text)},
+    "top_p": lambda text: {"top_p": float(text)},
+    "min_p": lambda text: {"min_p": float(text)},
+    "seed": lambda text: {"seed": _optional_int(text)},
 }
 SETTING_NAMES = "temp, top_k, top_p, min_p, seed, max_tokens, gamma"
 
@@ -104,8 +117,7 @@ def _parse_set(arguments: str) -> Command:
                 raise SpecrunError(f"max_tokens must be at least 1, got {count}")
             return SetMaxTokens(count)
         if setting in SAMPLING_SETTINGS:
-            field, parse = SAMPLING_SETTINGS[setting]
-            return SetSampling(field, parse(value))
+            return SetSampling(SAMPLING_SETTINGS[setting](value))
     except ValueError:
         raise SpecrunError(f"/set {setting}: {value!r} is not a number") from None
     raise SpecrunError(f"/set: unknown setting {setting!r}; one of {SETTING_NAMES}")

@@ -18,7 +18,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Label, Sparkline, Static
 
-from specrun.core.loop import Segment
+from specrun.core.text import Segment
 from specrun.system.formatting import format_or_dash
 from specrun_tui.generation import Figures
 
@@ -48,7 +48,7 @@ class Transcript(ScrollView):
 
     def __init__(self) -> None:
         super().__init__()
-        self.entries: list[Entry] = []
+        self.entries: list[Entry | Answer] = []
         self._lines: list[Strip] = []  # every entry's lines, in order
         self._width = 0  # the width they were rendered at
         self._styles: dict[str, Style] = {}  # the base style plus a component class's, by class
@@ -82,14 +82,14 @@ class Transcript(ScrollView):
     def follow(self) -> None:
         self.scroll_end(animate=False, immediate=True)
 
-    def _add(self, entry: Entry) -> None:
+    def _add(self, entry: Entry | Answer) -> None:
         self.entries.append(entry)
         self.redraw(entry)
         self.follow()
 
     # --- drawing ----------------------------------------------------------------------------
 
-    def redraw(self, entry: Entry) -> None:
+    def redraw(self, entry: Entry | Answer) -> None:
         """Render `entry` again (it changed) and repaint its lines and any that moved."""
         width = self.scrollable_content_region.width
         if width != self._width:

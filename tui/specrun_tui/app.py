@@ -9,8 +9,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.widgets import Input
 
+from specrun_tui.commands import SetSystem
 from specrun_tui.engine_process import EngineProcess
-from specrun_tui.messages import Ended, Loaded, LoadFailed, SetSystem
+from specrun_tui.messages import Ended, Loaded, LoadFailed
 from specrun_tui.screens import ChatScreen, LoadingScreen
 
 # How often the app reads what the engine process sent. Each read that brings text
