@@ -147,7 +147,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def unpack_front_end(revision: str, into: Path) -> Path:
-    """`revision`'s front end under `into`: its tui/ as `specrun_tui/`, and its
+    """`revision`'s front end under `into`: its specrun_tui package as `specrun_tui/`, and its
     specrun/cli/chat.py as `chat.py` (see WITH_OLD_FRONT_END)."""
     into.mkdir()
     archive = subprocess.run(
@@ -161,7 +161,11 @@ def unpack_front_end(revision: str, into: Path) -> Path:
             "revision's does not import against this engine)"
         )
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    (into / "tui").rename(into / "specrun_tui")
+    tui = into / "tui"
+    package = tui / "specrun_tui"  # tui/ holds the package since 02d8ae6; before, it was one
+    (package if package.is_dir() else tui).rename(into / "specrun_tui")
+    if tui.is_dir():
+        tui.rmdir()
     (into / "specrun" / "cli" / "chat.py").rename(into / "chat.py")
     # No `specrun` folder may stay on PYTHONPATH: it would shadow the installed package.
     (into / "specrun" / "cli").rmdir()

@@ -70,8 +70,8 @@ def chat(
         # output goes nowhere: the placement shows in the TUI's header instead.
         with EngineProcess(
             partial(load_engine, choice, load, params=sampling, drafting=drafting)
-        ) as engine:
-            app = SpecrunApp(engine, loading=loading, system=system, max_tokens=max_tokens)
+        ) as process:
+            app = SpecrunApp(process, loading=loading, system=system, max_tokens=max_tokens)
             with interrupts.routed_to(app.exit) as received:
                 app.run()
         if received:
