@@ -21,7 +21,6 @@ from typing import NamedTuple, overload
 import llama_cpp as llama
 import numpy as np
 
-from specrun.core.gamma import GAMMA_LIMIT
 from specrun.core.heads import HiddenRows
 from specrun.core.model import BackendSampling
 from specrun.core.sampling import CandidateRows, Rows
@@ -33,8 +32,8 @@ from specrun.llama.diagnose import load_failure
 from specrun.llama.gguf import check_gguf_header, tensor_table
 from specrun.llama.invariance import probe_invariance
 from specrun.llama.native import clear_log, set_verbose
-from specrun.llama.params import load_params
-from specrun.llama.samplers import BackendSamplers
+from specrun.llama.params import context_params, load_params
+from specrun.llama.samplers import BackendSamplers, backend_sampling_wanted
 from specrun.llama.vocab import Vocabulary
 from specrun.system.cpus import physical_cores
 from specrun.system.interrupts import raise_pending
@@ -156,19 +155,10 @@ class Model(Vocabulary):
             )
 
         threads = threads or physical_cores()
-        ctx_params = llama.llama_context_default_params()
-        ctx_params.n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train) * sequences
-        ctx_params.n_batch = ctx_params.n_ubatch = n_batch
-        ctx_params.n_seq_max = sequences
-        # One pool of cells for every sequence: a batch of several decodes as one ubatch (split
-        # streams would cut it into equal parts per sequence). Reproducible decoding keeps each
-        # sequence's cells where a context of its own would: a stream each.
+        # Reproducible decoding keeps each sequence's cells where a context of its own would.
         shared_pool = sequences > 1 and not reproducible
-        ctx_params.kv_unified = shared_pool
-        ctx_params.n_outputs_max_per_seq = GAMMA_LIMIT + 1  # a verify's rows, when sampled
-        ctx_params.n_threads = ctx_params.n_threads_batch = threads
-        ctx_params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
-        ctx_params.no_perf = True
+        n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
+        ctx_params = context_params(n_ctx, n_batch, threads, sequences, shared_pool=shared_pool)
         self._ctx = llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             self.close()
@@ -179,27 +169,21 @@ class Model(Vocabulary):
         self._memory = llama.llama_get_memory(self._ctx)
         self._init_cache(n_batch, sequences, shared_pool=shared_pool)
         self.invariance = probe_invariance(self) if reproducible else None
-        # The output layer is on the last offloaded device whenever any layer is. llama.cpp's
-        # backend samplers crash a Vulkan device (DESIGN.md, Vulkan), and an RPC
-        # server's backend cannot be told from here: `auto` asks for them on neither.
         offloaded = self.can_offload and gpu_layers > 0
         on_vulkan = offloaded and not self.devices and "Vulkan" in build_info().gpu_backends
-        if backend_sampling == "on" and on_vulkan:
-            self.close()
-            raise SpecrunError(
-                f"{self.path.name}: llama.cpp's backend samplers crash on Vulkan devices "
-                "(DESIGN.md, Vulkan); use `backend_sampling` off or auto"
+        try:
+            wanted = backend_sampling_wanted(
+                backend_sampling, offloaded=offloaded, vulkan=on_vulkan, remote=bool(self.devices)
             )
-        wanted = backend_sampling == "on" or (
-            backend_sampling == "auto" and offloaded and not on_vulkan and not self.devices
-        )
-        self.samples_on_device = wanted and self._probe_backend_sampling()
-        if backend_sampling == "on" and not self.samples_on_device:
+            self.samples_on_device = wanted and self._probe_backend_sampling()
+            if backend_sampling == "on" and not self.samples_on_device:
+                raise SpecrunError(
+                    "this build's backend cannot choose candidates on its device; "
+                    "use `backend_sampling` off"
+                )
+        except SpecrunError as error:
             self.close()
-            raise SpecrunError(
-                f"{self.path.name}: this build's backend cannot choose candidates on its "
-                "device; use `backend_sampling` off"
-            )
+            raise SpecrunError(f"{self.path.name}: {error}") from None
 
     def _probe_backend_sampling(self) -> bool:
         try:

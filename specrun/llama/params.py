@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import llama_cpp as llama
 
+from specrun.core.gamma import GAMMA_LIMIT
 from specrun.llama.devices import (
     BuildInfo,
     repack_buffer_type,
@@ -70,4 +71,22 @@ def load_params(
         first = ctypes.cast(overrides, ctypes.c_void_p)
         params.tensor_buft_overrides = first  # type: ignore[assignment]  # a pointer, as `devices`
         params.overrides_alive = overrides  # llama.cpp reads them during the load only
+    return params
+
+
+def context_params(
+    n_ctx: int, n_batch: int, threads: int, sequences: int = 1, *, shared_pool: bool = False
+) -> llama.llama_context_params:
+    """llama.cpp's context parameters: `sequences` of `n_ctx` positions each, in one pool of
+    cells (`shared_pool`: a batch of several sequences decodes as one ubatch, where split
+    streams would cut it into equal parts per sequence) or in a stream each."""
+    params: llama.llama_context_params = llama.llama_context_default_params()
+    params.n_ctx = n_ctx * sequences
+    params.n_batch = params.n_ubatch = n_batch
+    params.n_seq_max = sequences
+    params.kv_unified = shared_pool
+    params.n_outputs_max_per_seq = GAMMA_LIMIT + 1  # a verify's rows, when sampled
+    params.n_threads = params.n_threads_batch = threads
+    params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
+    params.no_perf = True
     return params

@@ -8,6 +8,7 @@ from collections.abc import Collection
 
 import llama_cpp as llama
 
+from specrun.core.model import BackendSampling
 from specrun.errors import SpecrunError
 from specrun.llama.batch import Batch, Run
 
@@ -71,3 +72,18 @@ class BackendSamplers:
         chains, self._chains = self._chains, {}
         for _, chain in chains.values():
             llama.llama_sampler_free(chain)
+
+
+def backend_sampling_wanted(
+    asked: BackendSampling, *, offloaded: bool, vulkan: bool, remote: bool
+) -> bool:
+    """Whether to ask for candidates from the device, as `backend_sampling` says. The output
+    layer is on the last offloaded device whenever any layer is. llama.cpp's backend samplers
+    crash a Vulkan device (DESIGN.md, Vulkan): `on` is refused there. An RPC server's backend
+    cannot be told from here: `auto` asks for them on neither."""
+    if asked == "on" and vulkan:
+        raise SpecrunError(
+            "llama.cpp's backend samplers crash on Vulkan devices (DESIGN.md, Vulkan); "
+            "use `backend_sampling` off or auto"
+        )
+    return asked == "on" or (asked == "auto" and offloaded and not vulkan and not remote)
