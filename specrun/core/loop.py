@@ -2,9 +2,10 @@
 
 Invariant at the start of a round: the committed sequence `ctx` ends in a token
 whose logits nobody has computed yet. A round drafts up to γ tokens after `ctx`,
-asks the target for the logits of the last γ+1 positions of `ctx + drafts` in one
-call, accepts a prefix of the drafts (sampling.verify) and commits it plus one new
-token. γ = 0 is plain target decoding. The first round is the exception: like
+verifies them (the target's logits for the last γ+1 positions of `ctx + drafts` in one
+call, and the prefix of the drafts they accept: sampling.verify), commits that prefix
+plus one new token, and reports the round as an event: `_Generation`'s four steps.
+γ = 0 is plain target decoding. The first round is the exception: like
 llama.cpp, the target evaluates the whole prompt in one pass, and the first token
 comes from its last position's logits, with no decode of its own.
 """
@@ -92,6 +93,24 @@ class Round:
 Event = Prefill | Round
 
 
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What one generation asks for besides its prompt: how it samples, how long it may run,
+    the texts that end it, the consumer's cancel (polled between rounds), a grammar the answer
+    keeps to, and how many of each position's most likely tokens its log-probabilities list."""
+
+    params: SamplingParams = SamplingParams()
+    max_tokens: int = 256
+    stop: Sequence[str] = ()
+    cancelled: Callable[[], bool] = _never
+    constraint: Constraint | None = None
+    logprobs: int | None = None
+
+
 def generate(
     target: LanguageModel,
     prompt: Sequence[int],
@@ -101,7 +120,7 @@ def generate(
     policy: GammaPolicy | None = None,
     max_tokens: int = 256,
     stop: Sequence[str] = (),
-    cancelled: Callable[[], bool] = lambda: False,
+    cancelled: Callable[[], bool] = _never,
     rng: np.random.Generator | None = None,
     constraint: Constraint | None = None,
     logprobs: int | None = None,
@@ -117,6 +136,46 @@ def generate(
     and that many of the most likely tokens at each position (`TokenLogprob`): the target's,
     whether a token was drafted or not.
     """
+    settings = GenerationSettings(params, max_tokens, stop, cancelled, constraint, logprobs)
+    return generate_with(target, prompt, settings, draft=draft, policy=policy, rng=rng)
+
+
+def generate_with(
+    target: LanguageModel,
+    prompt: Sequence[int],
+    settings: GenerationSettings,
+    *,
+    draft: DraftSource | None = None,
+    policy: GammaPolicy | None = None,
+    rng: np.random.Generator | None = None,
+) -> Generator[Event, None, None]:
+    """`generate`, the generation's settings in one typed object. Each round drafts,
+    verifies, commits and reports (`_Generation`'s steps, in that order)."""
+    _check(target, prompt, settings)
+    generation = _Generation(
+        target,
+        prompt,
+        settings,
+        draft,
+        policy or FixedGamma(4),
+        rng if rng is not None else settings.params.rng(),
+    )
+    yield generation.prefill()
+    generation.round_end = time.perf_counter()  # the consumer's time on the Prefill is its own
+    while True:
+        round_start = time.perf_counter()
+        if settings.cancelled():
+            yield generation.cancel(round_start)
+            return
+        drafted = generation.draft(round_start)
+        verified = generation.verify(drafted)
+        committed = generation.commit(drafted.proposal, verified)
+        yield generation.report(drafted, verified, committed)
+        if committed.finish:
+            return
+
+
+def _check(target: LanguageModel, prompt: Sequence[int], settings: GenerationSettings) -> None:
     if not prompt:
         raise SpecrunError("the prompt is empty")
     if len(prompt) >= target.n_ctx:
@@ -124,137 +183,201 @@ def generate(
             f"the prompt is {len(prompt)} tokens; it must be shorter than the context "
             f"({target.n_ctx}) to leave room for the answer{more_room_hint(target)}"
         )
-    if max_tokens < 1:
-        raise OptionError(f"`max_tokens` must be at least 1, got {max_tokens}")
-    beyond = [token for token, _ in params.logit_bias if token >= target.n_vocab]
+    if settings.max_tokens < 1:
+        raise OptionError(f"`max_tokens` must be at least 1, got {settings.max_tokens}")
+    beyond = [token for token, _ in settings.params.logit_bias if token >= target.n_vocab]
     if beyond:
         raise OptionError(
             f"`logit_bias` names token {beyond[0]}, but the vocabulary has {target.n_vocab}"
         )
+    logprobs = settings.logprobs
     if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
         raise OptionError(
             f"`top_logprobs` must be between 0 and {MAX_TOP_LOGPROBS}, got {logprobs}"
         )
-    policy = policy or FixedGamma(4)
-    rng = rng if rng is not None else params.rng()
-    ctx = Tokens(prompt)  # append-only: each model compares only what is new
 
-    # Where the target's device samples, only each row's best candidates leave it (not under
-    # a constraint: the best it allows may lie anywhere in the row).
-    top = candidate_width(params, target.n_vocab)
-    if constraint is not None or logprobs is not None:  # whole rows: log-softmax needs them
-        top = None
 
-    start = time.perf_counter()
-    evaluated = target.n_evaluated
-    # The whole prompt in one pass, its last position's logits kept (a copy: the draft may
-    # decode before the first round reads them). Decoding its last token apart, as the
-    # other rounds decode theirs, would cost a forward pass more before the first token.
-    # As a view of ctx, so that the next round, like every other, compares only what is new.
-    prompt_logits: Rows | None = target.logits(ctx.then([]), 1, top=top)
-    if (
-        draft is not None and policy.next_gamma() > 0
-    ):  # else the draft catches up when it is first asked
-        draft.prefill(ctx.but_last())
-    yield Prefill(len(ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
+_NOTHING_DRAFTED = Proposal()  # read only: one for every round that drafts nothing
 
-    stream = TextStream(Detokenizer(target), stop)
-    generated = 0
-    round_end = time.perf_counter()
-    while True:
-        round_start = time.perf_counter()
-        if cancelled():
-            _keep_committed(target, ctx)
-            yield _finish_round(stream, "cancelled", round_start - round_end)
-            return
-        prompt_pass = prompt_logits is not None
-        if prompt_logits is not None:
-            gamma, proposal, logits, prompt_logits = 0, Proposal(), prompt_logits, None
-            drafted_at = round_start
+
+@dataclass(slots=True)
+class _Drafted:
+    """A round's drafts, and when drafting started and ended."""
+
+    gamma: int  # what the policy asked for
+    proposal: Proposal
+    started: float
+    ended: float
+    prompt_pass: bool  # the first round drafts nothing: the prompt's pass has its logits
+
+
+@dataclass(slots=True)
+class _Verified:
+    """The target's rows for the drafts and the token after them, and what they accept."""
+
+    rows: Rows
+    accepted: int  # drafts the target agreed with
+    next_token: int  # the token after them: a resample at a rejection, else the bonus
+    near_ties: list[bool]  # greedy: per committed row, whether its top two nearly tie
+    ended: float
+    first_of_shape: bool
+
+
+@dataclass(slots=True)
+class _Committed:
+    """What a round added to the answer."""
+
+    tokens: list[int]
+    from_draft: list[bool]
+    segments: list[Segment]
+    finish: FinishReason | None
+    ended_at_eog: bool
+    logprobs: tuple[TokenLogprob, ...]
+
+
+class _Generation:
+    """One generation between its rounds: the committed sequence `ctx` (append-only: each
+    model compares only what is new), the text released so far, and what every round reads."""
+
+    def __init__(
+        self,
+        target: LanguageModel,
+        prompt: Sequence[int],
+        settings: GenerationSettings,
+        draft: DraftSource | None,
+        policy: GammaPolicy,
+        rng: np.random.Generator,
+    ) -> None:
+        self.target, self.source, self.policy, self.rng = target, draft, policy, rng
+        self.settings, self.params, self.constraint = settings, settings.params, settings.constraint
+        self.ctx = Tokens(prompt)
+        self.stream = TextStream(Detokenizer(target), settings.stop)
+        self.generated = 0
+        # Where the target's device samples, only each row's best candidates leave it; whole
+        # rows under a constraint (the best it allows may lie anywhere in the row) and for
+        # log-probabilities (log-softmax needs them).
+        whole_rows = settings.constraint is not None or settings.logprobs is not None
+        self.top = None if whole_rows else candidate_width(settings.params, target.n_vocab)
+        self.prompt_logits: Rows | None = None  # the first round's, from the prompt's pass
+        self.round_end = 0.0  # when the last round was handed over
+
+    def prefill(self) -> Prefill:
+        """The whole prompt in one pass, its last position's logits kept (a copy: the draft
+        may decode before the first round reads them). Decoding its last token apart, as the
+        other rounds decode theirs, would cost a forward pass more before the first token.
+        As a view of ctx, so that the next round, like every other, compares only what is new."""
+        target, start, evaluated = self.target, time.perf_counter(), self.target.n_evaluated
+        self.prompt_logits = target.logits(self.ctx.then([]), 1, top=self.top)
+        if self.source is not None and self.policy.next_gamma() > 0:
+            self.source.prefill(self.ctx.but_last())  # else it catches up when first asked
+        return Prefill(len(self.ctx), target.n_evaluated - evaluated, time.perf_counter() - start)
+
+    def cancel(self, round_start: float) -> Round:
+        """The consumer's cancel: a round that commits nothing and releases what was held."""
+        _keep_committed(self.target, self.ctx)
+        return _finish_round(self.stream, "cancelled", round_start - self.round_end)
+
+    def draft(self, round_start: float) -> _Drafted:
+        """Up to γ drafts after ctx, room left for them and the token the target adds inside
+        both limits; none in the first round, whose token the prompt's pass chooses."""
+        if self.prompt_logits is not None:
+            return _Drafted(0, _NOTHING_DRAFTED, round_start, round_start, True)
+        room = min(self.settings.max_tokens - self.generated, self.target.n_ctx - len(self.ctx)) - 1
+        gamma = min(self.policy.next_gamma(), room) if self.source is not None else 0
+        proposal = (
+            self.source.propose(self.ctx, gamma, self.params, self.rng, self.constraint)
+            if self.source is not None and gamma > 0
+            else _NOTHING_DRAFTED
+        )
+        return _Drafted(gamma, proposal, round_start, time.perf_counter(), False)
+
+    def verify(self, drafted: _Drafted) -> _Verified:
+        """The target's logits for the last γ+1 positions of ctx + drafts in one call (a
+        view of llama.cpp's buffer, read before the target's next call), and the prefix of
+        the drafts they accept with the token after it (sampling.verify)."""
+        drafts = drafted.proposal.tokens
+        if self.prompt_logits is not None:
+            rows, self.prompt_logits = self.prompt_logits, None
         else:
-            # Room for γ drafts and the one token the target adds, inside both limits.
-            room = min(max_tokens - generated, target.n_ctx - len(ctx)) - 1
-            gamma = min(policy.next_gamma(), room) if draft is not None else 0
-            proposal = (
-                draft.propose(ctx, gamma, params, rng, constraint)
-                if draft is not None and gamma > 0
-                else Proposal()
+            rows = self.target.logits(
+                self.ctx.then(drafts), len(drafts) + 1, view=True, top=self.top
             )
-            drafted_at = time.perf_counter()
-            # A view of llama.cpp's buffer, read before the target's next call.
-            logits = target.logits(
-                ctx.then(proposal.tokens), len(proposal.tokens) + 1, view=True, top=top
-            )
-        verified_at = time.perf_counter()
-        first_of_shape = target.first_of_shape and not prompt_pass
-        if params.penalized and isinstance(logits, np.ndarray):
-            logits = _penalized(logits, params, ctx, proposal.tokens)
+        ended = time.perf_counter()
+        first_of_shape = self.target.first_of_shape and not drafted.prompt_pass
+        params = self.params
+        if params.penalized and isinstance(rows, np.ndarray):
+            rows = _penalized(rows, params, self.ctx, drafts)
         if params.greedy:
-            accepted, next_token, ties = verify_greedy(logits, proposal.tokens, constraint)
+            accepted, next_token, ties = verify_greedy(rows, drafts, self.constraint)
         else:
-            (accepted, next_token), ties = (
-                verify(logits, proposal.tokens, proposal.probs, params, rng, constraint),
-                [],
-            )
+            probs = drafted.proposal.probs
+            accepted, next_token = verify(rows, drafts, probs, params, self.rng, self.constraint)
+            ties = []
+        return _Verified(rows, accepted, next_token, ties, ended, first_of_shape)
 
-        new_tokens = [*proposal.tokens[:accepted], next_token]
+    def commit(self, proposal: Proposal, verified: _Verified) -> _Committed:
+        """The accepted drafts and the next token, up to an end of generation; appended to
+        ctx, fed to the constraint and the text; and why the answer ends, if it does."""
+        accepted = verified.accepted
+        tokens = [*proposal.tokens[:accepted], verified.next_token]
         from_draft = [True] * accepted + [False]
-        finish: FinishReason | None = None
         ended_at_eog = False
-        for i, token in enumerate(new_tokens):
-            if target.is_eog(token):  # the answer ends here; drop whatever was accepted after it
-                del new_tokens[i:], from_draft[i:]
-                finish, ended_at_eog = "stop", True
+        for i, token in enumerate(tokens):
+            if self.target.is_eog(token):  # the answer ends here; drop what was accepted after it
+                del tokens[i:], from_draft[i:]
+                ended_at_eog = True
                 break
+        logprobs = self.settings.logprobs
         chosen = (
-            tuple(token_logprob(logits[j], token, logprobs) for j, token in enumerate(new_tokens))
-            if logprobs is not None and isinstance(logits, np.ndarray)
+            tuple(token_logprob(verified.rows[j], t, logprobs) for j, t in enumerate(tokens))
+            if logprobs is not None and isinstance(verified.rows, np.ndarray)
             else ()
         )
-        ctx.extend(new_tokens)
-        if constraint is not None:
-            for token in new_tokens:
-                constraint.accept(token)
-        generated += len(new_tokens)
-        segments, hit_stop = stream.feed(new_tokens, from_draft)
-        if hit_stop:
-            finish = "stop"
-        elif finish is None and generated >= max_tokens:
+        self.ctx.extend(tokens)
+        if self.constraint is not None:
+            for token in tokens:
+                self.constraint.accept(token)
+        self.generated += len(tokens)
+        segments, hit_stop = self.stream.feed(tokens, from_draft)
+        finish: FinishReason | None = "stop" if ended_at_eog or hit_stop else None
+        if finish is None and self.generated >= self.settings.max_tokens:
             finish = "length"
-        elif finish is None and len(ctx) >= target.n_ctx:
+        elif finish is None and len(self.ctx) >= self.target.n_ctx:
             finish = "context"
         if finish and not hit_stop:
-            segments += stream.flush()
+            segments += self.stream.flush()
         if finish:
-            _keep_committed(target, ctx)
+            _keep_committed(self.target, self.ctx)
+        return _Committed(tokens, from_draft, segments, finish, ended_at_eog, chosen)
 
+    def report(self, drafted: _Drafted, verified: _Verified, committed: _Committed) -> Round:
+        """The round's event, which the policy learns from where it chose γ (not the first)."""
         now = time.perf_counter()
+        proposal = drafted.proposal
         event = Round(
-            tokens=tuple(new_tokens),
-            from_draft=tuple(from_draft),
-            segments=tuple(segments),
-            gamma=gamma,
+            tokens=tuple(committed.tokens),
+            from_draft=tuple(committed.from_draft),
+            segments=tuple(committed.segments),
+            gamma=drafted.gamma,
             drafted=len(proposal.tokens),
-            accepted=accepted,
-            draft_seconds=drafted_at - round_start - proposal.catch_up_seconds,
-            verify_seconds=verified_at - drafted_at,
-            overhead_seconds=(now - verified_at) + (round_start - round_end),
-            finish_reason=finish,
+            accepted=verified.accepted,
+            draft_seconds=drafted.ended - drafted.started - proposal.catch_up_seconds,
+            verify_seconds=verified.ended - drafted.ended,
+            overhead_seconds=(now - verified.ended) + (drafted.started - self.round_end),
+            finish_reason=committed.finish,
             catch_up_seconds=proposal.catch_up_seconds,
-            near_ties=sum(ties[: len(new_tokens)]),
-            verify_first_of_shape=first_of_shape,
-            shared_rows=target.shared_rows,
-            shared_with=target.shared_with,
-            ended_at_eog=ended_at_eog,
-            prompt_pass=prompt_pass,
-            logprobs=chosen,
+            near_ties=sum(verified.near_ties[: len(committed.tokens)]),
+            verify_first_of_shape=verified.first_of_shape,
+            shared_rows=self.target.shared_rows,
+            shared_with=self.target.shared_with,
+            ended_at_eog=committed.ended_at_eog,
+            prompt_pass=drafted.prompt_pass,
+            logprobs=committed.logprobs,
         )
-        round_end = now
-        if not prompt_pass:  # the policies learn from the rounds they chose, which decode
-            policy.observe(event)
-        yield event
-        if finish:
-            return
+        self.round_end = now
+        if not drafted.prompt_pass:
+            self.policy.observe(event)
+        return event
 
 
 def _penalized(
