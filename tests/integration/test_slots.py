@@ -57,7 +57,7 @@ def test_each_slot_answers_greedy_as_its_request_alone(engine, tiny_target):
         for prompt, n, answer in zip(prompts, lengths, answers):
             plain, _ = greedy_tokens(alone, prompt, max_tokens=n)
             assert assert_greedy_identical(alone, prompt, plain, answer, 1e-3) == "identical"
-    assert sorted(slot.index for slot in engine._free) == [0, 1, 2, 3]  # every slot free again
+    assert sorted(slot.index for slot in engine.slots.free) == [0, 1, 2, 3]  # every slot free again
 
 
 def test_each_slot_is_distributed_as_plain_decoding_of_its_request(engine, tiny_target):

@@ -1,0 +1,228 @@
+"""What `Engine.load` loads, in steps that each do one thing, in order: check the options,
+connect the RPC servers, place the layers by free memory, load the target, load the drafts
+(heads and draft models), and make each slot's draft source. `Engine.load` builds the engine
+whole from what they made (`Loaded`); `close_draft` frees a draft's native half again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
+from specrun.core.heads import HeadDraft
+from specrun.errors import OptionError
+from specrun.llama import rpc
+from specrun.llama.compat import check_compatible
+from specrun.llama.devices import gpu_free_bytes, gpu_handles
+from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
+from specrun.llama.model import DEFAULT_CTX, Model
+from specrun.llama.placement import Gpu, LayerPlan, plan_layers
+from specrun.llama.slots import Gather, SequenceView
+from specrun.options import (
+    DraftOptions,
+    DraftSpec,
+    Eagle3Head,
+    LoadOptions,
+    MtpLayers,
+    PromptLookup,
+)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What loading made, each part of the Engine's: the target, the draft source of each slot
+    (slot 0's first; one where `parallel` is 1), the gather their views meet in, and where the
+    layers went."""
+
+    target: Model
+    sources: list[DraftSource | None]
+    gather: Gather
+    layer_plan: LayerPlan | None
+    layers_asked: bool  # `gpu_layers` or `draft_gpu_layers` given: they win over the plan
+    remotes: list[rpc.Remote]
+    gpu_bytes_used: int | None  # measured; None where the GPUs' free memory did not move
+
+
+def load_models(
+    target_path: str | Path,
+    draft: DraftSpec | Sequence[DraftSpec] | None,
+    *,
+    options: LoadOptions,
+    drafting: DraftOptions,
+    announce: Callable[[str], None],
+) -> Loaded:
+    """`Engine.load`'s models: its documentation says what each argument does."""
+    choices = draft_choices(draft)
+    check_parallel(options, choices)
+    remotes = rpc.connect(options.rpc) if options.rpc else []
+    placed = place_layers(Path(target_path), choices, options, remotes)
+    # `gpu_layers` and `draft_gpu_layers` win over the fit: its line is said where it holds.
+    asked = options.gpu_layers is not None or (
+        _draft_file(choices) is not None and options.draft_gpu_layers is not None
+    )
+    if placed is not None and not asked:
+        announce(placed.line)
+    free_before = gpu_free_bytes() + rpc.free_bytes(remotes)
+    target = load_target(target_path, choices, options, placed, remotes)
+    natives = load_drafts(target, choices, options, drafting, placed)
+    gather = Gather()
+    sources = [
+        draft_source(target, natives, drafting, choices, options.parallel, seq_id, gather)
+        for seq_id in range(options.parallel)
+    ]
+    used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
+    return Loaded(target, sources, gather, placed, asked, remotes, used if used > 0 else None)
+
+
+def draft_choices(draft: DraftSpec | Sequence[DraftSpec] | None) -> list[DraftSpec]:
+    if draft is None:
+        return []
+    if isinstance(draft, str | Path | PromptLookup | Eagle3Head | MtpLayers):
+        return [draft]
+    return list(draft)
+
+
+def check_parallel(options: LoadOptions, choices: Sequence[DraftSpec]) -> None:
+    """`parallel`: at least one slot, and one where a setting decodes one sequence at a time."""
+    parallel = options.parallel
+    if parallel < 1:
+        raise OptionError(f"`parallel` must be at least 1, got {parallel}")
+    if parallel > 1 and options.reproducible:
+        raise OptionError("`reproducible` decodes one sequence at a time: use `parallel` 1")
+    if parallel > 1 and any(isinstance(c, Eagle3Head | MtpLayers) for c in choices):
+        raise OptionError(
+            "EAGLE-3 heads and MTP layers draft for one sequence at a time: use `parallel` 1"
+        )
+
+
+def place_layers(
+    target: Path, choices: Sequence[DraftSpec], options: LoadOptions, remotes: list[rpc.Remote]
+) -> LayerPlan | None:
+    """With `fit`, the layers placed by free memory (the RPC servers' devices first); None
+    where there are no GPUs."""
+    if not options.fit:
+        return None
+    remote_gpus = [
+        Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint) for r in remotes
+    ]
+    n_ctx = options.n_ctx or DEFAULT_CTX
+    return plan_layers(target, _draft_file(choices), n_ctx, remote_gpus, options.parallel)
+
+
+def load_target(
+    path: str | Path,
+    choices: Sequence[DraftSpec],
+    options: LoadOptions,
+    placed: LayerPlan | None,
+    remotes: list[rpc.Remote],
+) -> Model:
+    return Model(
+        path,
+        n_ctx=options.n_ctx or DEFAULT_CTX,
+        threads=options.threads,
+        verbose=options.verbose,
+        gpu_layers=_layers(options.gpu_layers, placed.target_layers if placed else None),
+        split=placed.split if placed else None,
+        reproducible=options.reproducible,
+        devices=[r.handle for r in remotes] + gpu_handles() if remotes else None,
+        load_mtp=any(isinstance(c, MtpLayers) for c in choices),
+        backend_sampling=options.backend_sampling,
+        sequences=options.parallel,
+    )
+
+
+def load_drafts(
+    target: Model,
+    choices: Sequence[DraftSpec],
+    options: LoadOptions,
+    drafting: DraftOptions,
+    placed: LayerPlan | None,
+) -> list[HeadDraft | Model]:
+    """The heads and draft models, in the order given, each checked against the target; a bad
+    draft, or Ctrl-C while one loads, frees what was loaded, the target too."""
+    loaded: list[HeadDraft | Model] = []
+    try:
+        for choice in choices:
+            if isinstance(choice, Eagle3Head | MtpLayers):
+                head, rows = (
+                    open_eagle3(choice.path, target)
+                    if isinstance(choice, Eagle3Head)
+                    else open_mtp(target)
+                )
+                loaded.append(HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min))
+            elif not isinstance(choice, PromptLookup):
+                draft_model = Model(
+                    choice,
+                    n_ctx=target.n_ctx,
+                    threads=options.threads,
+                    verbose=options.verbose,
+                    gpu_layers=_layers(
+                        options.draft_gpu_layers, placed.draft_layers if placed else None
+                    ),
+                    main_gpu=placed.draft_gpu if placed else None,
+                    backend_sampling=options.backend_sampling,
+                    sequences=options.parallel,
+                )
+                loaded.append(draft_model)
+                check_compatible(target, draft_model)
+    except BaseException:
+        for native in reversed(loaded):
+            native.close() if isinstance(native, Model) else close_draft(native)
+        target.close()
+        raise
+    return loaded
+
+
+def draft_source(
+    target: Model,
+    natives: Sequence[HeadDraft | Model],
+    drafting: DraftOptions,
+    choices: Sequence[DraftSpec],
+    parallel: int,
+    seq_id: int,
+    gather: Gather,
+) -> DraftSource | None:
+    """The draft source of one sequence: its own prompt lookup, its views of the draft models
+    (the models themselves where there is one sequence); several make the hybrid."""
+    drafts = [
+        ModelDraft(
+            native if parallel == 1 else SequenceView(native, seq_id, gather),
+            target.n_vocab,
+            p_min=drafting.p_min,
+        )
+        if isinstance(native, Model)
+        else native
+        for native in natives
+    ]
+    uses_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
+    lookup = drafting.lookup.draft() if uses_lookup else None
+    if drafts and (lookup or len(drafts) > 1):
+        return HybridDraft(lookup, drafts)
+    return drafts[0] if drafts else lookup
+
+
+def _draft_file(choices: Sequence[DraftSpec]) -> Path | None:
+    """The first draft model's file, which the placement makes room for."""
+    return next((Path(c) for c in choices if isinstance(c, str | Path)), None)
+
+
+def _layers(asked: int | None, fitted: int | None) -> int | None:
+    """--gpu-layers wins over the fit; None leaves llama.cpp's all-layers default to the runtime."""
+    return asked if asked is not None else fitted
+
+
+def close_draft(source: DraftSource) -> None:
+    """Free a draft model's or a head's native half (prompt lookup has none)."""
+    native = (
+        native_model(source.model)
+        if isinstance(source, ModelDraft)
+        else getattr(source, "head", None)
+    )
+    if isinstance(native, Model | NativeHead):
+        native.close()
+
+
+def native_model(model: object) -> object:
+    """The Model a slot's view is a sequence of; anything else as it is."""
+    return model.model if isinstance(model, SequenceView) else model
