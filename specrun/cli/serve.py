@@ -8,8 +8,9 @@ import ipaddress
 import os
 import re
 import socket
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,6 +21,7 @@ from specrun.cli.options import (
     SAMPLING,
     ModelChoice,
     ModelRequest,
+    OptionGroup,
     load_engine,
     load_notes,
     note,
@@ -30,101 +32,53 @@ from specrun.errors import OptionError, SpecrunError
 from specrun.options import DraftOptions, Eagle3Head, LoadOptions, MtpLayers
 from specrun.system.formatting import format_size
 
+if TYPE_CHECKING:
+    from specrun.engine import Engine
+    from specrun.server.pool import Served
+
 API_KEY_ENV = "SPECRUN_API_KEY"
 DEFAULT_SLOTS = 4  # llama-server's default too
 MAX_SLOTS = 64
 ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+", re.IGNORECASE)  # a page's Origin header
 
 
-@takes(SAMPLING, DRAFTING, LOAD, MODELS)
-def serve(
-    host: str = typer.Option(
-        "127.0.0.1",
-        "--host",
-        help="Address to listen on; anything but loopback lets other machines in.",
-    ),
-    port: int = typer.Option(
-        8080, "--port", min=0, max=65535, help="Port (0: a free one, printed at start)."
-    ),
-    api_key: str | None = typer.Option(
-        None,
-        "--api-key",
-        envvar=API_KEY_ENV,
-        show_envvar=True,
-        help="Require `Authorization: Bearer KEY` (all but /health).",
-    ),
-    allowed_hosts: list[str] = typer.Option(
-        [],
-        "--allowed-host",
-        metavar="NAME",
-        help="Also answer requests for this Host name (repeatable; .example.com: it and its"
-        " subdomains; *: any). Without it: localhost, --host and IP addresses.",
-    ),
-    cors: list[str] = typer.Option(
-        [],
-        "--cors",
-        metavar="ORIGIN",
-        help="Let web pages from this origin call the API (repeatable; e.g. "
-        "http://localhost:3000; *: any). Off by default.",
-    ),
-    more_models: list[str] = typer.Option(
-        [],
-        "--model",
-        metavar="TARGET[+DRAFT]",
-        help="Also answer requests that name this model (its file name without .gguf), "
-        "loading it on first use (repeatable; TARGET and DRAFT as --target and --draft "
-        "take them).",
-    ),
-    keep_alive: float | None = typer.Option(
-        None,
-        "--keep-alive",
-        metavar="SECONDS",
-        help="Unload a model after this long without a request (default: never); it loads "
-        "again when one comes.",
-    ),
-    max_models: int = typer.Option(
-        0,
-        "--max-models",
-        min=0,
-        help="Most models loaded at once (0: as many as memory holds); the least recently "
-        "used goes first.",
-    ),
-    parallel: int | None = typer.Option(
-        None,
-        "--parallel",
-        min=1,
-        max=MAX_SLOTS,
-        help=f"Generations at once (slots), their rounds decoded in one batch; each has --ctx "
-        f"tokens of its own. Default: {DEFAULT_SLOTS} (as llama-server), fewer where their KV "
-        "caches would not fit in free memory, and 1 with --reproducible or an EAGLE-3 or MTP "
-        "draft.",
-    ),
-    queue: int = typer.Option(
-        64,
-        "--queue",
-        min=0,
-        help="Requests that may wait while every slot generates; more get HTTP 503.",
-    ),
-    read_timeout: float = typer.Option(
-        60.0,
-        "--read-timeout",
-        metavar="SECONDS",
-        help="Most time a client may take to send a request's headers, and again its body (408).",
-    ),
-    *,
-    sampling: SamplingParams,
-    drafting: DraftOptions,
-    load: LoadOptions,
-    models: ModelRequest,
-) -> None:
-    """Serve the model (and each --model, loaded when a request names it) over an
-    OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
-    # here: `specrun run` need not import the HTTP stack
-    from specrun.llama.model import DEFAULT_CTX
-    from specrun.server.app import serve as run_server
-    from specrun.server.pool import ModelPool, Served
-    from specrun.server.requests import AllowedHosts
+@dataclass(frozen=True)
+class ServerOptions:
+    """Where the server listens, who may call it, and how long a client may take to ask."""
 
+    host: str
+    port: int
+    api_key: str | None
+    allowed_hosts: tuple[str, ...]  # Host names answered besides localhost, --host and IPs
+    cors: tuple[str, ...]  # origins whose pages may call the API
+    read_timeout: float
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """The models besides --target that requests may name, and how long they stay loaded."""
+
+    more_models: tuple[str, ...]  # TARGET[+DRAFT] each
+    keep_alive: float | None  # None: for as long as the server runs
+    max_models: int  # 0: as many as memory holds
+
+
+@dataclass(frozen=True)
+class SlotOptions:
+    """Generations at once, and how many more may wait."""
+
+    parallel: int | None  # None: `default_slots`
+    queue: int
+
+
+def _server(
+    host: str,
+    port: int,
+    api_key: str | None,
+    allowed_hosts: list[str],
+    cors: list[str],
+    read_timeout: float,
+) -> ServerOptions:
     # click reads an empty variable as unset; an empty key is a mistake either way, not "no key"
     if api_key is None and os.environ.get(API_KEY_ENV) == "":
         api_key = ""
@@ -134,67 +88,241 @@ def serve(
         raise OptionError(f"--read-timeout must be more than 0 seconds, got {read_timeout:g}")
     if any(not name.strip() for name in allowed_hosts):
         raise OptionError("--allowed-host is empty")
-    if keep_alive is not None and not keep_alive >= 0:
-        raise OptionError(f"--keep-alive must be 0 seconds or more, got {keep_alive:g}")
     for origin in cors:
         if origin != "*" and not ORIGIN.fullmatch(origin):
             raise OptionError(
                 f"--cors takes an origin, a scheme and a host with its port if any "
                 f"(http://localhost:3000), or *; got {origin!r}"
             )
+    return ServerOptions(host, port, api_key, tuple(allowed_hosts), tuple(cors), read_timeout)
+
+
+def _pool(more_models: list[str], keep_alive: float | None, max_models: int) -> PoolOptions:
+    if keep_alive is not None and not keep_alive >= 0:
+        raise OptionError(f"--keep-alive must be 0 seconds or more, got {keep_alive:g}")
+    return PoolOptions(tuple(more_models), keep_alive, max_models)
+
+
+SERVER = OptionGroup(
+    "server",
+    {
+        "host": (
+            str,
+            typer.Option(
+                "127.0.0.1",
+                "--host",
+                help="Address to listen on; anything but loopback lets other machines in.",
+            ),
+        ),
+        "port": (
+            int,
+            typer.Option(
+                8080, "--port", min=0, max=65535, help="Port (0: a free one, printed at start)."
+            ),
+        ),
+        "api_key": (
+            str | None,
+            typer.Option(
+                None,
+                "--api-key",
+                envvar=API_KEY_ENV,
+                show_envvar=True,
+                help="Require `Authorization: Bearer KEY` (all but /health).",
+            ),
+        ),
+        "allowed_hosts": (
+            list[str],
+            typer.Option(
+                [],
+                "--allowed-host",
+                metavar="NAME",
+                help="Also answer requests for this Host name (repeatable; .example.com: it and"
+                " its subdomains; *: any). Without it: localhost, --host and IP addresses.",
+            ),
+        ),
+        "cors": (
+            list[str],
+            typer.Option(
+                [],
+                "--cors",
+                metavar="ORIGIN",
+                help="Let web pages from this origin call the API (repeatable; e.g. "
+                "http://localhost:3000; *: any). Off by default.",
+            ),
+        ),
+        "read_timeout": (
+            float,
+            typer.Option(
+                60.0,
+                "--read-timeout",
+                metavar="SECONDS",
+                help="Most time a client may take to send a request's headers, and again its "
+                "body (408).",
+            ),
+        ),
+    },
+    _server,
+)
+POOL = OptionGroup(
+    "pool",
+    {
+        "more_models": (
+            list[str],
+            typer.Option(
+                [],
+                "--model",
+                metavar="TARGET[+DRAFT]",
+                help="Also answer requests that name this model (its file name without .gguf), "
+                "loading it on first use (repeatable; TARGET and DRAFT as --target and --draft "
+                "take them).",
+            ),
+        ),
+        "keep_alive": (
+            float | None,
+            typer.Option(
+                None,
+                "--keep-alive",
+                metavar="SECONDS",
+                help="Unload a model after this long without a request (default: never); it "
+                "loads again when one comes.",
+            ),
+        ),
+        "max_models": (
+            int,
+            typer.Option(
+                0,
+                "--max-models",
+                min=0,
+                help="Most models loaded at once (0: as many as memory holds); the least "
+                "recently used goes first.",
+            ),
+        ),
+    },
+    _pool,
+)
+SLOTS = OptionGroup(
+    "slots",
+    {
+        "parallel": (
+            int | None,
+            typer.Option(
+                None,
+                "--parallel",
+                min=1,
+                max=MAX_SLOTS,
+                help=f"Generations at once (slots), their rounds decoded in one batch; each has "
+                f"--ctx tokens of its own. Default: {DEFAULT_SLOTS} (as llama-server), fewer "
+                "where their KV caches would not fit in free memory, and 1 with --reproducible "
+                "or an EAGLE-3 or MTP draft.",
+            ),
+        ),
+        "queue": (
+            int,
+            typer.Option(
+                64,
+                "--queue",
+                min=0,
+                help="Requests that may wait while every slot generates; more get HTTP 503.",
+            ),
+        ),
+    },
+    SlotOptions,
+)
+
+
+@takes(SERVER, POOL, SLOTS, SAMPLING, DRAFTING, LOAD, MODELS)
+def serve(
+    *,
+    server: ServerOptions,
+    pool: PoolOptions,
+    slots: SlotOptions,
+    sampling: SamplingParams,
+    drafting: DraftOptions,
+    load: LoadOptions,
+    models: ModelRequest,
+) -> None:
+    """Serve the model (and each --model, loaded when a request names it) over an
+    OpenAI-compatible HTTP API; the sampling options are the defaults of requests."""
+    # here: `specrun run` need not import the HTTP stack
+    from specrun.server.app import serve as run_server
+    from specrun.server.pool import ModelPool
+    from specrun.server.requests import AllowedHosts
+
     # Bound before the models load: a port in use is one line now, not after a long load.
-    with listen(host, port) as listener:
+    with listen(server.host, server.port) as listener:
         address, port = listener.getsockname()[:2]
         if not ipaddress.ip_address(address).is_loopback:
             note(
-                f"warning: listening on {host}, reachable from other machines"
-                + ("" if api_key else f", with no API key (--api-key or ${API_KEY_ENV})")
+                f"warning: listening on {server.host}, reachable from other machines"
+                + ("" if server.api_key else f", with no API key (--api-key or ${API_KEY_ENV})")
             )
         choice = models.resolve()
         # Every name checked before anything loads; a request names a model by its file's
         # stem, or as the command line did (an alias).
-        named = [(models.target or "", choice), *(_choice(spec, models) for spec in more_models)]
-        if parallel is None:
-            parallel, why = default_slots([resolved for _, resolved in named], load)
-            note(why)
+        named = [(models.target or "", choice), *(_choice(s, models) for s in pool.more_models)]
+        parallel = _parallel(slots.parallel, [resolved for _, resolved in named], load)
         load = replace(load, parallel=parallel)
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
-        served: list[Served] = []
-        for alias, resolved in named:
-            if resolved.target.stem in {s.id for s in served}:
-                raise OptionError(f"--model {resolved.target.stem} is served already")
-            served.append(
-                Served(
-                    resolved.target.stem,
-                    functools.partial(
-                        load_engine, resolved, load, params=sampling, drafting=drafting
-                    ),
-                    files=(resolved.target, *(d for d in resolved.drafts if isinstance(d, Path))),
-                    n_ctx=load.n_ctx or DEFAULT_CTX,
-                    slots=parallel,
-                    aliases=(alias,),
-                    engine=engine if resolved is choice else None,
-                )
-            )
-        pool = ModelPool(served, keep_alive=keep_alive, max_loaded=max_models)
+        model_pool = ModelPool(
+            _served(named, engine, choice, load, sampling, drafting),
+            keep_alive=pool.keep_alive,
+            max_loaded=pool.max_models,
+        )
         try:
             load_notes(engine.target, load)
-            url = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+            url = f"http://{f'[{server.host}]' if ':' in server.host else server.host}:{port}/v1"
             run_server(
-                pool,
+                model_pool,
                 listener,
                 defaults=sampling,
-                api_key=api_key,
-                hosts=AllowedHosts.of(host, allowed_hosts),
-                cors=tuple(cors),
-                queue=queue,
-                slots=parallel,
-                read_timeout=read_timeout,
+                api_key=server.api_key,
+                hosts=AllowedHosts.of(server.host, server.allowed_hosts),
+                cors=server.cors,
+                queue=slots.queue,
+                slots=engine.parallel,
+                read_timeout=server.read_timeout,
                 ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
             )
         finally:
-            pool.close()
+            model_pool.close()
     note("stopped")
+
+
+def _served(
+    named: list[tuple[str, ModelChoice]],
+    engine: Engine,
+    choice: ModelChoice,
+    load: LoadOptions,
+    sampling: SamplingParams,
+    drafting: DraftOptions,
+) -> list[Served]:
+    """Each model the server answers for, by its file's stem; the command line's, loaded."""
+    from specrun.server.pool import Served
+
+    served: list[Served] = []
+    for alias, resolved in named:
+        if resolved.target.stem in {s.id for s in served}:
+            raise OptionError(f"--model {resolved.target.stem} is served already")
+        served.append(
+            Served(
+                resolved.target.stem,
+                functools.partial(load_engine, resolved, load, params=sampling, drafting=drafting),
+                files=(resolved.target, *(d for d in resolved.drafts if isinstance(d, Path))),
+                aliases=(alias,),
+                options=load,
+                engine=engine if resolved is choice else None,
+            )
+        )
+    return served
+
+
+def _parallel(asked: int | None, choices: list[ModelChoice], load: LoadOptions) -> int:
+    """--parallel as given, else its default, with the line that says why."""
+    if asked is not None:
+        return asked
+    slots, why = default_slots(choices, load)
+    note(why)
+    return slots
 
 
 def default_slots(choices: list[ModelChoice], load: LoadOptions) -> tuple[int, str]:

@@ -15,29 +15,30 @@ from pathlib import Path
 from specrun.engine import Engine
 from specrun.llama.devices import gpu_free_bytes, system_memory_available
 from specrun.llama.footprint import estimate
+from specrun.llama.model import DEFAULT_CTX
+from specrun.options import LoadOptions
 
 
 @dataclass
 class Served:
     """A model the server may answer for: its id (as requests name it), how to load it, and
-    the files whose size says what loading it takes."""
+    the files and options (the context and its slots) that say what loading it takes."""
 
     id: str
     load: Callable[[], Engine]
     files: tuple[Path, ...] = ()
     aliases: tuple[str, ...] = ()  # other names requests may give it (its catalog alias)
-    n_ctx: int = 4096
-    slots: int = 1  # sequences of n_ctx its engine holds (--parallel)
+    options: LoadOptions = LoadOptions()  # those `load` loads it with
     engine: Engine | None = None
     last_used: float = field(default_factory=time.monotonic)
     in_use: int = 0  # generations running on it
 
     def bytes_needed(self) -> int:
         """Memory the model's files will take at its context and slots, by their GGUF headers."""
-        total = 0
+        total, n_ctx = 0, self.options.n_ctx or DEFAULT_CTX
         for path in self.files:
             try:
-                total += estimate(path, n_ctx=self.n_ctx).for_sequences(self.slots).total
+                total += estimate(path, n_ctx=n_ctx).for_sequences(self.options.parallel).total
             except (OSError, ValueError, KeyError):  # not a GGUF it can read: no estimate
                 pass
         return total

@@ -1,11 +1,13 @@
 """The generations of `specrun serve`: a bounded queue and a thread for each slot. An engine
 loaded with `parallel` slots runs that many generations at once, their rounds decoded together
-(`Engine.stream`); each runs in a thread of its own, since llama.cpp is native code and the
-event loop must stay free to accept requests, stream answers and notice clients that leave. A
-request takes the first free slot the moment one is free (a slot freed by a generation that
-ends takes the next request at once); the rest wait in the queue, in order (a full one answers
-503 with Retry-After). A client that leaves cancels its generation at the next round, which
-frees its slot, or its place in the queue. Nothing resets the caches between requests, so a
+(`Engine.stream`, whose `Slots` hands each its slot); each runs in a thread of its own, since
+llama.cpp is native code and the event loop must stay free to accept requests, stream answers
+and notice clients that leave. The threads are the server's turn: as many as the slots, they
+take the requests in the order they came (the executor's queue is first in, first out), each
+the moment one is free (a slot freed by a generation that ends takes the next request at once),
+however many models answer; the rest wait in the queue (a full one answers 503 with
+Retry-After). A client that leaves cancels its generation at the next round, which frees its
+slot, or its place in the queue. Nothing resets the caches between requests, so a
 request that shares a prefix with the last one in its slot (the next turn of a chat) evaluates
 only what is new. The engine's events feed each job's `Stats` on the event loop, and what
 /v1/stats totals is counted here."""
@@ -18,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
@@ -78,6 +80,7 @@ class Job:
     stats: Stats = field(default_factory=Stats)
     events: asyncio.Queue[Event | Exception | None] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
+    turn: Future[None] | None = None  # its place in the generation threads' queue, then its run
     ended: bool = False  # its error or its end was delivered
     engine: Engine | None = None  # its model's, once it runs
 
@@ -133,7 +136,7 @@ class Worker:
         self.stopping = False
         self.totals: Counter[Total] = Counter(dict.fromkeys(TOTALS, 0))
         self.speculation = Speculation()  # the drafts of every finished request
-        self._turn = asyncio.Semaphore(slots)  # FIFO: requests start in the order they came
+        # One thread a slot: requests start in the order they came, as threads free up.
         self._threads = ThreadPoolExecutor(slots, thread_name_prefix="specrun-generation")
 
     def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> list[Job]:
@@ -172,17 +175,18 @@ class Worker:
         return jobs
 
     async def _run(self, job: Job) -> None:
-        """Wait for the job's turn and generate."""
+        """Wait for the job's turn in the generation threads, and generate."""
         loop = asyncio.get_running_loop()
+
+        def hand(item: Event | Exception | None) -> None:
+            loop.call_soon_threadsafe(job.deliver, item)
+
+        def on_start() -> None:
+            loop.call_soon_threadsafe(self.running.append, job)  # before anything it hands
+
         try:
-            async with self._turn:
-                if not job.cancel.is_set():
-                    self.running.append(job)
-
-                    def hand(item: Event | Exception | None) -> None:
-                        loop.call_soon_threadsafe(job.deliver, item)
-
-                    await loop.run_in_executor(self._threads, self._generate, job, hand)
+            job.turn = self._threads.submit(self._generate, job, on_start, hand)
+            await asyncio.wrap_future(job.turn)
         finally:
             if job in self.running:
                 self.running.remove(job)
@@ -205,12 +209,20 @@ class Worker:
             pass  # the body was read already; nothing else arrives before the disconnect
         for job in jobs:
             job.cancel.set()
-            if job not in self.running and job.task is not None:
-                job.task.cancel()
+            if job.turn is not None:
+                job.turn.cancel()  # a job still waiting leaves the queue; a running one goes on
 
-    def _generate(self, job: Job, hand: Callable[[Event | Exception | None], None]) -> None:
-        """In the worker thread: hand over the job's events, then None, or the error that
-        ended it."""
+    def _generate(
+        self,
+        job: Job,
+        on_start: Callable[[], None],
+        hand: Callable[[Event | Exception | None], None],
+    ) -> None:
+        """In a generation thread, the job's turn come: unless it was cancelled while it waited,
+        say it runs, hand over its events, then None, or the error that ended it."""
+        if job.cancel.is_set():
+            return
+        on_start()
         tokens: list[int] = []
         started = False
         try:
