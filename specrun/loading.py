@@ -54,7 +54,7 @@ def load_models(
 ) -> Loaded:
     """`Engine.load`'s models: its documentation says what each argument does."""
     choices = draft_choices(draft)
-    check_parallel(options, choices)
+    check_parallel(options)
     remotes = rpc.connect(options.rpc) if options.rpc else []
     placed = place_layers(Path(target_path), choices, options, remotes)
     # `gpu_layers` and `draft_gpu_layers` win over the fit: its line is said where it holds.
@@ -67,10 +67,14 @@ def load_models(
     target = load_target(target_path, choices, options, placed, remotes)
     natives = load_drafts(target, choices, options, drafting, placed)
     gather = Gather()
-    sources = [
-        draft_source(target, natives, drafting, choices, options.parallel, seq_id, gather)
-        for seq_id in range(options.parallel)
-    ]
+    try:
+        sources = [
+            draft_source(target, natives, drafting, choices, options.parallel, seq_id, gather)
+            for seq_id in range(options.parallel)
+        ]
+    except BaseException:  # a slot's head context that could not be made: free everything
+        _close_all(target, natives)
+        raise
     used = free_before - gpu_free_bytes() - rpc.free_bytes(remotes)
     return Loaded(target, sources, gather, placed, asked, remotes, used if used > 0 else None)
 
@@ -83,17 +87,10 @@ def draft_choices(draft: DraftSpec | Sequence[DraftSpec] | None) -> list[DraftSp
     return list(draft)
 
 
-def check_parallel(options: LoadOptions, choices: Sequence[DraftSpec]) -> None:
-    """`parallel`: at least one slot, and one where a setting decodes one sequence at a time."""
-    parallel = options.parallel
-    if parallel < 1:
-        raise OptionError(f"`parallel` must be at least 1, got {parallel}")
-    if parallel > 1 and options.reproducible:
-        raise OptionError("`reproducible` decodes one sequence at a time: use `parallel` 1")
-    if parallel > 1 and any(isinstance(c, Eagle3Head | MtpLayers) for c in choices):
-        raise OptionError(
-            "EAGLE-3 heads and MTP layers draft for one sequence at a time: use `parallel` 1"
-        )
+def check_parallel(options: LoadOptions) -> None:
+    """`parallel`: at least one slot."""
+    if options.parallel < 1:
+        raise OptionError(f"`parallel` must be at least 1, got {options.parallel}")
 
 
 def place_layers(
@@ -167,11 +164,15 @@ def load_drafts(
                 loaded.append(draft_model)
                 check_compatible(target, draft_model)
     except BaseException:
-        for native in reversed(loaded):
-            native.close() if isinstance(native, Model) else close_draft(native)
-        target.close()
+        _close_all(target, loaded)
         raise
     return loaded
+
+
+def _close_all(target: Model, natives: Sequence[HeadDraft | Model]) -> None:
+    for native in reversed(natives):
+        native.close() if isinstance(native, Model) else close_draft(native)
+    target.close()
 
 
 def draft_source(
@@ -184,7 +185,8 @@ def draft_source(
     gather: Gather,
 ) -> DraftSource | None:
     """The draft source of one sequence: its own prompt lookup, its views of the draft models
-    (the models themselves where there is one sequence); several make the hybrid."""
+    (the models themselves where there is one sequence), its own head over its own hidden rows
+    (slot 0 the head loaded, the others its twins); several make the hybrid."""
     drafts = [
         ModelDraft(
             native if parallel == 1 else SequenceView(native, seq_id, gather),
@@ -192,7 +194,7 @@ def draft_source(
             p_min=drafting.p_min,
         )
         if isinstance(native, Model)
-        else native
+        else _head_of(native, target, seq_id)
         for native in natives
     ]
     uses_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
@@ -200,6 +202,16 @@ def draft_source(
     if drafts and (lookup or len(drafts) > 1):
         return HybridDraft(lookup, drafts)
     return drafts[0] if drafts else lookup
+
+
+def _head_of(loaded: HeadDraft, target: Model, seq_id: int) -> HeadDraft:
+    """Sequence `seq_id`'s head: the one loaded for sequence 0, a twin over the sequence's own
+    hidden rows for the others (each slot's head keeps its own cache and state)."""
+    if seq_id == 0:
+        return loaded
+    rows = target.caches[seq_id].hidden
+    assert isinstance(loaded.head, NativeHead) and rows is not None  # as open_eagle3 left them
+    return HeadDraft(loaded.head.twin(), rows, loaded.target_vocab, p_min=loaded.p_min)
 
 
 def _draft_file(choices: Sequence[DraftSpec]) -> Path | None:

@@ -29,7 +29,7 @@ from specrun.cli.options import (
 )
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
-from specrun.options import DraftOptions, Eagle3Head, LoadOptions, MtpLayers
+from specrun.options import DraftOptions, LoadOptions
 from specrun.system.formatting import format_size
 
 if TYPE_CHECKING:
@@ -328,15 +328,11 @@ def _parallel(asked: int | None, choices: list[ModelChoice], load: LoadOptions) 
 def default_slots(choices: list[ModelChoice], load: LoadOptions) -> tuple[int, str]:
     """--parallel's default, and the line that says why: DEFAULT_SLOTS, fewer where the
     largest model's KV caches for that many would not fit in the memory free now (GPUs' and
-    the system's), one where a setting decodes one sequence at a time."""
+    the system's)."""
     from specrun.llama.devices import gpu_free_bytes, system_memory_available
     from specrun.llama.footprint import estimate
     from specrun.llama.model import DEFAULT_CTX
 
-    if load.reproducible:
-        return 1, "one slot: --reproducible decodes one sequence at a time"
-    if any(isinstance(d, Eagle3Head | MtpLayers) for c in choices for d in c.drafts):
-        return 1, "one slot: EAGLE-3 heads and MTP layers draft for one sequence at a time"
     n_ctx = load.n_ctx or DEFAULT_CTX
     try:
         needs = [

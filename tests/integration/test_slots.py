@@ -13,7 +13,7 @@ from specrun.core.sampling import SamplingParams, probabilities
 from specrun.engine import Engine
 from specrun.errors import OptionError
 from specrun.llama.model import Call, Model
-from specrun.options import MTP_LAYERS, DraftOptions, LoadOptions
+from specrun.options import DraftOptions, LoadOptions
 from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, assert_greedy_identical, committed, greedy_tokens
 from tests.support.threads import in_threads
@@ -160,10 +160,7 @@ def test_calls_longer_than_a_batch_decode_in_several_each_with_its_rows(tiny_tar
             np.testing.assert_allclose(call.rows, alone.logits(seq, call.last), atol=1e-4)
 
 
-def test_what_decodes_one_sequence_at_a_time_is_refused_with_slots(tiny_target):
-    with pytest.raises(OptionError, match="reproducible"):
-        Engine.load(tiny_target, options=LoadOptions(parallel=2, reproducible=True))
-    with pytest.raises(OptionError, match="MTP"):
-        Engine.load(tiny_target, MTP_LAYERS, options=LoadOptions(parallel=2))
+def test_no_slots_is_refused(tiny_target):
+    """Reproducible decoding and heads take slots (test_slots_features.py); none is refused."""
     with pytest.raises(OptionError, match="at least 1"):
         Engine.load(tiny_target, options=LoadOptions(parallel=0))

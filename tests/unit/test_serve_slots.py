@@ -1,5 +1,5 @@
 """`serve --parallel`'s default: four slots where their KV caches fit in the memory free,
-fewer where they would not, one where a setting decodes one sequence at a time."""
+fewer where they would not, with every setting (reproducible decoding and heads included)."""
 
 from __future__ import annotations
 
@@ -36,13 +36,14 @@ def test_as_many_slots_as_their_kv_caches_fit(tiny_target: Path, free: dict[str,
     assert serve.default_slots([choice], load)[0] == 1
 
 
-def test_one_slot_where_a_setting_decodes_one_sequence_at_a_time(
+def test_reproducible_decoding_and_heads_take_as_many_slots(
     tiny_target: Path, free: dict[str, int]
 ):
+    """Neither decodes one sequence at a time any more (DESIGN.md, Slots): the default holds."""
     free["bytes"] = 1 << 40
-    reproducible = serve.default_slots(
-        [ModelChoice(tiny_target, None)], LoadOptions(reproducible=True)
-    )
-    assert reproducible == (1, "one slot: --reproducible decodes one sequence at a time")
-    mtp = serve.default_slots([ModelChoice(tiny_target, MTP_LAYERS)], LoadOptions())
-    assert mtp[0] == 1 and "MTP" in mtp[1]
+    for choice, load in (
+        (ModelChoice(tiny_target, None), LoadOptions(reproducible=True)),
+        (ModelChoice(tiny_target, MTP_LAYERS), LoadOptions()),
+    ):
+        slots, why = serve.default_slots([choice], load)
+        assert slots == serve.DEFAULT_SLOTS > 1 and "slots (--parallel)" in why
