@@ -29,7 +29,7 @@ from specrun.llama.heads import NativeHead
 from specrun.llama.model import Model
 from specrun.llama.placement import LayerPlan, Placement
 from specrun.llama.slots import Gather, SequenceView
-from specrun.loading import close_draft, load_models, native_model
+from specrun.loading import close_draft, load_models, native_head, native_model
 from specrun.options import DraftOptions, DraftSpec, LoadOptions
 from specrun.prompt import prompt_tokens
 from specrun.slots import Slot, Slots
@@ -283,7 +283,7 @@ class Engine:
     @property
     def head(self) -> NativeHead | None:
         """The (first) EAGLE-3 head or MTP layers that draft."""
-        heads = (d.head for d in self.drafts if isinstance(d, HeadDraft))
+        heads = (native_head(d.head) for d in self.drafts if isinstance(d, HeadDraft))
         return next((h for h in heads if isinstance(h, NativeHead)), None)
 
     def placement(self) -> Placement:

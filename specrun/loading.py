@@ -18,7 +18,7 @@ from specrun.llama.devices import gpu_free_bytes, gpu_handles
 from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
 from specrun.llama.model import DEFAULT_CTX, Model
 from specrun.llama.placement import Gpu, LayerPlan, plan_layers
-from specrun.llama.slots import Gather, SequenceView
+from specrun.llama.slots import Gather, HeadView, SequenceView
 from specrun.options import (
     DraftOptions,
     DraftSpec,
@@ -194,7 +194,7 @@ def draft_source(
             p_min=drafting.p_min,
         )
         if isinstance(native, Model)
-        else _head_of(native, target, seq_id)
+        else _head_of(native, target, seq_id, parallel, gather)
         for native in natives
     ]
     uses_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
@@ -204,14 +204,19 @@ def draft_source(
     return drafts[0] if drafts else lookup
 
 
-def _head_of(loaded: HeadDraft, target: Model, seq_id: int) -> HeadDraft:
-    """Sequence `seq_id`'s head: the one loaded for sequence 0, a twin over the sequence's own
-    hidden rows for the others (each slot's head keeps its own cache and state)."""
-    if seq_id == 0:
+def _head_of(
+    loaded: HeadDraft, target: Model, seq_id: int, parallel: int, gather: Gather
+) -> HeadDraft:
+    """Sequence `seq_id`'s head: where there are several slots, each drafts with a head of its
+    own (slot 0 the one loaded, the others its twins) over its sequence's hidden rows, its
+    passes run in the gather's thread."""
+    if parallel == 1:
         return loaded
+    assert isinstance(loaded.head, NativeHead)  # as open_eagle3 and open_mtp made it
+    head = loaded.head if seq_id == 0 else loaded.head.twin()
     rows = target.caches[seq_id].hidden
-    assert isinstance(loaded.head, NativeHead) and rows is not None  # as open_eagle3 left them
-    return HeadDraft(loaded.head.twin(), rows, loaded.target_vocab, p_min=loaded.p_min)
+    assert rows is not None  # kept for every sequence since the head was opened
+    return HeadDraft(HeadView(head, gather), rows, loaded.target_vocab, p_min=loaded.p_min)
 
 
 def _draft_file(choices: Sequence[DraftSpec]) -> Path | None:
@@ -229,10 +234,15 @@ def close_draft(source: DraftSource) -> None:
     native = (
         native_model(source.model)
         if isinstance(source, ModelDraft)
-        else getattr(source, "head", None)
+        else native_head(getattr(source, "head", None))
     )
     if isinstance(native, Model | NativeHead):
         native.close()
+
+
+def native_head(head: object) -> object:
+    """The head a slot's view runs; anything else as it is."""
+    return head.head if isinstance(head, HeadView) else head
 
 
 def native_model(model: object) -> object:

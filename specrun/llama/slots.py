@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import overload
+from typing import TypeVar, overload
 
 import numpy as np
 
 from specrun.core.sampling import Rows
+from specrun.llama.heads import NativeHead
 from specrun.llama.model import Call, Model
+
+FeedResult = tuple[np.ndarray, np.ndarray] | None  # what a head's pass gives (`Head.feed`)
 
 # How long the gather waits for members away at a yield (their consumer has the event)
 # once every other member waits: a front end hands an event on in microseconds, while a
@@ -63,6 +66,7 @@ class Gather:
         self._members = 0
         self._away: dict[int, float] = {}  # members whose consumer has an event: since when
         self._waiting: list[tuple[Model, Call]] = []
+        self._jobs: list[Job] = []  # heads' passes, run in the decoding thread too
         self._served: set[int] = set()  # ids of calls whose rows (or error) are ready
         self._errors: dict[int, BaseException] = {}
         self._thread: threading.Thread | None = None
@@ -82,21 +86,29 @@ class Gather:
 
     def call(self, model: Model, call: Call) -> Call:
         """Wait until every member waits, decode, and return the call with its rows."""
+        self._wait_served(call, lambda: self._waiting.append((model, call)))
+        return call
+
+    def run(self, job: Job) -> Job:
+        """Run `job` in the decoding thread, as a model call: once every member waits."""
+        return self._wait_served(job, lambda: self._jobs.append(job))
+
+    def _wait_served(self, item: _Item, enqueue: Callable[[], None]) -> _Item:
         with self._ready:
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._serve, name="specrun-batch", daemon=True
                 )
                 self._thread.start()
-            self._waiting.append((model, call))
+            enqueue()
             self._wake_if_due()
-            while id(call) not in self._served:
+            while id(item) not in self._served:
                 self._done.wait()
-            self._served.discard(id(call))
-            error = self._errors.pop(id(call), None)
+            self._served.discard(id(item))
+            error = self._errors.pop(id(item), None)
         if error is not None:
             raise error
-        return call
+        return item
 
     def close(self) -> None:
         """End the decoding thread (once no member is left)."""
@@ -115,11 +127,13 @@ class Gather:
             self._wake_if_due()
 
     def _all_waiting(self) -> bool:
-        return bool(self._waiting) and len(self._waiting) >= self._members
+        waiting = len(self._waiting) + len(self._jobs)
+        return bool(waiting) and waiting >= self._members
 
     def _due(self) -> bool:
         """Whether every member waits or is away: a batch now, or after the grace."""
-        return bool(self._waiting) and len(self._waiting) + len(self._away) >= self._members
+        waiting = len(self._waiting) + len(self._jobs)
+        return bool(waiting) and waiting + len(self._away) >= self._members
 
     def _wake_if_due(self) -> None:
         if self._due():
@@ -146,8 +160,16 @@ class Gather:
                 self._ready.wait()
 
     def _decode(self) -> None:
-        """Holding the lock: each model's waiting calls in one batch, then wake their threads."""
+        """Holding the lock: the heads' passes, each model's waiting calls in one batch, then
+        wake their threads."""
         waiting, self._waiting = self._waiting, []
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            try:
+                job.run()
+            except BaseException as error:  # its thread raises it
+                self._errors[id(job)] = error
+        self._served.update(id(job) for job in jobs)
         by_model: dict[int, tuple[Model, list[Call]]] = {}
         for model, call in waiting:
             by_model.setdefault(id(model), (model, []))[1].append(call)
@@ -159,6 +181,42 @@ class Gather:
                     self._errors[id(call)] = error
         self._served.update(id(call) for _, call in waiting)
         self._done.notify_all()
+
+
+class Job:
+    """A head's pass for the gather's decoding thread: `work`, then what it returned."""
+
+    def __init__(self, work: Callable[[], FeedResult]) -> None:
+        self.work = work
+        self.result: FeedResult = None
+
+    def run(self) -> None:
+        self.result = self.work()
+
+
+_Item = TypeVar("_Item", Call, Job)
+
+
+class HeadView:
+    """One slot's head (`Head`), its passes run in the gather's decoding thread once every
+    generation waits, as the models' calls are: a process decodes from one thread (DESIGN.md,
+    Slots)."""
+
+    def __init__(self, head: NativeHead, gather: Gather) -> None:
+        self.head = head
+        self.gather = gather
+        self.name, self.kind, self.offset, self.path = head.name, head.kind, head.offset, head.path
+
+    def truncate(self, position: int) -> None:
+        self.head.truncate(position)  # a cache operation, no pass: in the slot's own thread
+
+    def feed(
+        self, position: int, tokens: Sequence[int], states: np.ndarray, *, own: bool, output: bool
+    ) -> FeedResult:
+        def work() -> FeedResult:
+            return self.head.feed(position, tokens, states, own=own, output=output)
+
+        return self.gather.run(Job(work)).result
 
 
 class SequenceView:

@@ -5,6 +5,7 @@ its request's own, whatever the other slots do at the same time."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from specrun.core.loop import Round
 from specrun.core.sampling import SamplingParams, probabilities
 from specrun.engine import Engine
+from specrun.llama.heads import NativeHead
 from specrun.llama.model import Call, Model
 from specrun.options import MTP_LAYERS, DraftOptions, Eagle3Head, LoadOptions
 from tests.support.distribution import assert_distributed, first_marginals
@@ -124,6 +126,30 @@ def test_slots_drafting_with_heads_answer_greedy_as_alone(heads, kind):
                 assert [(r.drafted, r.accepted) for r in rounds] == [
                     (r.drafted, r.accepted) for r in alone_rounds
                 ]
+
+
+def test_slots_heads_run_in_the_gathers_thread(heads, monkeypatch):
+    """A slot's head passes run where the models' decodes do, in the gather's one thread: a
+    pass from each slot's own thread would give llama.cpp's OpenMP a team per thread."""
+    target, draft = heads["mtp"]
+    threads: set[str] = set()
+    feed = NativeHead.feed
+
+    def recorded(head: NativeHead, *args: object, **kwargs: object) -> object:
+        threads.add(threading.current_thread().name)
+        return feed(head, *args, **kwargs)
+
+    monkeypatch.setattr(NativeHead, "feed", recorded)
+    with Engine.load(
+        target,
+        draft,
+        options=LoadOptions(n_ctx=256, parallel=2, threads=1),
+        params=GREEDY,
+        drafting=DraftOptions(gamma="3"),
+    ) as engine:
+        prompts = [engine.prompt(prompt) for prompt in PROMPTS[:2]]
+        in_threads([lambda p=p: answer(engine, p, 16) for p in prompts])
+    assert threads == {"specrun-batch"}
 
 
 SAMPLED = SamplingParams(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
