@@ -26,7 +26,7 @@ from specrun.core.model import BackendSampling
 from specrun.core.sampling import CandidateRows, Rows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
-from specrun.llama.batch import Batch, Run
+from specrun.llama.batch import Batch
 from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
 from specrun.llama.diagnose import load_failure
 from specrun.llama.gguf import check_gguf_header, tensor_table
@@ -76,16 +76,26 @@ class Call:
 
 
 class Part(NamedTuple):
-    """Positions start..end of a call's sequence in one decode, with `padding` copies of the
-    last after them (dropped after the decode), logits from position `rows_from` on, and
-    `width` candidates a row where the device chooses them."""
+    """A call's positions start..end in one decode, as the batch takes them (a `Run`: its
+    sequence, those tokens, `padding` copies of the last after them, dropped after the
+    decode, and logits from `tokens[logits_from]` on), with `width` candidates a row where
+    the device chooses them."""
 
-    call: Call
+    seq_id: int
+    tokens: Sequence[int]
     start: int
-    end: int
-    rows_from: int
+    logits_from: int
     padding: int
+    call: Call
+    end: int
     width: int | None
+
+    @classmethod
+    def of(
+        cls, call: Call, start: int, end: int, logits_from: int, padding: int, width: int | None
+    ) -> Part:
+        tokens = call.seq[start:end]
+        return cls(call.cache.seq_id, tokens, start, logits_from, padding, call, end, width)
 
 
 class Model(Vocabulary):
@@ -283,70 +293,73 @@ class Model(Vocabulary):
         # A lone call keeps its chain through a pass without rows: no other sequence's rows
         # are in its decodes.
         alone = len(calls) == 1
-        self.samplers.keep_only({call.cache.seq_id for call in calls if call.last or alone})
+        if self.samplers.attached:
+            self.samplers.keep_only({call.cache.seq_id for call in calls if call.last or alone})
         parts: list[Part] = []
         shaped = alone or self.min_width > 1 or self.max_width is not None
         for call in calls:
-            self._check(call.seq, call.last)
+            end = len(call.seq)
+            self._check(end, call.last)
             width = self._width(call.top)
             if call.last:  # a pass without rows leaves the sampler as the last one with rows
                 self.samplers.attach(call.cache.seq_id, width)
-            keep = self._reuse(call.cache, call.seq, call.last)
-            first_out = call.first_out = len(call.seq) - call.last
+            first_out = call.first_out = end - call.last
+            keep = self._reuse(call.cache, call.seq, first_out, end)
             if keep < first_out and self.shared_pool:
                 keep = self._borrow(call.cache, call.seq, keep, first_out)
             call.rows, call.first_of_shape = None, False
             if shaped:
-                parts.extend(self._shaped_parts(call, keep, first_out, width))
+                parts.extend(self._shaped_parts(call, keep, end, width))
                 continue
             if keep < first_out:  # a prompt (or a draft catching up): another may hold it
-                parts.append(Part(call, keep, first_out, first_out, 0, None))
+                parts.append(Part.of(call, keep, first_out, first_out - keep, 0, None))
             if call.last:
-                parts.append(Part(call, first_out, len(call.seq), first_out, 0, width))
+                parts.append(Part.of(call, first_out, end, 0, 0, width))
         # Shaped: a decode per part. Else positions without rows first: every call's rows
         # then come from the last decode.
         decodes = [[part] for part in parts] if shaped else _cut(parts, self.n_batch)
         for number, decode in enumerate(decodes, 1):
             self._decode_parts(decode, last=number == len(decodes))
 
-    def _shaped_parts(self, call: Call, keep: int, first_out: int, width: int | None) -> list[Part]:
+    def _shaped_parts(self, call: Call, keep: int, end: int, width: int | None) -> list[Part]:
         """A call's decodes as `_spans` shapes them: those narrower than `min_width` padded
         with copies of the last token (dropped after the decode), and under `min_width` at
         least that many positions with logits, since llama.cpp runs the last layer's
         feed-forward and the output layer only on the positions with logits."""
-        parts = []
-        for start, end in self._spans(keep, len(call.seq), first_out):
-            n = end - start
+        first_out, parts = call.first_out, []
+        for start, stop in self._spans(keep, end, first_out):
+            n = stop - start
             padding = max(self.min_width - n, 0)
             wanted = min(max(first_out - start, 0), n)
             flagged = min(wanted, n + padding - self.min_width) if wanted < n else n + padding
-            parts.append(Part(call, start, end, start + flagged, padding, width))
+            parts.append(Part.of(call, start, stop, flagged, padding, width))
         return parts
 
-    def _check(self, seq: Sequence[int], last: int) -> None:
-        if len(seq) > self.n_ctx:
+    def _check(self, length: int, last: int) -> None:
+        if length > self.n_ctx:
             raise SpecrunError(
-                f"{self.name}: sequence of {len(seq)} tokens exceeds the context ({self.n_ctx})"
+                f"{self.name}: sequence of {length} tokens exceeds the context ({self.n_ctx})"
             )
-        if not 0 <= last <= len(seq):
-            raise ValueError(f"cannot return the last {last} of {len(seq)} positions")
+        if not 0 <= last <= length:
+            raise ValueError(f"cannot return the last {last} of {length} positions")
 
     def _width(self, top: int | None) -> int | None:
         """The candidates a row leaves the device as, for `top`; None: the whole row."""
         return top if self.samples_on_device and top is not None and top < self.n_vocab else None
 
-    def _reuse(self, cache: SequenceCache, seq: Sequence[int], last: int) -> int:
-        """Keep the longest prefix of `seq` the cache holds, short of its last `last`
-        positions (and of `min_width`), dropping the rest; how many positions that is."""
+    def _reuse(self, cache: SequenceCache, seq: Sequence[int], first_out: int, end: int) -> int:
+        """Keep the longest prefix of `seq` (`end` positions) the cache holds, short of
+        `first_out`, its first position with rows (and of `min_width`), dropping the rest; how
+        many positions that is."""
         # Of an append-only sequence seen before, only what follows the part held then can differ.
         base, n_base = (seq.base, seq.n) if isinstance(seq, Continuation) else (None, 0)
         held = len(cache.tokens)
         start = min(cache.seen, held) if base is not None and base is cache.base else 0
         keep = start + common_prefix_length(cache.tokens[start:], seq[start:held])
         cache.base, cache.seen = base, n_base  # true from here on: the cache holds a prefix of seq
-        keep = min(keep, len(seq) - last)
-        if keep < len(seq):  # a decode narrower than `min_width` starts earlier
-            keep = min(keep, max(len(seq) - self.min_width, 0))
+        keep = min(keep, first_out)
+        if keep < end:  # a decode narrower than `min_width` starts earlier
+            keep = min(keep, max(end - self.min_width, 0))
         if keep < cache.held:  # else there is nothing to drop: no native call
             self._truncate(cache, keep)
         return len(cache.tokens)
@@ -371,19 +384,9 @@ class Model(Vocabulary):
 
     def _decode_parts(self, parts: Sequence[Part], *, last: bool) -> None:
         """One decode: each part's positions, then its rows to its call."""
-        runs = [
-            Run(
-                part.call.cache.seq_id,
-                part.call.seq[part.start : part.end],
-                part.start,
-                min(max(part.rows_from - part.start, 0), part.end + part.padding - part.start),
-                part.padding,
-            )
-            for part in parts
-        ]
-        self.batch.fill(runs)
+        self.batch.fill(parts)
         n_out = self.batch.n_outputs
-        first_of_shape = self._first_decode_of(int(self.batch.native.n_tokens), n_out)
+        first_of_shape = self._first_decode_of(self.batch.n_tokens, n_out)
         for part in parts:
             part.call.cache.held = max(part.call.cache.held, part.end + part.padding)
         status = self.batch._decode()
@@ -392,23 +395,23 @@ class Model(Vocabulary):
                 self._truncate(part.call.cache, part.start)
             raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
             raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
-        for i, (part, run) in enumerate(zip(parts, runs)):
+        for i, part in enumerate(parts):
             call, cache = part.call, part.call.cache
             if cache.hidden is not None:
                 cache.hidden.write(
-                    part.start, *(rows[: len(run.tokens)] for rows in self.batch.hidden(i))
+                    part.start, *(rows[: len(part.tokens)] for rows in self.batch.hidden(i))
                 )
-            cache.tokens.extend(run.tokens)
+            cache.tokens.extend(part.tokens)
             if not part.padding or self._drop(cache, part.end):  # padding kept where it stays
                 cache.held = part.end
-            self._count(cache, len(run.tokens))
+            self._count(cache, len(part.tokens))
             call.first_of_shape |= first_of_shape
             first_out = call.first_out
             if part.end <= first_out:
                 continue
             begins = part.start <= first_out  # the call's first row is in this decode
             wanted = max(part.start, first_out)
-            skip, count = wanted - part.start - run.logits_from, part.end - wanted
+            skip, count = wanted - part.start - part.logits_from, part.end - wanted
             rows: Rows
             if part.width is not None:
                 ids, values = self.batch.candidates(i, part.width)
@@ -546,10 +549,16 @@ def _cut(parts: list[Part], n_batch: int) -> list[list[Part]]:
                 decodes.append([])
                 room = n_batch
             end = min(part.end, start + room)
-            decodes[-1].append(part._replace(start=start, end=end))
+            decodes[-1].append(_piece(part, start, end))
             room -= end - start
             start = end
     return [parts for parts in decodes if parts]
+
+
+def _piece(part: Part, start: int, end: int) -> Part:
+    """Positions start..end of a part that `_cut` splits: its rows are all or none."""
+    logits_from = 0 if part.logits_from == 0 else end - start
+    return Part.of(part.call, start, end, logits_from, 0, part.width)
 
 
 def _joined(earlier: Rows | None, later: Rows) -> Rows:

@@ -22,6 +22,11 @@ class BackendSamplers:
         self.name = name
         self._chains: dict[int, tuple[int, llama.llama_sampler_p]] = {}
 
+    @property
+    def attached(self) -> bool:
+        """Whether any sequence has a chain."""
+        return bool(self._chains)
+
     def attach(self, seq_id: int, width: int | None) -> None:
         """From the next decode on, have llama.cpp choose each of the sequence's rows' `width`
         best tokens on the output layer's device; None: whole rows again."""
@@ -47,8 +52,6 @@ class BackendSamplers:
         """Detach the chains of the sequences not in `seq_ids`. llama.cpp runs the sampler of
         a sequence without rows in a decode on the batch's first row, and that run can
         overwrite the candidates of the sequence whose row it is."""
-        if not self._chains:
-            return
         for seq_id in [s for s in self._chains if s not in seq_ids]:
             self.attach(seq_id, None)
 
