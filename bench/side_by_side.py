@@ -19,6 +19,8 @@ as in `specrun eagle3 8`):
   native mtp N          llama-speculative-simple --spec-type draft-mtp on it
   specrun mtp plain     specrun on it, no draft
   specrun mtp N         specrun with its MTP layers, --draft mtp --gamma N
+With --before CHECKOUT, each specrun row has a `before` row beside it: the same run with that
+checkout's code, held against it ("before gamma 0 against specrun gamma 0").
 Without --head or --mtp-target, they are written into a scratch folder from the target
 (bench/gpu/synthetic.py: its shape and tokenizer, random F16 weights, so acceptance is ~0
 and each round yields one token: these rows compare what rounds cost).
@@ -61,6 +63,7 @@ from pathlib import Path
 SPECRUN = Path(sys.executable).with_name("specrun")
 SYNTHETIC = Path(__file__).resolve().parent / "gpu" / "synthetic.py"
 GAMMA_ROUNDS = "γ rounds alone"  # a fixed-γ row without the plain rounds specrun forces
+CODES = ("specrun", "before")  # a specrun row's code: this checkout's, or --before's
 
 
 def all_rows(gamma: int) -> list[str]:
@@ -90,7 +93,10 @@ def row_gamma(row: str, args: argparse.Namespace) -> int:
 
 
 def peer(row: str) -> str | None:
-    """The native row that does what a specrun row does."""
+    """The native row that does what a specrun row does; for a `before` row, the specrun row
+    it ran before the change."""
+    if row.startswith("before "):
+        return row.replace("before", "specrun", 1)
     if row == "specrun gamma 0":
         return "native plain"
     if row.startswith("specrun gamma "):
@@ -108,7 +114,8 @@ def base(row: str, rows: list[str]) -> str:
 
 def reference(row: str) -> str:
     """The specrun row whose text a specrun row must equal (greedy identity)."""
-    return "specrun mtp plain" if row.startswith("specrun mtp") else "specrun gamma 0"
+    mtp = row.startswith(("specrun mtp", "before mtp"))
+    return "specrun mtp plain" if mtp else "specrun gamma 0"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -153,6 +160,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds a run may take; one that takes longer is left out of its row's figure "
         "(native ngram-mod has hung) (120)",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a checkout of specrun from before a change: each specrun row gets a `before` row "
+        "beside it, the same run with that checkout's code (PYTHONPATH), held against it",
+    )
     parser.add_argument("--target", help="the target GGUF (default: the demo pair's)")
     parser.add_argument("--draft", help="the draft GGUF (default: the demo pair's)")
     parser.add_argument(
@@ -166,6 +179,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.rows = args.rows or all_rows(args.gamma)
+    if args.before:
+        args.rows = [
+            twin
+            for row in args.rows
+            for twin in (
+                [row, row.replace("specrun", "before", 1)] if row.startswith("specrun") else [row]
+            )
+        ]
     return args
 
 
@@ -257,7 +278,8 @@ def specrun(
     """(tokens, seconds, text, rate of its γ rounds alone) of `specrun run`; `auto` and
     `lookup` keep their learned state in `learned` across runs, `auto fresh` starts from
     none."""
-    mode = row.removeprefix("specrun ")
+    mode = row.removeprefix("specrun ").removeprefix("before ")
+    code = {"PYTHONPATH": str(args.before)} if row.startswith("before ") else {}
     if mode == "lookup":
         drafting = ["--draft", "lookup"]
     elif mode == "mtp plain":
@@ -292,7 +314,7 @@ def specrun(
         ],
         args.timeout,
         stderr=subprocess.PIPE,
-        env=os.environ | {"XDG_STATE_HOME": state},
+        env=os.environ | {"XDG_STATE_HOME": state} | code,
     )
     result = json.loads(out)
     fixed = mode != "mtp plain" and row_gamma(row, args) > 0 and "auto" not in mode
@@ -399,18 +421,20 @@ def main(argv: list[str] | None = None) -> None:
     rows, repeat = args.rows, args.repeat
     target, draft = models(args)
     head_models(args, target)
-    learned = tempfile.mkdtemp(prefix="side-by-side-state-")  # the `auto` rows' learned state
+    # The `auto` rows' learned state, one folder for each code (a `before` row's its own).
+    learned = {code: tempfile.mkdtemp(prefix="side-by-side-state-") for code in CODES}
     sets = {f: prompt_texts(f, target) for f in args.files}
     # What a user's `auto` would know: one earlier run, on a prompt of none of the sets.
-    if "specrun auto" in rows:
-        specrun(
-            "specrun auto",
-            args,
-            target,
-            draft,
-            "Once upon a time, in a small village by the sea, there lived",
-            learned,
-        )
+    for row in ("specrun auto", "before auto"):
+        if row in rows:
+            specrun(
+                row,
+                args,
+                target,
+                draft,
+                "Once upon a time, in a small village by the sea, there lived",
+                learned[row.split()[0]],
+            )
     # totals[file][row][rep] = [tokens, seconds]
     totals = {f: {row: [[0, 0.0] for _ in range(repeat)] for row in rows} for f in sets}
     texts: dict[tuple[str, int, str], str] = {}
@@ -429,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
                             tokens, seconds = native(row, args, target, draft, prompt)
                         else:
                             tokens, seconds, texts[f, i, row], rounds = specrun(
-                                row, args, target, draft, prompt, learned
+                                row, args, target, draft, prompt, learned[row.split()[0]]
                             )
                             if rounds is not None:
                                 runs[f, rep, i, f"{row} {GAMMA_ROUNDS}"] = rounds
@@ -488,7 +512,7 @@ def main(argv: list[str] | None = None) -> None:
             broken = {i: line for (g, i, r), line in failed.items() if g == f and r == row}
             if broken:
                 print(f"  {row}: failed on prompts {sorted(broken)} (left out): {broken}")
-        for row in (r for r in rows if r.startswith("specrun") and r != reference(r)):
+        for row in (r for r in rows if r.startswith(CODES) and r != reference(r)):
             if reference(row) not in rows:
                 print(f"  {row}: text not checked (no `{reference(row)}` row)")
                 continue

@@ -24,7 +24,7 @@ class LoadOptions:
     threads: int | None = None  # None: one per physical core
     verbose: bool = False  # llama.cpp's own log on stderr
     # Greedy output independent of γ and of the run: the target decodes so that a
-    # position's logits do not depend on its batch (runtime.Invariance).
+    # position's logits do not depend on its batch (llama.invariance.Invariance).
     reproducible: bool = False
     # HOST:PORT of each RPC server (`specrun rpc-server`) whose devices take target layers.
     rpc: tuple[str, ...] = ()

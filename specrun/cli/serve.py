@@ -212,8 +212,8 @@ SLOTS = OptionGroup(
                 max=MAX_SLOTS,
                 help=f"Generations at once (slots), their rounds decoded in one batch; each has "
                 f"--ctx tokens of its own. Default: {DEFAULT_SLOTS} (as llama-server), fewer "
-                "where their KV caches would not fit in free memory, and 1 with --reproducible "
-                "or an EAGLE-3 or MTP draft.",
+                "where their KV caches would not fit in free memory. Each slot drafts with a "
+                "head of its own; with --reproducible each decodes apart.",
             ),
         ),
         "queue": (
