@@ -17,7 +17,7 @@ from specrun.core.model import BackendSampling
 
 @dataclass(frozen=True)
 class LoadOptions:
-    n_ctx: int | None = None  # None: runtime.DEFAULT_CTX
+    n_ctx: int | None = None  # None: llama.model.DEFAULT_CTX
     gpu_layers: int | None = None  # None: as many as fit (see `fit`)
     draft_gpu_layers: int | None = None
     fit: bool = True  # place layers by free GPU memory; False: every layer llama.cpp can offload
