@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from specrun.core.loop import Prefill, Round
-from specrun.core.sampling import SamplingParams, probabilities
+from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.errors import OptionError
 from specrun.llama.model import Call, Model
 from specrun.options import DraftOptions, LoadOptions
-from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, assert_greedy_identical, committed, greedy_tokens
+from tests.support.slots import assert_slots_distributed
 from tests.support.threads import in_threads
 
 PROMPTS = (
@@ -64,24 +64,7 @@ def test_each_slot_is_distributed_as_plain_decoding_of_its_request(engine, tiny_
     """The first three tokens of each slot's prompt: the first from the prompt's pass, the
     next two from a round that drafted two (γ 2), decoded in batches with the other slots'."""
     prompts = [engine.target.tokenize(p) for p in PROMPTS]
-
-    def draws(prompt: list[int]) -> np.ndarray:
-        counts = np.zeros((3, engine.target.n_vocab))
-        for _ in range(DRAWS):
-            tokens = committed(engine.stream(prompt, max_tokens=3, params=SAMPLED))
-            for position, token in enumerate(tokens):
-                counts[position, token] += 1
-        return counts
-
-    observed = in_threads([lambda p=p: draws(p) for p in prompts])
-    with Model(tiny_target, n_ctx=256) as alone:
-
-        def after(history: list[int]) -> np.ndarray:
-            return probabilities(alone.logits(history, 1)[0], SAMPLED)
-
-        for prompt, counts in zip(prompts, observed):
-            for position, expected in enumerate(first_marginals(after, prompt, 3)):
-                assert_distributed(counts[position], expected)
+    assert_slots_distributed(engine, tiny_target, prompts, SAMPLED, DRAWS)
 
 
 def test_a_slot_takes_the_prefix_another_slot_evaluated(engine):

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from specrun.core.loop import Round
-from specrun.core.sampling import SamplingParams, probabilities
+from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.llama.heads import NativeHead
 from specrun.llama.model import Call, Model
 from specrun.options import MTP_LAYERS, DraftOptions, Eagle3Head, LoadOptions
-from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, assert_greedy_identical, committed, greedy_tokens
+from tests.support.slots import assert_slots_distributed
 from tests.support.threads import in_threads
 from tests.support.tinymodels import write_tiny_eagle3_head, write_tiny_mtp_model
 
@@ -168,24 +168,7 @@ def test_slots_sampling_with_heads_are_distributed_as_plain_decoding(heads):
         drafting=DraftOptions(gamma="2"),
     ) as engine:
         prompts = [engine.target.tokenize(p) for p in PROMPTS[:2]]
-
-        def draws(prompt: list[int]) -> np.ndarray:
-            counts = np.zeros((3, engine.target.n_vocab))
-            for _ in range(DRAWS):
-                tokens = committed(engine.stream(prompt, max_tokens=3, params=SAMPLED))
-                for position, token in enumerate(tokens):
-                    counts[position, token] += 1
-            return counts
-
-        observed = in_threads([lambda p=p: draws(p) for p in prompts])
-    with Model(target, n_ctx=256) as alone:
-
-        def after(history: list[int]) -> np.ndarray:
-            return probabilities(alone.logits(history, 1)[0], SAMPLED)
-
-        for prompt, counts in zip(prompts, observed):
-            for position, expected in enumerate(first_marginals(after, prompt, 3)):
-                assert_distributed(counts[position], expected)
+        assert_slots_distributed(engine, target, prompts, SAMPLED, DRAWS)
 
 
 def test_reproducible_slots_answer_byte_for_byte_as_plain_decoding(tiny_target, tiny_draft):
