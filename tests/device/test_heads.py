@@ -37,7 +37,7 @@ def test_hidden_rows_read_back_from_the_device_are_the_cpus(tiny_target, mtp_tar
     for gpu_layers in (0, 99):
         with Model(path, n_ctx=256, gpu_layers=gpu_layers, load_mtp=not layers) as target:
             assert target.offloaded_layers == (2 if gpu_layers else 0)
-            hidden = target.keep_hidden(layers)
+            [hidden] = target.keep_hidden(layers)
             seq = target.tokenize(PROMPT)
             target.logits(seq, 1)
             target.logits([*seq, 7, 9], 3)  # a second pass: rows appended after the first's
