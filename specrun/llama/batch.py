@@ -101,6 +101,7 @@ class Batch:
     def fill(self, runs: Sequence[Positions]) -> None:
         """Put the runs' positions in the batch, one after another."""
         j = rows = with_rows = 0
+        rewritten = False  # whether any position changed sequence
         self._at.clear()
         self._rows_at.clear()
         for run in runs:
@@ -120,7 +121,8 @@ class Batch:
                 self._pos[j : j + width] = self.positions[run.start : end]
                 self._flags[j : j + run.logits_from] = 0
                 self._flags[j + run.logits_from : j + width] = 1
-            self._in_sequence(run.seq_id, j, j + width)
+            if run.seq_id != self._seq_of_all:  # a batch of one sequence, the usual one, skips
+                rewritten |= self._in_sequence(run.seq_id, j, j + width)
             self._at.append(j)
             self._rows_at.append(rows)
             j += width
@@ -128,19 +130,20 @@ class Batch:
             with_rows += width > run.logits_from
         self.native.n_tokens = self.n_tokens = j
         self.n_outputs, self.runs_with_rows = rows, with_rows
+        if rewritten:
+            self._seq_of_all = int(self._seq[0]) if np.all(self._seq == self._seq[0]) else -1
 
-    def _in_sequence(self, seq_id: int, start: int, end: int) -> None:
-        """Put the batch's positions start..end in sequence `seq_id`, where they are not (a
-        batch of one sequence, the usual one, writes none)."""
-        if seq_id == self._seq_of_all:
-            return
+    def _in_sequence(self, seq_id: int, start: int, end: int) -> bool:
+        """Put the batch's positions start..end in sequence `seq_id` where they are not;
+        whether any was not."""
         held = self._seq[start:end]
-        for k in np.flatnonzero(held != seq_id):
+        moved = np.flatnonzero(held != seq_id)
+        for k in moved:
             self.native.seq_id[start + int(k)][0] = seq_id
         held[:] = seq_id
-        self._seq_of_all = int(self._seq[0]) if np.all(self._seq == self._seq[0]) else -1
+        return bool(len(moved))
 
-    def decode(self, runs: Sequence[Run]) -> None:
+    def decode(self, runs: Sequence[Positions]) -> None:
         """Decode the runs in one pass; DecodeFailed where llama.cpp refuses."""
         self.fill(runs)
         status = self._decode()

@@ -26,7 +26,7 @@ from specrun.core.model import BackendSampling
 from specrun.core.sampling import CandidateRows, Rows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
-from specrun.llama.batch import Batch
+from specrun.llama.batch import Batch, DecodeFailed
 from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
 from specrun.llama.diagnose import load_failure
 from specrun.llama.gguf import check_gguf_header, tensor_table
@@ -384,17 +384,17 @@ class Model(Vocabulary):
 
     def _decode_parts(self, parts: Sequence[Part], *, last: bool) -> None:
         """One decode: each part's positions, then its rows to its call."""
-        self.batch.fill(parts)
-        n_out = self.batch.n_outputs
-        first_of_shape = self._first_decode_of(self.batch.n_tokens, n_out)
-        for part in parts:
+        for part in parts:  # what the decode may write, until the cache's tokens say
             part.call.cache.held = max(part.call.cache.held, part.end + part.padding)
-        status = self.batch._decode()
-        if status != 0:  # forget what each sequence's part may have left in the cache
+        try:
+            self.batch.decode(parts)
+        except DecodeFailed:  # forget what each sequence's part may have left in the cache
             for part in parts:
                 self._truncate(part.call.cache, part.start)
             raise_pending()  # a decode stopped by Ctrl-C is the signal's doing, not an error
-            raise SpecrunError(f"{self.name}: llama_decode failed (status {status})")
+            raise
+        n_out = self.batch.n_outputs
+        first_of_shape = self._first_decode_of(self.batch.n_tokens, n_out)
         for i, part in enumerate(parts):
             call, cache = part.call, part.call.cache
             if cache.hidden is not None:
