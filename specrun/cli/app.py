@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from specrun.cli.chat import chat
+from specrun.cli.constraint import grammar_of
 from specrun.cli.heads import app as heads_app
 from specrun.cli.models import app as models_app
 from specrun.cli.options import (
@@ -129,7 +130,7 @@ def run(
         argument_text(system, "--system"),
         [argument_text(text, "--stop") for text in stop],
     )
-    grammar = _grammar(grammar_file, schema_file)
+    grammar = grammar_of(grammar_file, schema_file)
     answer = _Answer(models, load, as_json=as_json, stats=stats)
     try:
         with on_abort(answer.abandon):
@@ -152,25 +153,6 @@ def run(
         if answer.engine is not None:
             answer.engine.close()
     answer.finish()
-
-
-def _grammar(grammar_file: Path | None, schema_file: Path | None) -> str | None:
-    """The GBNF text of --grammar, or of the JSON schema in --json-schema (checked now, before
-    the models load); not both."""
-    from specrun.llama.grammar import schema_grammar
-    from specrun.system.textio import read_text
-
-    if grammar_file is not None and schema_file is not None:
-        raise OptionError("--grammar and --json-schema each constrain the answer: give one")
-    if grammar_file is not None:
-        return read_text(grammar_file, "grammar", error=OptionError)
-    if schema_file is None:
-        return None
-    try:
-        schema = json.loads(read_text(schema_file, "JSON schema", error=OptionError))
-    except json.JSONDecodeError as error:
-        raise OptionError(f"--json-schema {schema_file} is not JSON: {error}") from None
-    return schema_grammar(schema)
 
 
 class _Answer:
