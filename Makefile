@@ -65,7 +65,7 @@ head: llama
 	$(BIN)/specrun heads train demo-target
 
 test: llama
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # The device tier (tests/device): the GPU paths on llama.cpp's Vulkan backend, held against the
 # CPU build. Without a Vulkan GPU, Mesa's lavapipe (a software device) stands in: ggml takes it
