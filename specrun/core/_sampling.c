@@ -160,9 +160,12 @@ static void sort_by_id(int64_t *ids, double *probs, int n) {
 /* llama.cpp's chain after top-k, on the k candidates best first (vals/ids): top-p and
    min-p look at the untempered probabilities exp(x - x0) up to their sum, then the kept
    ones get the tempered softmax. In float64, step for step as sampling.py's numpy chain.
-   Returns how many are kept: ids[..keep) ascending, probs[..keep) their probabilities. */
+   Returns how many are kept: ids[..keep) ascending, probs[..keep) their probabilities; 0
+   where the best logit is not finite (NaN ranks as -inf): no distribution, and the caller
+   fails rather than draw an id from nothing. */
 static int chain(const float *vals, int64_t *ids, double *probs, int k, double top_p, double min_p, double temperature) {
     double x0 = vals[0], cdf = 0.0;
+    if (!isfinite(x0)) return 0;
     for (int i = 0; i < k; i++) cdf += probs[i] = exp((double)vals[i] - x0);
     int keep = k;
     if (top_p < 1) {  /* the smallest prefix whose mass reaches top_p (at least one) */
@@ -224,11 +227,13 @@ static int chain_row(Chain *c, Row row) {
 
 /* sampling.verify's rule on all rows at once. Draft i's q is q_ids/q_probs[q_at[i]..q_at[i+1])
    (ascending ids; a lookup's point mass is its one token at 1). u[i] decides row i, u[n]
-   draws the token that follows. Returns the number accepted; *token is the next one. */
+   draws the token that follows. Returns the number accepted; *token is the next one. -1
+   where a row the rule reads has no distribution (chain's 0). */
 static int verify_rows(Chain *c, const Row *rows, int n, const int64_t *drafts, const int64_t *q_at,
                        const int64_t *q_ids, const double *q_probs, const double *u, int64_t *token) {
     for (int i = 0; i < n; i++) {
         int keep = chain_row(c, rows[i]);
+        if (keep == 0) return -1;
         const int64_t *qi = q_ids + q_at[i];
         const double *qp = q_probs + q_at[i];
         Py_ssize_t qn = (Py_ssize_t)(q_at[i + 1] - q_at[i]);
@@ -245,6 +250,7 @@ static int verify_rows(Chain *c, const Row *rows, int n, const int64_t *drafts, 
         return i;
     }
     int keep = chain_row(c, rows[n]);
+    if (keep == 0) return -1;
     *token = c->ids[sample_index(c->probs, keep, u[n])];
     return n;
 }
@@ -354,7 +360,8 @@ static PyObject *top_k(PyObject *self, PyObject *args) {
 
 /* distribution(logits, ids, k, top_p, min_p, temperature, out_ids, out_probs) -> keep: the
    chain top-k -> top-p -> min-p -> temperature on one row; out_ids (int64) and out_probs
-   (float64) writable buffers of k each, the first `keep` written. */
+   (float64) writable buffers of k each, the first `keep` written; 0 where the row's best
+   logit is not finite. */
 static PyObject *distribution(PyObject *self, PyObject *args) {
     PyObject *values, *ids_in, *ids_out, *probs_out;
     int k;
@@ -430,7 +437,8 @@ static PyObject *verify_greedy(PyObject *self, PyObject *args) {
 }
 
 /* verify(logits, ids, drafts, q_at, q_ids, q_probs, uniforms, k, top_p, min_p, temperature)
-   -> (accepted, token): sampling.verify's rule on a round's rows in one call (verify_rows). */
+   -> (accepted, token): sampling.verify's rule on a round's rows in one call (verify_rows);
+   accepted -1 where a row it read had no finite logit. */
 static PyObject *verify(PyObject *self, PyObject *args) {
     PyObject *values, *ids_in, *objects[5];
     double top_p, min_p, temperature;

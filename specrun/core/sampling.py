@@ -6,10 +6,11 @@ compiled. The same transform produces both the target's `p` and the draft's `q`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import import_module
-from typing import Protocol, cast, overload
+from typing import ClassVar, Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +42,7 @@ class _CompiledChain(Protocol):
         /,
     ) -> int:
         """The chain on a row: writes the first `keep` of `out_ids` and `out_probs` (k each),
-        returns keep."""
+        returns keep; 0 where the row's best logit is not finite."""
         ...
 
     def verify_greedy(
@@ -72,7 +73,7 @@ class _CompiledChain(Protocol):
     ) -> tuple[int, int]:
         """`verify`'s rule on a round's rows [n + 1, width]: draft i's q on
         q_ids/q_probs[q_at[i]:q_at[i + 1]], uniforms[i] deciding row i, uniforms[n] drawing
-        the next token."""
+        the next token; accepted -1 where a row it read has no finite logit."""
         ...
 
 
@@ -85,6 +86,18 @@ except ImportError:
 
 # A top-two logit gap this small may flip between batch widths (specrun.core.exactness).
 NEAR_TIE = 0.05
+# The bound of a penalized logit: half float32's largest, so that the difference of two
+# (the chain's x - x0, a row less its best) is finite too. A repeat penalty of 1e-300 lifts
+# a repeated token here, as it would have lifted it past every other token.
+LOGIT_LIMIT = float(np.finfo(np.float32).max) / 2
+
+
+class NotFinite(SpecrunError):
+    """A row whose best logit is NaN or infinite has no distribution: that one generation
+    fails, rather than draw a token id from nothing and pass it to llama.cpp."""
+
+    def __init__(self) -> None:
+        super().__init__("the model's logits are not finite numbers here: cannot sample a token")
 
 
 @dataclass(frozen=True)
@@ -108,8 +121,15 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     penalty_last_n: int = 64
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # The bias as one vector over a row, each instance's own once its first row is penalized
+    # (the row's length is the vocabulary's): a row takes it in one add, however many tokens
+    # it names. Not a field: not compared, not copied by `replace`, not in `asdict`.
+    _bias_row: ClassVar[np.ndarray] = np.zeros(0)
 
     def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repeat_penalty"):
+            if not math.isfinite(getattr(self, name)):  # every range below is finite
+                raise OptionError(f"`{name}` must be a finite number, got {getattr(self, name)}")
         if not self.temperature >= 0:
             raise OptionError(f"`temperature` must be >= 0, got {self.temperature}")
         if self.top_k < 0:
@@ -127,8 +147,12 @@ class SamplingParams:
                 raise OptionError(f"`{name}` must be between -2 and 2, got {getattr(self, name)}")
         if self.penalty_last_n < 0:
             raise OptionError(f"`penalty_last_n` must be >= 0, got {self.penalty_last_n}")
-        for token, bias in self.logit_bias:
-            if token < 0 or not -100 <= bias <= 100:
+        if self.logit_bias:  # one pass in numpy: a request may bias the whole vocabulary
+            tokens, biases = zip(*self.logit_bias)
+            if min(tokens) < 0 or not np.all(np.abs(np.array(biases, np.float64)) <= 100):
+                token, bias = next(
+                    (t, b) for t, b in self.logit_bias if t < 0 or not -100 <= b <= 100
+                )
                 raise OptionError(
                     f"`logit_bias` takes token ids >= 0 and biases from -100 to 100, "
                     f"got {token}: {bias}"
@@ -142,18 +166,32 @@ class SamplingParams:
 
     def penalize(self, row: np.ndarray, history: Sequence[int]) -> None:
         """Apply the bias and the penalties to a whole row of logits, in place; `history` is
-        the text before the row's position (prompt included)."""
-        for token, bias in self.logit_bias:
-            if token < len(row):
-                row[token] += bias
+        the text before the row's position (prompt included). A penalized logit stays
+        within +-LOGIT_LIMIT, whatever the penalties: finite, and so is the difference of
+        two, which the chain takes."""
+        if self.logit_bias:
+            row += self._bias_of(len(row))  # float32 + float64, each sum rounded as before
         repeats = self.repeat_penalty != 1 or self.presence_penalty or self.frequency_penalty
         if not (repeats and self.penalty_last_n and len(history)):
             return
         window = np.asarray(history[-self.penalty_last_n :])
         tokens, counts = np.unique(window[window < len(row)], return_counts=True)
-        x = row[tokens]
-        x = np.where(x <= 0, x * self.repeat_penalty, x / self.repeat_penalty)
-        row[tokens] = x - counts * self.frequency_penalty - self.presence_penalty
+        x = row[tokens].astype(np.float64)
+        with np.errstate(over="ignore"):  # a penalty far from 1 overflows: the clip bounds it
+            x = np.where(x <= 0, x * self.repeat_penalty, x / self.repeat_penalty)
+        x -= counts * self.frequency_penalty + self.presence_penalty
+        row[tokens] = x.clip(-LOGIT_LIMIT, LOGIT_LIMIT)
+
+    def _bias_of(self, n_vocab: int) -> np.ndarray:
+        """The bias of each token of a row of `n_vocab` (tokens past it are not in the row)."""
+        vector = self._bias_row
+        if len(vector) != n_vocab:  # a race builds the same vector twice, harmlessly
+            vector = np.zeros(n_vocab)
+            for token, bias in self.logit_bias:
+                if token < n_vocab:
+                    vector[token] += bias
+            object.__setattr__(self, "_bias_row", vector)
+        return vector
 
     @property
     def greedy(self) -> bool:
@@ -316,19 +354,22 @@ def distribution(row: Row, params: SamplingParams) -> Distribution:
         keep = _compiled.distribution(
             *buffers, k, params.top_p, params.min_p, params.temperature, ids, probs
         )
+        if keep == 0:
+            raise NotFinite()
         return Distribution(ids[:keep], probs[:keep])
     if isinstance(row, Candidates):
-        ids, x = row.ids.astype(np.int64), row.logits
-    elif k < len(row):
-        ids = _top_k_ids(row, k)
-        x = row[ids]
+        ids, x = row.ids.astype(np.int64), _nan_as_lowest(row.logits)
     else:
-        ids, x = np.arange(len(row)), row
+        row = _nan_as_lowest(row)
+        ids = _top_k_ids(row, k) if k < len(row) else np.arange(len(row))
+        x = row[ids]
     # Candidates best first, ties to the lower id; top-p and min-p look at untempered
     # probs: exp(x - x0) up to their sum. Methods rather than numpy's functions, which
     # add a wrapper to each call.
     order = np.lexsort((ids, -x))[:k]
     ids, x = ids[order], x[order].astype(np.float64)
+    if not math.isfinite(x[0]):
+        raise NotFinite()
     x -= x[0]
     base = np.exp(x)
     keep = len(ids)
@@ -342,6 +383,11 @@ def distribution(row: Row, params: SamplingParams) -> Distribution:
     probs /= probs.sum()
     by_id = ids[:keep].argsort()
     return Distribution(ids[:keep][by_id], probs[by_id])
+
+
+def _nan_as_lowest(logits: np.ndarray) -> np.ndarray:
+    """A NaN logit ranks as -inf, as in the compiled search."""
+    return np.where(np.isnan(logits), -np.inf, logits).astype(logits.dtype, copy=False)
 
 
 # How many of a row's best tokens are checked against a constraint before more are: a
@@ -582,7 +628,7 @@ def verify(
     assert _compiled is not None
     q_at = np.zeros(n + 1, np.int64)
     np.cumsum([len(q.ids) for q in qs], out=q_at[1:])
-    return _compiled.verify(
+    accepted, token = _compiled.verify(
         *buffers,
         np.array(draft_tokens, np.int64),
         q_at,
@@ -594,6 +640,9 @@ def verify(
         params.min_p,
         params.temperature,
     )
+    if accepted < 0:
+        raise NotFinite()
+    return accepted, token
 
 
 def verify_reference(

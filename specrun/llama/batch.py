@@ -111,11 +111,22 @@ class Batch:
             if end > len(self.positions):
                 self.positions = np.arange(max(end, 2 * len(self.positions)), dtype=np.int32)
             if width == 1:  # a draft's step: item writes cost a fifth of slice copies
-                self._tokens[j] = run.tokens[0]
+                token = run.tokens[0]
+                if not 0 <= token < self.n_vocab:
+                    raise self._not_a_token(token)
+                self._tokens[j] = token
                 self._pos[j] = run.start
                 self._flags[j] = run.logits_from == 0
             else:
-                self._tokens[j : j + n] = run.tokens
+                try:
+                    self._tokens[j : j + n] = run.tokens
+                except OverflowError:  # an id past int32's range
+                    raise self._not_a_token(max(run.tokens, key=abs)) from None
+                written = self._tokens[j : j + n]
+                if n and not 0 <= written.min() <= written.max() < self.n_vocab:
+                    raise self._not_a_token(
+                        int(written[(written < 0) | (written >= self.n_vocab)][0])
+                    )
                 if run.padding:
                     self._tokens[j + n : j + width] = run.tokens[-1]
                 self._pos[j : j + width] = self.positions[run.start : end]
@@ -132,6 +143,13 @@ class Batch:
         self.n_outputs, self.runs_with_rows = rows, with_rows
         if rewritten:
             self._seq_of_all = int(self._seq[0]) if np.all(self._seq == self._seq[0]) else -1
+
+    def _not_a_token(self, token: int) -> SpecrunError:
+        """llama.cpp aborts the process on a token id outside the vocabulary (the last
+        defence: sampling draws none): refused here, before the decode."""
+        return SpecrunError(
+            f"{self.name}: token {token} is not in the vocabulary (0-{self.n_vocab - 1})"
+        )
 
     def _in_sequence(self, seq_id: int, start: int, end: int) -> bool:
         """Put the batch's positions start..end in sequence `seq_id` where they are not;

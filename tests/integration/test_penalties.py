@@ -5,6 +5,8 @@ models whose rows are fixed tables), and greedy output is the same at every γ."
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.stats import chisquare
@@ -13,7 +15,7 @@ from bench import loop_ceiling
 from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import FixedGamma
 from specrun.core.loop import Round, generate
-from specrun.core.sampling import SamplingParams, probabilities
+from specrun.core.sampling import LOGIT_LIMIT, SamplingParams, pick, probabilities
 from specrun.errors import OptionError
 from specrun.llama.model import Model
 from tests.support.identity import greedy_tokens
@@ -110,3 +112,51 @@ def test_greedy_penalized_output_is_the_same_at_every_gamma(tiny_target, tiny_dr
 def test_bad_penalties_are_named(bad):
     with pytest.raises(OptionError, match=next(iter(bad))):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("repeat_penalty", [5e-324, 1e-300, 1e-30, 1e30, 1e300, 1.7e308])
+@pytest.mark.parametrize("frequency_penalty", [-2.0, 2.0])
+def test_extreme_penalties_leave_finite_rows_and_valid_draws(repeat_penalty, frequency_penalty):
+    """A penalty near 0 or past float32's range lifts or sinks a repeated token as far as a
+    logit may go (LOGIT_LIMIT), never to infinity: the chain's distribution stays finite, its
+    draws stay in the vocabulary, greedy and sampled alike, with no warning."""
+    params = SamplingParams(
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        min_p=0.0,
+        repeat_penalty=repeat_penalty,
+        presence_penalty=-2.0,
+        frequency_penalty=frequency_penalty,
+    )
+    row = np.linspace(-5, 5, N_VOCAB, dtype=np.float32)
+    row[4] = 0.0  # a logit of 0: 0 times any penalty
+    history = [1, 4, 9, 9, 11, 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        params.penalize(row, history)
+        assert np.isfinite(row).all() and np.abs(row).max() <= LOGIT_LIMIT
+        p = probabilities(row, params)
+        assert np.isfinite(p).all() and p.sum() == pytest.approx(1)
+        assert np.isfinite(row - row.max()).all()  # what top_probability and logprobs take
+    draws = {pick(row, params, np.random.default_rng(n))[0] for n in range(50)}
+    assert draws <= set(range(N_VOCAB))
+    if repeat_penalty < 1:  # the repeated tokens with positive logits lead
+        assert draws <= {9, 11}
+    if repeat_penalty <= 1e-300:  # lifted as far as a logit may go: a tie at the top
+        assert p[9] == p[11] == 0.5
+
+
+def test_bias_over_the_whole_vocabulary_is_one_vector():
+    """Each token's bias, duplicates added (--logit-bias twice), those past the row left out,
+    as one add: the row's logits as adding them one by one gives."""
+    n = 1000
+    bias = tuple((token, float(token % 7) - 3) for token in range(n)) + ((5, 1.5), (n + 3, 9.0))
+    params = SamplingParams(logit_bias=bias)
+    row = np.random.default_rng(0).normal(size=n).astype(np.float32)
+    expected = row.copy()
+    for token, value in bias:
+        if token < n:
+            expected[token] += value
+    params.penalize(row, [])
+    np.testing.assert_array_equal(row, expected)

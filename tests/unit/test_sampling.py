@@ -499,3 +499,47 @@ def test_constrained_search_looks_past_the_rows_best_when_they_are_all_refused()
     assert set(q.ids) <= set(range(60, 100)) and q.ids.max() == 99
     with pytest.raises(SpecrunError, match="allows no token"):
         sampling.allowed_best(row, 2, Below(0))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(temperature=np.inf),
+        dict(temperature=np.nan),
+        dict(top_p=np.nan),
+        dict(min_p=np.nan),
+        dict(repeat_penalty=np.inf),
+        dict(repeat_penalty=np.nan),
+        dict(presence_penalty=np.nan),
+        dict(frequency_penalty=-np.inf),
+        dict(logit_bias=((3, np.nan),)),
+        dict(logit_bias=((3, 1e308),)),
+        dict(logit_bias=((0, 1.0), (3, -np.inf))),
+    ],
+)
+def test_sampling_values_must_be_finite_and_say_which(bad):
+    """One check for the command line and the server alike: --temp inf is refused."""
+    with pytest.raises(SpecrunError, match=next(iter(bad))):
+        SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+def test_a_row_with_no_finite_logit_fails_rather_than_draw_an_id(compiled, monkeypatch):
+    """NaN or infinity at the top of a row leaves no distribution: a clear error for that
+    generation, never an id drawn from nothing (which llama.cpp aborts on)."""
+    if not compiled:
+        monkeypatch.setattr(sampling, "_compiled", None)
+    params = SamplingParams(temperature=1.0, top_k=4)
+    finite = np.linspace(0, 1, 10, dtype=np.float32)
+    for bad in (np.inf, np.nan):
+        row = finite.copy()
+        row[:] = bad if np.isnan(bad) else row
+        row[3] = bad
+        with pytest.raises(sampling.NotFinite):
+            distribution(row, params)
+        with pytest.raises(sampling.NotFinite):  # the first row the rule reads
+            verify(np.stack([row, finite]), [9], [None], params, np.random.default_rng(0))
+    # A NaN below the best ranks last: the row samples among its finite logits.
+    row = finite.copy()
+    row[0] = np.nan
+    assert set(distribution(row, params).ids) <= set(range(1, 10))
