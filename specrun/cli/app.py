@@ -32,6 +32,7 @@ from specrun.cli.options import (
     ModelChoice,
     ModelRequest,
     busy_note,
+    comma_list,
     in_flag_terms,
     load_engine,
     load_notes,
@@ -45,7 +46,9 @@ from specrun.cli.serve import serve
 from specrun.core.sampling import SamplingParams
 from specrun.errors import Interrupted, OptionError, SpecrunError, report
 from specrun.options import DraftOptions, LoadOptions, LookupOptions
+from specrun.system import interrupts
 from specrun.system.interrupts import exit_status, interrupted
+from specrun.system.numerals import whole_number
 from specrun.system.textio import StdoutClosed, argument_text, guarded_stdout
 
 if TYPE_CHECKING:
@@ -74,6 +77,7 @@ def print_version(version: bool) -> None:
 
 @app.callback()
 def cli(
+    context: typer.Context,
     # Eager: handled while parsing, before click asks for the missing command.
     version: bool = typer.Option(
         False,
@@ -84,6 +88,8 @@ def cli(
     ),
 ) -> None:
     """Speculative decoding for GGUF models: a small draft guesses, the big target checks."""
+    if context.invoked_subcommand != "run":  # run takes them where its answer can be written
+        interrupts.take()
 
 
 @app.command()
@@ -126,14 +132,15 @@ def run(
     """Generate one answer, streamed to stdout."""
     from specrun.llama.supervise import on_abort
 
-    system, stop = (
-        argument_text(system, "--system"),
-        [argument_text(text, "--stop") for text in stop],
-    )
-    grammar = grammar_of(grammar_file, schema_file)
     answer = _Answer(models, load, as_json=as_json, stats=stats)
     try:
         with on_abort(answer.abandon):
+            interrupts.take()  # a stop from the first moment on: the answer is written out
+            system, stop = (
+                argument_text(system, "--system"),
+                [argument_text(text, "--stop") for text in stop],
+            )
+            grammar = grammar_of(grammar_file, schema_file)
             text = read_prompt(prompt)
             answer.choice = models.resolve()
             engine = load_engine(answer.choice, load, params=sampling, drafting=drafting)
@@ -292,10 +299,10 @@ def bench(
     from specrun import bench as benchmark
     from specrun.system.files import check_output_file, replaced_atomically
 
-    try:
-        gamma_values = [int(g) for g in gammas.split(",") if g.strip()]
-    except ValueError:
-        raise OptionError(f"--gammas must be numbers separated by commas, got {gammas!r}") from None
+    numbers = [whole_number(g) for g in comma_list(gammas, "--gammas")]
+    gamma_values = [g for g in numbers if g is not None]
+    if len(gamma_values) < len(numbers):
+        raise OptionError(f"--gammas must be numbers separated by commas, got {gammas!r}")
     if any(not 1 <= g <= gamma_max for g in gamma_values):
         raise OptionError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
     params = SamplingParams(temperature=temp, seed=seed)
@@ -309,8 +316,8 @@ def bench(
     if len(choice.drafts) > 1:
         raise OptionError("bench compares the modes of one draft: give one --draft")
     chosen = benchmark.default_modes(gamma_values, choice.draft is not None, include_lookup)
-    if modes:
-        wanted = [m.strip() for m in modes.split(",")]
+    if modes is not None:
+        wanted = comma_list(modes, "--modes")
         unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
         if unknown:
             raise OptionError(
@@ -392,10 +399,13 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         with guarded_stdout():  # specrun.system.textio's output policy, Typer's own output included
-            # Not `command.main`: it turns a KeyboardInterrupt (any stop signal) into exit
-            # status 130 and returns a command's Exit as a value, so none of them reached here.
-            with command.make_context("specrun", list(args)) as context:
-                result = command.invoke(context)
+            try:
+                # Not `command.main`: it turns a KeyboardInterrupt (any stop signal) into exit
+                # status 130 and returns a command's Exit as a value, so none reached here.
+                with command.make_context("specrun", list(args)) as context:
+                    result = command.invoke(context)
+            finally:
+                interrupts.take()  # one held through --help, --version or a usage error wins
         return result if isinstance(result, int) else 0
     except typer.TyperException as error:  # click's usage errors (typer vendors click)
         ctx = getattr(error, "ctx", None)

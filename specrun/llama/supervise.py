@@ -45,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specrun.system import interrupts, lifeline
@@ -243,22 +244,29 @@ def _forked(work: Callable[[], int]) -> int:
         os.close(read_end)
         _abort_channel = write_end
         interrupts.on_signal(_took_signal)
+        if (held := interrupts.held()) is not None:  # came before the fork: the command takes it
+            _took_signal(held)
         install_abort_reporter()
         return work()
     os.close(write_end)
-    status, killed_for = _wait(pid, watched)
+    status, first = _wait(pid, watched, interrupts.held())
     message = _read_all(read_end)
-    if killed_for is not None:  # stuck in a native call: the child said nothing
+    if first is not None and first.killed:  # stuck in a native call: the child said nothing
         servers = _servers()
         print(stuck_line(servers) if servers else "specrun: interrupted", file=sys.stderr)
-        return 128 + killed_for
+        return 128 + first.signum
     if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status)
+        code = os.WEXITSTATUS(status)
+        # Stopped: by the first stop signal, which the child may have taken second (two that
+        # reach it in one native call are handled in the order of their numbers).
+        stopped = first is not None and code - 128 in FORWARDED
+        return 128 + first.signum if stopped and first is not None else code
     return _died(os.WTERMSIG(status), message)
 
 
 def _spawned() -> int:
     """The command started again as the child, where there is no fork."""
+    interrupts.take()  # a stop held so far is this process's: the child would not know of it
     descriptor, report = tempfile.mkstemp(prefix="specrun-", suffix=".abort")
     os.close(descriptor)
     try:
@@ -340,20 +348,30 @@ def _passing_on(watched: Sequence[int]) -> Iterator[Callable[[int], None]]:
             signal.signal(signum, handler)
 
 
-def _wait(pid: int, watched: Sequence[int]) -> tuple[int, int | None]:
-    """Wait for the child, passing on the signals a program sent to this process alone.
-    Returns its wait status, and the stop signal it was killed for if it was killed here."""
+@dataclass
+class FirstStop:
+    """The first stop signal the parent saw, when, and whether it killed the child for it."""
+
+    signum: int
+    since: float
+    killed: bool = False
+
+
+def _wait(pid: int, watched: Sequence[int], held: int | None) -> tuple[int, FirstStop | None]:
+    """Wait for the child, passing on the signals a program sent to this process alone
+    (`held`: one that came before the fork, which the child holds too). Returns its wait
+    status and the first stop signal, marked `killed` where the child was killed for it."""
+    first = None if held is None else FirstStop(held, time.monotonic())
     if not hasattr(signal, "sigwaitinfo"):  # macOS
         with _passing_on(watched) as started:
             started(pid)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {*watched, signal.SIGCHLD})
-            return os.waitpid(pid, 0)[1], None  # retried across the handlers (PEP 475)
+            return os.waitpid(pid, 0)[1], first  # retried across the handlers (PEP 475)
     waited = {*watched, signal.SIGCHLD}
-    first: tuple[int, float] | None = None  # the first stop signal, and when it came
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return status, None
+            return status, first
         deadline = _stuck_deadline(first)
         if deadline is None:
             info = signal.sigwaitinfo(waited)
@@ -362,24 +380,28 @@ def _wait(pid: int, watched: Sequence[int]) -> tuple[int, int | None]:
             if timed is None:  # the child did not take the signal in time
                 if _signal_taken() or first is None:
                     continue
-                return _kill(pid), first[0]
+                return _kill(pid), replace(first, killed=True)
             info = timed
         if info.si_signo not in FORWARDED:  # SIGCHLD
             continue
-        if info.si_pid not in (0, pid):
-            os.kill(pid, info.si_signo)  # sent by a program to us alone; a terminal's went to both
+        if info.si_pid not in (0, pid):  # sent by a program to us alone; a terminal's went to both
+            # A repeat goes on as the first signal, so the child cannot take it for the first.
+            os.kill(pid, info.si_signo if first is None else first.signum)
         if first is None:
-            first = info.si_signo, time.monotonic()
-        elif not _signal_taken() and time.monotonic() - first[1] >= interrupts.REPEAT_GRACE_SECONDS:
-            return _kill(pid), first[0]  # a second signal, as the child's own policy has it
+            first = FirstStop(info.si_signo, time.monotonic())
+        elif (
+            not _signal_taken()
+            and time.monotonic() - first.since >= interrupts.REPEAT_GRACE_SECONDS
+        ):
+            return _kill(pid), replace(first, killed=True)  # a second signal, as the child's policy
 
 
-def _stuck_deadline(first: tuple[int, float] | None) -> float | None:
+def _stuck_deadline(first: FirstStop | None) -> float | None:
     """When to stop waiting for the child to take a stop signal: only where it uses RPC
     servers, whose native waits have no end of their own; other native calls do."""
     if first is None or _signal_taken() or not _servers():
         return None
-    return first[1] + STUCK_SECONDS
+    return first.since + STUCK_SECONDS
 
 
 def _kill(pid: int) -> int:

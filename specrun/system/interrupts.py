@@ -9,9 +9,14 @@ keeps the text and ends the JSON object serves all three), and the exit status i
   the load progress). An exception raised there is printed as "Exception ignored" and
   lost, so there the signal is only recorded: the load progress callback then asks
   llama.cpp to stop, and `raise_pending()` raises it once the native call returned.
+- A signal that arrives while the command starts (Python imports the command line,
+  parses the options) is held until the command can answer it (`take()`): `run --json`
+  writes its object however early the signal came.
 - A second signal while the first one's answer is being written out is ignored for a
   moment, so the text and the JSON object are not cut off; after that it ends the
   process at once, for a wrap-up that hangs.
+- The first stop signal decides the exit status: a SIGINT that follows a SIGTERM
+  is a repeat, whichever Python happens to handle first.
 
 A signal the parent set to be ignored stays ignored (`nohup` ignores SIGHUP, a shell
 ignores SIGINT in a script's background jobs): the policy covers only the others.
@@ -38,7 +43,8 @@ STOP_SIGNALS = present("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")  # SIGBREAK: W
 REPEAT_GRACE_SECONDS = 2.0
 
 _callback_codes: set[CodeType] = set()
-_pending: int | None = None
+_pending: int | None = None  # a stop held until it can be raised: the first one that came
+_holding = False  # from `install()` until the command takes its stops (`take()`)
 _raised: int | None = None  # the stop signal last raised as `Stop`
 _stopping_since: float | None = None
 _observers: list[Callable[[int], None]] = []
@@ -92,6 +98,20 @@ def stop_requested() -> bool:
     return _pending is not None
 
 
+def take() -> None:
+    """The command can answer a stop from now on: raise the one held while it started."""
+    global _holding, _pending
+    _holding = False
+    signum, _pending = _pending, None
+    if signum is not None:
+        _stop(signum)
+
+
+def held() -> int | None:
+    """The stop signal held so far, if any (the supervisor forks with it)."""
+    return _pending
+
+
 def raise_pending() -> None:
     """After a native call: raise the signal that arrived during it, if any, or again one
     whose `Stop` never reached specrun: a library that swallows exceptions while it is
@@ -130,15 +150,18 @@ def _handle(signum: int, frame: FrameType | None) -> None:
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
         return
-    if frame is not None and frame.f_code in _callback_codes:
-        _pending = signum
+    if _holding or (frame is not None and frame.f_code in _callback_codes):
+        if _pending is None:  # the first one decides the exit status
+            _pending = signum
         return
     _stop(signum)
 
 
 def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only),
-    but for those the parent set to be ignored."""
+    but for those the parent set to be ignored; held until `take()`."""
+    global _holding
+    _holding = True
     for signum in stop_signals():
         signal.signal(signum, _handle)
 
