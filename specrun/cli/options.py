@@ -38,6 +38,7 @@ from specrun.options import (
     LoadOptions,
     LookupOptions,
 )
+from specrun.system.numerals import DECIMAL, WHOLE
 from specrun.system.textio import argument_text, read_stdin
 
 if TYPE_CHECKING:
@@ -187,12 +188,13 @@ class ModelRequest:
         models = load_catalog(self.catalog)
         target, draft = self.target, self.draft
         if draft and "," in draft and not Path(draft).is_file():  # several: the hybrid over them
-            parts = [part.strip() for part in draft.split(",") if part.strip()]
+            parts = comma_list(draft, "--draft")
             target = target or DEMO_TARGET
             if target == DEMO_TARGET and self.target is None:
                 note("no --target given: using the demo target (SmolLM2-135M-Instruct, F16)")
             chosen = [replace(self, target=target, draft=part).resolve() for part in parts]
             drafts = tuple(d for choice in chosen for d in choice.drafts)
+            _check_distinct(drafts)
             return ModelChoice(chosen[0].target, drafts if len(drafts) > 1 else drafts[0])
         if target is None:
             if draft is None:  # the demo's draft: its trained head where `make head` made one
@@ -217,6 +219,27 @@ class ModelRequest:
             return ModelChoice(resolved.path, Eagle3Head(head.path))
         resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
         return ModelChoice(resolved_target.path, resolved_draft.path)
+
+
+def comma_list(text: str, option: str) -> list[str]:
+    """The items of a comma-separated option, stripped; an empty one is a mistake (`-d ,`,
+    `--modes ''`, `a,,b`), never an item left out."""
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise OptionError(
+            f"{option} has an empty item: {text!r}" if text.strip() else f"{option} is empty"
+        )
+    return items
+
+
+def _check_distinct(drafts: tuple[OneDraft, ...]) -> None:
+    """The hybrid picks among different drafts: the same one twice is a mistake."""
+    seen: set[object] = set()
+    for draft in drafts:
+        key = draft.resolve() if isinstance(draft, Path) else draft
+        if key in seen:
+            raise OptionError(f"--draft names {_draft_label(draft)} twice")
+        seen.add(key)
 
 
 def _sampling(
@@ -246,11 +269,11 @@ def _sampling(
 
 
 def _bias(text: str) -> tuple[int, float]:
-    """llama.cpp's TOKEN_ID(+/-)BIAS: 15043+1, 15043-1.5."""
-    match = re.fullmatch(r"\s*(\d+)\s*([+-]\s*(?:\d+(?:\.\d*)?|\.\d+))\s*", text)
+    """llama.cpp's TOKEN_ID(+/-)BIAS: 15043+1, 15043-1.5 (ASCII digits)."""
+    match = re.fullmatch(rf"\s*({WHOLE})\s*([+-])\s*({DECIMAL})\s*", text)
     if not match:
         raise OptionError(f"--logit-bias takes TOKEN_ID+BIAS or TOKEN_ID-BIAS, got {text!r}")
-    return int(match.group(1)), float(match.group(2).replace(" ", ""))
+    return int(match.group(1)), float(match.group(2) + match.group(3))
 
 
 def _lookup(lookup_ngram: int, lookup_min: int, lookup_max: int) -> LookupOptions:

@@ -7,7 +7,7 @@ import ipaddress
 
 import typer
 
-from specrun.cli.options import note
+from specrun.cli.options import comma_list, note
 from specrun.cli.serve import listen
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.rpc import DEFAULT_PORT, PROTOCOL, server_devices, start_server
@@ -45,7 +45,7 @@ def rpc_server(
         raise OptionError(
             f"--host must be an IPv4 address (ggml's RPC server listens on IPv4 only), got {host!r}"
         ) from None
-    handles = server_devices([name for names in device for name in names.split(",") if name])
+    handles = server_devices([name for names in device for name in comma_list(names, "--device")])
     listen(
         host, port
     ).close()  # a port in use is one line here, not ggml's message after its banner

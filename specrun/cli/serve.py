@@ -360,8 +360,8 @@ def default_slots(choices: list[ModelChoice], load: LoadOptions) -> tuple[int, s
 def _choice(spec: str, given: ModelRequest) -> tuple[str, ModelChoice]:
     """--model TARGET[+DRAFT]: TARGET as given, and the pair resolved as --target and
     --draft are (the catalog too)."""
-    target, _, draft = (part.strip() for part in spec.partition("+"))
-    if not target:
+    target, plus, draft = (part.strip() for part in spec.partition("+"))
+    if not target or (plus and not draft):
         raise OptionError(f"--model takes TARGET or TARGET+DRAFT, got {spec!r}")
     return target, ModelRequest(target, draft or None, given.catalog).resolve()
 

@@ -11,6 +11,7 @@ from typing import Protocol, TypedDict
 
 from specrun.core.costs import CostModel, CostState, RoundLike, expected_rate, is_plain_sample
 from specrun.errors import OptionError
+from specrun.system.numerals import whole_number
 
 GAMMA_MAX = 8  # the longest draft the adaptive and heuristic policies try
 GAMMA_LIMIT = 32  # the longest any policy may be asked for: a verify reads at most this + 1 rows
@@ -391,8 +392,8 @@ def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
         return PlainSamples(AdaptiveGamma(gamma_max))
     if spec == "heuristic":
         return PlainSamples(HeuristicGamma(gamma_max))
-    if spec.removeprefix("fixed:").isdigit():
-        gamma = int(spec.removeprefix("fixed:"))
+    gamma = whole_number(spec.removeprefix("fixed:"))
+    if gamma is not None:
         if gamma > GAMMA_LIMIT:
             raise OptionError(f"`gamma` {gamma} is too large (at most {GAMMA_LIMIT})")
         return PlainSamples(FixedGamma(gamma)) if gamma else FixedGamma(0)

@@ -36,6 +36,7 @@ from specrun.llama.devices import (
     devices,
     registry_devices,
 )
+from specrun.system.numerals import whole_number
 
 # RPC_PROTO_*_VERSION in the pinned llama.cpp's ggml-rpc.h: a client talks to a server of
 # the same major version and of a minor version no newer than its own.
@@ -77,8 +78,9 @@ def parse_endpoints(text: str) -> tuple[str, ...]:
     """`HOST:PORT[,HOST:PORT...]` -> the endpoints, checked for form only."""
     endpoints = tuple(part.strip() for part in text.split(","))
     for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536 or ":" in host:
+        host, _, digits = endpoint.rpartition(":")
+        port = whole_number(digits)
+        if not host or port is None or not 0 < port < 65536 or ":" in host:
             raise OptionError(
                 f"`rpc` takes HOST:PORT[,HOST:PORT...] with an IPv4 address or host name, "
                 f"got {endpoint!r}"
