@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -44,6 +45,7 @@ from specrun.server.requests import (
     check_json_content,
     checked,
     completion_request,
+    echoed,
     parse_body,
 )
 from specrun.server.worker import Job, Worker
@@ -53,6 +55,7 @@ from specrun.tools import CallStream, ToolCall, parse_calls, tool_format
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
 LOOPBACK = AllowedHosts.of("127.0.0.1")
+LOG = logging.getLogger("uvicorn.error")  # where uvicorn logs the tracebacks of failed requests
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
@@ -217,7 +220,7 @@ class Api:
                 *(
                     [
                         Middleware(
-                            CORSMiddleware,
+                            Cors,
                             allow_origins=list(cors),
                             allow_methods=["GET", "POST"],
                             allow_headers=["Authorization", "Content-Type"],
@@ -372,6 +375,9 @@ class Api:
                     merged.put_nowait((index, choice))
             except ApiError as error:
                 merged.put_nowait(error)
+            except Exception as error:  # a bug in its generation: the stream must still end
+                LOG.error("a streamed answer failed", exc_info=error)
+                merged.put_nowait(_bug(error))
             merged.put_nowait(None)
 
         producers = [asyncio.create_task(produce(i, job)) for i, job in enumerate(jobs)]
@@ -436,6 +442,31 @@ class Api:
         yield {**endpoint.part(""), "finish_reason": "tool_calls" if calls else job.finish_reason()}
 
 
+class Cors(CORSMiddleware):
+    """Starlette's CORS, whose refusal of a browser's preflight is an error in the API's shape
+    rather than plain text."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        answer = super().preflight_response(request_headers)
+        if answer.status_code != 400:
+            return answer
+        origin = echoed(request_headers["origin"])
+        refused = bytes(answer.body).decode().removeprefix("Disallowed CORS ")  # "origin, method"
+        hint = (
+            f"; start the server with --cors {origin} to let it in" if "origin" in refused else ""
+        )
+        return ApiError(
+            400,
+            f"a page from `{origin}` may not call this API (not allowed: {refused}){hint}",
+            code="cors_not_allowed",
+            headers={
+                name: value
+                for name, value in answer.headers.items()
+                if name not in ("content-length", "content-type")  # the JSON body's own instead
+            },
+        ).response()
+
+
 class Gate:
     """Before routing: a request must name this server by a Host it answers to, and a POST's
     body must be declared JSON. Together they keep web pages out: a page may send a plain-text
@@ -458,15 +489,23 @@ class Gate:
 
 
 class BearerAuth:
-    """Every path but /health needs `Authorization: Bearer <key>`."""
+    """Every path but /health needs `Authorization: Bearer <key>`: the scheme in any case, as
+    RFC 7235 has it, and the key compared as bytes (UTF-8, as a client sends it) in constant
+    time."""
 
     def __init__(self, app: ASGIApp, key: str) -> None:
-        self.app, self.expected = app, f"Bearer {key}".encode()
+        # The bytes the key was given as: a command line's or environment's undecodable ones too.
+        self.app, self.expected = app, key.encode("utf-8", "surrogateescape")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
-            given = Headers(scope=scope).get("authorization", "").encode()
-            if not hmac.compare_digest(given, self.expected):
+            # Starlette decodes header values as Latin-1: encoded back, they are the bytes sent.
+            given = Headers(scope=scope).get("authorization", "").encode("latin-1")
+            scheme, _, key = given.partition(b" ")
+            if (
+                not hmac.compare_digest(key.lstrip(b" "), self.expected)
+                or scheme.lower() != b"bearer"
+            ):
                 error = ApiError(
                     401,
                     "a valid API key is required: `Authorization: Bearer <key>`",
@@ -489,10 +528,20 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:
-    """A bug: an OpenAI-style 500; uvicorn logs the traceback."""
+    """A bug: an OpenAI-style 500. Starlette raises the error on once this is sent, and uvicorn
+    logs its traceback and closes the connection: the answer says so, or the client's next
+    request on it would meet a reset."""
+    return _bug(error, headers={"Connection": "close"}).response()
+
+
+def _bug(error: Exception, headers: dict[str, str] | None = None) -> ApiError:
+    """A bug's 500, in OpenAI's shape: the request fails, the server serves on."""
     return ApiError(
-        500, f"internal error: {type(error).__name__}: {error}", kind="server_error"
-    ).response()
+        500,
+        f"internal error: {type(error).__name__}: {echoed(str(error))}",
+        kind="server_error",
+        headers=headers,
+    )
 
 
 # --- the server ------------------------------------------------------------------------------

@@ -31,21 +31,35 @@ from specrun.core.loop import MAX_TOP_LOGPROBS
 EndpointName = Literal["chat", "completion"]
 Role = Literal["system", "user", "assistant", "tool"]
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"  # OpenAI's rule for a function's name
-TOKEN_ID = r"^\s*[0-9]+\s*$"  # a token id as a JSON object's key
+# A token id as a JSON object's key: ten digits hold any vocabulary's (Python's int() refuses
+# over 4300, a 500 where the key is the client's mistake).
+TOKEN_ID = r"^\s*[0-9]{1,10}\s*$"
 MAX_CHOICES = 128  # answers one request may ask for (`n`), as OpenAI allows
 MAX_COMPLETION_LOGPROBS = 5  # the legacy completions API's most likely tokens at a position
+# Stop strings a request may give: OpenAI's API takes 4, llama-server any number; four times
+# OpenAI's, each as long as any stop a chat needs, so that setting up a request's matcher
+# (specrun.core.text.StopStrings, linear in their length) stays well under a millisecond each.
+MAX_STOPS = 16
+MAX_STOP_CHARS = 1000
+TOO_LONG = ("too_long", "string_too_long")  # pydantic's errors of a value beyond its length
 
 
 def one_error(
-    what: str, code: Literal["invalid_type", "invalid_value"] = "invalid_type"
+    what: str,
+    code: Literal["invalid_type", "invalid_value"] = "invalid_type",
+    *,
+    bounded: str | None = None,
 ) -> WrapValidator:
     """A field that fails anywhere is one error, `must be <what>`, at the field: a union's
-    alternatives would each report their own, under names no client sent."""
+    alternatives would each report their own, under names no client sent. `bounded`: what a
+    value beyond a declared length must be instead, its own error (`invalid_value`)."""
 
     def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         try:
             return handler(value)
-        except ValidationError:
+        except ValidationError as error:
+            if bounded and any(detail["type"] in TOO_LONG for detail in error.errors()):
+                raise PydanticCustomError("invalid_value", "must be " + bounded) from None
             raise PydanticCustomError(code, "must be " + what) from None
 
     return WrapValidator(validate)
@@ -70,6 +84,7 @@ class Body(BaseModel):
 
 
 JsonSchema = Annotated[dict[str, Any] | bool, one_error("a JSON schema (an object, or a bool)")]
+StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 
 
 # --- chat messages ------------------------------------------------------------------------------
@@ -204,7 +219,13 @@ class GenerationBody(Body):
     max_completion_tokens: int | None = Field(None, description="max_tokens' newer name")
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: Annotated[str | list[str] | None, one_error("a string or a list of strings")] = None
+    stop: Annotated[
+        StopString | Annotated[list[StopString], Field(max_length=MAX_STOPS)] | None,
+        one_error(
+            "a string or a list of strings",
+            bounded=f"at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters each",
+        ),
+    ] = None
     temperature: float | None = Field(None, description=SERVER_DEFAULT)
     top_p: float | None = Field(None, description=SERVER_DEFAULT)
     min_p: float | None = Field(None, description=SERVER_DEFAULT)

@@ -35,6 +35,7 @@ from specrun.tools import Tool, ToolCall, ToolChoice, call_grammar, tool_format
 
 NUMBER = (int, float)
 MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
+MAX_ECHOED_CHARS = 100  # of a client's text that an error quotes back: enough to recognise it
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
 # OpenAI's error `type`: the client's mistake, or the server's.
 ErrorKind = Literal["invalid_request_error", "server_error"]
@@ -79,10 +80,25 @@ class ApiError(Exception):
         return JSONResponse(self.body(), self.status, headers=self.headers)
 
 
+# The library's options that a body names otherwise (llama-server's name), by the option's.
+FIELDS_OF_OPTIONS = {"penalty_last_n": "repeat_last_n"}
+
+
 def bad_value(error: OptionError) -> ApiError:
     """The library names the option in backquotes, as the API names the field."""
-    named = re.search(r"`(\w+)`", str(error))
-    return ApiError(400, str(error), param=named.group(1) if named else None, code="invalid_value")
+    message = str(error)
+    for option, field in FIELDS_OF_OPTIONS.items():
+        message = message.replace(f"`{option}`", f"`{field}`")
+    named = re.search(r"`(\w+)`", message)
+    return ApiError(400, message, param=named.group(1) if named else None, code="invalid_value")
+
+
+def echoed(text: str) -> str:
+    """A client's text as an error quotes it back: its start, where it is long (a 1 MB model
+    name would make a 1 MB error), saying how long it was."""
+    if len(text) <= MAX_ECHOED_CHARS:
+        return text
+    return f"{text[:MAX_ECHOED_CHARS]}... ({len(text)} characters)"
 
 
 # --- what reaches the API -----------------------------------------------------------------------
@@ -116,10 +132,11 @@ class AllowedHosts:
         labels = name.split(".")
         if any("." + ".".join(labels[i:]) in self.names for i in range(len(labels))):
             return  # under a `.domain` given
+        shown = echoed(name)
         raise ApiError(
             403,
-            f"the Host `{name}` is not a name this server answers to; start it with "
-            f"--allowed-host {name} to allow it",
+            f"the Host `{shown}` is not a name this server answers to; start it with "
+            f"--allowed-host {shown} to allow it",
             code="host_not_allowed",
         )
 
@@ -142,7 +159,7 @@ def check_json_content(content_type: str | None) -> None:
         raise ApiError(
             415,
             "the body must be JSON, sent with `Content-Type: application/json`"
-            + (f"; got `{media}`" if media else ""),
+            + (f"; got `{echoed(media)}`" if media else ""),
             code="unsupported_media_type",
         )
 
@@ -344,7 +361,7 @@ def _refusal(error: ErrorDetails) -> ApiError:
         said = error["msg"].replace("Input should", "must", 1)
     return ApiError(
         400,
-        f"`{param}` {said}, got {to_json(error['input']).decode()[:40]}",
+        f"`{param}` {said}, got {echoed(to_json(error['input']).decode())}",
         param=param,
         code="invalid_type" if kind.endswith("_type") else "invalid_value",
     )
@@ -413,10 +430,10 @@ def _tool_choice(choice: str | NamedToolChoice | None, tools: tuple[Tool, ...]) 
     of the one function to call, which `tools` must offer."""
     name = choice.function.name if isinstance(choice, NamedToolChoice) else choice or "auto"
     if name not in ("none", "auto") and not any(name in ("required", tool.name) for tool in tools):
+        wanted = "a tool" if name == "required" else repr(echoed(name))
         raise ApiError(
             400,
-            f"`tool_choice` asks for a call of {'a tool' if name == 'required' else name!r}, "
-            "which `tools` does not offer",
+            f"`tool_choice` asks for a call of {wanted}, which `tools` does not offer",
             param="tool_choice",
             code="invalid_value",
         )
@@ -434,7 +451,7 @@ def _generation_request(
         served = ", ".join(f"`{model}`" for model in dict.fromkeys(models.values()))
         raise ApiError(
             404,
-            f"the model `{named}` is not served here; this server has {served}",
+            f"the model `{echoed(named)}` is not served here; this server has {served}",
             param="model",
             code="model_not_found",
         )

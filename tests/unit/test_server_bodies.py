@@ -5,6 +5,7 @@ publishes those declarations at /openapi.json, held to what the server really re
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from specrun.core.sampling import SamplingParams
-from specrun.server import bodies
+from specrun.server import bodies, requests
 from specrun.server.app import Api
 from specrun.server.bodies import ChatCompletionRequest, CompletionRequest
 from specrun.server.pool import ModelPool, Served
@@ -58,16 +59,23 @@ def no_model() -> Any:
     raise AssertionError("no request in these tests reaches a model")
 
 
-@pytest.fixture
-def client() -> Iterator[TestClient]:
+@contextmanager
+def serving(api_key: str | None = None, cors: tuple[str, ...] = ()) -> Iterator[TestClient]:
     """The server's app over a worker whose model never loads: every request here is
     answered, or refused, before it would."""
     worker = Worker(ModelPool([Served("target", no_model)]), queue=1, defaults=DEFAULTS)
     try:
-        with TestClient(Api(worker).app(None), base_url="http://127.0.0.1") as test_client:
+        app = Api(worker).app(api_key, cors=cors)
+        with TestClient(app, base_url="http://127.0.0.1") as test_client:
             yield test_client
     finally:
         worker.close()
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with serving() as test_client:
+        yield test_client
 
 
 # --- bodies into requests -----------------------------------------------------------------------
@@ -235,13 +243,105 @@ def test_the_message_says_what_was_sent_and_what_is_wanted():
     )
 
 
+BOUNDS = f"at most {bodies.MAX_STOPS} strings of at most {bodies.MAX_STOP_CHARS} characters each"
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [
+        "x" * (bodies.MAX_STOP_CHARS + 1),
+        ["a"] * (bodies.MAX_STOPS + 1),
+        ["a", "x" * (bodies.MAX_STOP_CHARS + 1)],
+    ],
+    ids=["a long string", "many strings", "a long string in a list"],
+)
+def test_stop_strings_beyond_the_bounds_are_refused_saying_the_bounds(stop: Any) -> None:
+    error = refusal(completion, stop=stop)
+    assert (error.param, error.code) == ("stop", "invalid_value")
+    assert str(error).startswith(f"`stop` must be {BOUNDS}, got ")
+    at_the_bounds = ["x" * bodies.MAX_STOP_CHARS] * bodies.MAX_STOPS
+    assert completion(stop=at_the_bounds).stop == tuple(at_the_bounds)
+
+
+def test_echoed_input_is_cut_in_every_error() -> None:
+    """A 1 MB model name, function name or token id comes back as its start, not whole."""
+    name = "m" * 2**20
+    with pytest.raises(ApiError) as unknown:
+        chat(model=name)
+    cut = f"`{name[: requests.MAX_ECHOED_CHARS]}... ({2**20} characters)`"
+    assert unknown.value.status == 404 and cut in str(unknown.value)
+    assert len(str(unknown.value)) < 300
+    tools = [TOOL]
+    choice = {"type": "function", "function": {"name": name}}
+    assert len(str(refusal(chat, tools=tools, tool_choice=choice))) < 300
+    error = refusal(completion, logit_bias={"1" * 5000: 1.0})  # int() refuses 4300 digits
+    assert error.param == "logit_bias" and len(str(error)) < 300
+
+
+def test_a_sampling_value_out_of_range_names_the_bodys_field() -> None:
+    """The library's `penalty_last_n` is llama-server's `repeat_last_n` in a body."""
+    error = refusal(chat, repeat_last_n=-5)
+    assert (error.param, error.code) == ("repeat_last_n", "invalid_value")
+    assert "`repeat_last_n`" in str(error) and "penalty_last_n" not in str(error)
+
+
 def test_a_field_the_server_does_not_act_on_is_refused_before_the_rest():
     field = next(field for field in UNSUPPORTED if field.name == "echo")
     error = refusal(completion, echo=True, max_tokens="many")
     assert (error.param, error.code) == (field.name, "unsupported_parameter")
 
 
+# --- the gates before the routes ---------------------------------------------------------------
+
+KEY = "clé-ü"
+
+
+@pytest.mark.parametrize(
+    "sent, status",
+    [
+        (b"Bearer " + KEY.encode(), 200),
+        (b"bearer " + KEY.encode(), 200),  # RFC 7235: the scheme in any case
+        (b"BEARER  " + KEY.encode(), 200),
+        (b"Bearer " + KEY.encode()[:-1], 401),
+        (b"Basic " + KEY.encode(), 401),
+        (KEY.encode(), 401),
+    ],
+)
+def test_the_key_is_its_utf8_bytes_after_the_bearer_scheme(sent: bytes, status: int) -> None:
+    with serving(api_key=KEY) as client:
+        answer = client.get("/v1/models", headers=[(b"Authorization", sent)])
+        assert answer.status_code == status, answer.text
+        if status == 401:
+            assert answer.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_refused_preflight_is_an_error_in_the_apis_shape() -> None:
+    with serving(cors=("http://localhost:3000",)) as client:
+        refused = client.options(
+            COMPLETIONS,
+            headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "PUT"},
+        )
+    assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+    assert refused.json() == {
+        "error": {
+            "message": "a page from `http://evil.example` may not call this API (not allowed: "
+            "origin, method); start the server with --cors http://evil.example to let it in",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "cors_not_allowed",
+        }
+    }
+
+
 # --- the OpenAPI document -----------------------------------------------------------------------
+
+
+def test_the_document_states_the_bounds_of_the_stop_strings(client: TestClient) -> None:
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for body in ("ChatCompletionRequest", "CompletionRequest"):
+        string, strings, null = schemas[body]["properties"]["stop"]["anyOf"]
+        assert string == {"type": "string", "maxLength": bodies.MAX_STOP_CHARS}
+        assert strings == {"type": "array", "items": string, "maxItems": bodies.MAX_STOPS}
 
 
 def declared(name: str) -> type[BaseModel]:
