@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,6 +96,103 @@ def replaced_atomically(destination: Path) -> Iterator[Path]:
         if isinstance(error, OSError):
             raise SpecrunError(f"cannot write {destination}: {error.strerror or error}") from None
         raise
+
+
+@contextmanager
+def held_exclusively(lock: Path, what: str) -> Iterator[None]:
+    """Hold the OS's exclusive lock on the file `lock` (made, with its folder, if missing) for
+    the block, or fail at once naming `what` and the holder's process id. The OS releases
+    the lock when its holder ends, however it ends, so a killed process blocks no one. The
+    file holds the holder's id and is removed on release; a process that opened it just
+    before finds that out once locked (the path no longer names its file) and tries again."""
+    for _ in range(_LOCK_TRIES):
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:
+            continue  # the folder went away with its last holder's file
+        except OSError as error:
+            raise SpecrunError(f"cannot lock {lock}: {_blocked(lock.parent, error)}") from None
+        try:
+            locked = _lock(descriptor)
+        except OSError as error:
+            os.close(descriptor)
+            raise SpecrunError(f"cannot lock {lock}: {error.strerror or error}") from None
+        if not locked:
+            holder = _holder(descriptor)
+            os.close(descriptor)
+            raise SpecrunError(f"{what} is in use by another process{holder}")
+        if _names(lock, descriptor):
+            break
+        _unlock(descriptor)
+        os.close(descriptor)
+    else:
+        raise SpecrunError(f"cannot lock {lock}: other processes keep replacing it")
+    try:
+        os.ftruncate(descriptor, 0)
+        os.lseek(descriptor, 0, os.SEEK_SET)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        try:
+            lock.unlink()  # before unlocking: whoever locks it next sees it gone
+        except OSError:
+            pass  # Windows keeps an open file: the next holder takes it over
+        _unlock(descriptor)
+        os.close(descriptor)
+
+
+_LOCK_TRIES = 8
+_WINDOWS_LOCKED_BYTE = 4096  # past the process id, which the others read while it is held
+
+
+if sys.platform == "win32":
+    import msvcrt
+
+    def _lock(descriptor: int) -> bool:
+        """Lock without waiting: False if another process holds the lock."""
+        os.lseek(descriptor, _WINDOWS_LOCKED_BYTE, os.SEEK_SET)
+        try:
+            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
+        except PermissionError:  # EACCES: locked by another process
+            return False
+        return True
+
+    def _unlock(descriptor: int) -> None:
+        os.lseek(descriptor, _WINDOWS_LOCKED_BYTE, os.SEEK_SET)
+        msvcrt.locking(descriptor, msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(descriptor: int) -> bool:
+        """Lock without waiting: False if another process holds the lock."""
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _unlock(descriptor: int) -> None:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+
+
+def _names(path: Path, descriptor: int) -> bool:
+    """Whether `path` still names the open file `descriptor`."""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(descriptor))
+    except OSError:
+        return False
+
+
+def _holder(descriptor: int) -> str:
+    """' (pid N)' from a lock file's text, or '' before its holder wrote it."""
+    try:
+        os.lseek(descriptor, 0, os.SEEK_SET)
+        text = os.read(descriptor, 32).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    return f" (pid {text})" if text.isascii() and text.isdigit() else ""
 
 
 def _blocked(folder: Path, error: OSError) -> str:
