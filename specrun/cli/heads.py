@@ -130,7 +130,7 @@ def train(
         raise OptionError(f"--device is auto, cpu, cuda or mps: not {device!r}")
     from specrun.models.catalog import load_catalog, resolve_target
     from specrun.training.data import read_prompts
-    from specrun.training.fit import TrainOptions, train_head
+    from specrun.training.fit import Kept, TrainOptions, train_head
 
     path = resolve_target(target, catalog=load_catalog()).path
     out = out or heads_dir() / f"{path.stem}-eagle3.gguf"
@@ -149,11 +149,12 @@ def train(
     )
     note(f"training an EAGLE-3 head for {path.name} into {out} (a stopped run resumes)")
     bars = _Bars()
+    kept = Kept.of(out)
     try:
-        trained = train_head(path, out, options, bars)
+        trained = train_head(path, out, options, bars, kept)
     except KeyboardInterrupt:
         bars.close()
-        note("stopped: the samples and the checkpoint are kept; the same command goes on from them")
+        note(str(kept))
         raise
     finally:
         bars.close()

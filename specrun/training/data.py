@@ -4,14 +4,16 @@ as the target saw them (`specrun.llama.capture.Sample`), kept in shards on disk.
 A run's requests are a fixed list (prompts answered greedily and sampled, then text
 chunks teacher-forced), whose fingerprint names the folder of its shards; each shard names
 the requests it holds, so a run stopped while collecting goes on from the requests no shard
-holds yet.
+holds yet. A stop writes the answers finished so far as a shorter shard; a shard is
+checked as it is read, and one that is not what a run writes is a one-line error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,7 +30,7 @@ from specrun.system.files import replaced_atomically
 from specrun.system.textio import read_text
 
 Template = Literal["chat", "raw"]
-SHARD_SAMPLES = 32  # samples per shard: what a stop while collecting may lose
+SHARD_SAMPLES = 32  # samples per shard (a stop writes those it has, fewer)
 SAMPLED_TEMPERATURE = 0.8  # the second answer to each prompt, for variety beside greedy
 HELD_OUT_EVERY = 16  # one request in this many is held out to measure acceptance
 
@@ -132,18 +134,24 @@ def fingerprint(wanted: Sequence[Request]) -> str:
 
 @dataclass
 class Shards:
-    """The samples collected so far, in `folder`: shard-NNNNN.npz files."""
+    """The samples collected so far, in `folder`: shard-NNNNN.npz files, numbered in the
+    order they were written, each holding whole samples of distinct requests."""
 
     folder: Path
 
     def done(self) -> set[int]:
-        return {int(i) for shard in self._files() for i in np.load(shard)["requests"]}
+        done: set[int] = set()
+        for shard in self._files():
+            with _reading(shard) as arrays:
+                done.update(_manifest(arrays)[0].tolist())
+        return done
 
     def _files(self) -> list[Path]:
         return sorted(self.folder.glob("shard-*.npz"))
 
     def write(self, samples: Sequence[tuple[int, Sample]]) -> None:
-        index = len(self._files())
+        files = self._files()
+        index = int(files[-1].stem.removeprefix("shard-")) + 1 if files else 0
         self.folder.mkdir(parents=True, exist_ok=True)
         lengths = np.array([len(s.tokens) for _, s in samples])
         with replaced_atomically(self.folder / f"shard-{index:05d}.npz") as temporary:
@@ -160,27 +168,77 @@ class Shards:
                 )
 
     def load(self) -> list[tuple[int, Sample]]:
-        samples = []
+        """Every sample, one per request (the first shard's where a stop at the wrong
+        moment wrote one twice)."""
+        samples: dict[int, Sample] = {}
         for shard in self._files():
-            data = np.load(shard)
-            ends = np.cumsum(data["lengths"])
-            for i, (request, answer, end) in enumerate(
-                zip(data["requests"], data["answers"], ends)
-            ):
-                start = end - data["lengths"][i]
-                samples.append(
-                    (
-                        int(request),
-                        Sample(
-                            data["tokens"][start:end],
-                            data["features"][start:end],
-                            data["top_ids"][start:end],
-                            data["top_logprobs"][start:end],
-                            int(answer),
-                        ),
-                    )
+            with _reading(shard) as arrays:
+                requests, lengths, answers = _manifest(arrays)
+                columns = [arrays[name] for name in _COLUMNS]  # each read once
+                rows = int(lengths.sum())
+                if any(len(column) != rows for column in columns):
+                    raise _Damaged(f"{rows} positions in its manifest, not in its arrays")
+                if columns[2].shape[1:] != columns[3].shape[1:]:
+                    raise _Damaged("top ids and log probabilities of different widths")
+            tokens, features, top_ids, top_logprobs = columns
+            ends = np.cumsum(lengths)
+            for request, answer, end, length in zip(requests, answers, ends, lengths):
+                start = end - length
+                samples.setdefault(
+                    int(request),
+                    Sample(
+                        tokens[start:end],
+                        features[start:end],
+                        top_ids[start:end],
+                        top_logprobs[start:end],
+                        int(answer),
+                    ),
                 )
-        return samples
+        return list(samples.items())
+
+
+_COLUMNS = ("tokens", "features", "top_ids", "top_logprobs")  # a row per position
+_SHAPES = {"tokens": 1, "features": 2, "top_ids": 2, "top_logprobs": 2}
+
+
+class _Damaged(Exception):
+    """Why a shard is not what a run writes."""
+
+
+@contextmanager
+def _reading(shard: Path) -> Iterator[np.lib.npyio.NpzFile]:
+    """A shard's arrays; one that is cut off, damaged or not a shard is a one-line error."""
+    try:
+        arrays = np.load(shard, allow_pickle=False)
+        if not isinstance(arrays, np.lib.npyio.NpzFile):
+            raise _Damaged("not an archive of arrays")
+        with arrays:
+            yield arrays
+    except Exception as error:  # zipfile's and numpy's parsers raise a dozen kinds on damage
+        remedy = "remove it, and the same command collects its answers again"
+        raise damaged(shard, error, remedy) from None
+
+
+def damaged(path: Path, error: Exception, remedy: str) -> SpecrunError:
+    """The one-line error for a training state file that is not what a run writes: the
+    reader's first words on it, then what to do."""
+    lines = (str(error) or type(error).__name__).splitlines()
+    reason = lines[0] if len(lines) == 1 and len(lines[0]) <= 80 else f"{lines[0][:77]}..."
+    return SpecrunError(f"{path} is damaged ({reason}): {remedy}")
+
+
+def _manifest(arrays: np.lib.npyio.NpzFile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The shard's requests, their lengths and where each answer starts, checked."""
+    requests, lengths, answers = (arrays[name] for name in ("requests", "lengths", "answers"))
+    if not all(a.ndim == 1 and a.dtype.kind in "iu" for a in (requests, lengths, answers)):
+        raise _Damaged("its manifest is not three lists of integers")
+    if not len(requests) == len(lengths) == len(answers) or not len(requests):
+        raise _Damaged("its manifest's lists differ in length")
+    if (requests < 0).any() or len(set(requests.tolist())) != len(requests):
+        raise _Damaged("its requests are not distinct request numbers")
+    if (lengths < 1).any() or (answers < 0).any() or (answers > lengths).any():
+        raise _Damaged("a sample's length or answer start is out of range")
+    return requests, lengths, answers
 
 
 def collect(
@@ -189,8 +247,11 @@ def collect(
     shards: Shards,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[tuple[int, Sample]]:
-    """Decode the requests no shard holds yet, a shard at a time; all samples, by request."""
+    """Decode the requests no shard holds yet, a shard at a time, the answers finished so far
+    written on a stop; all samples, by request."""
     done = shards.done()
+    if any(i >= len(wanted) for i in done):
+        raise SpecrunError(f"{shards.folder} holds requests this run does not make: remove it")
     todo = [i for i in range(len(wanted)) if i not in done]
     total = sum(len(r.tokens) + r.max_new for r in wanted)
     decoded = total - sum(len(wanted[i].tokens) + wanted[i].max_new for i in todo)
@@ -202,11 +263,16 @@ def collect(
         decoded += n
         progress(decoded, total)
 
-    for index, sample in capture.generate([wanted[i] for i in todo], count):
-        pending.append((todo[index], sample))
-        if len(pending) == SHARD_SAMPLES:
+    try:
+        for index, sample in capture.generate([wanted[i] for i in todo], count):
+            pending.append((todo[index], sample))
+            if len(pending) == SHARD_SAMPLES:
+                shards.write(pending)
+                pending = []
+    except KeyboardInterrupt:
+        if pending:  # the answers finished so far; those under way are not samples yet
             shards.write(pending)
-            pending = []
+        raise
     if pending:
         shards.write(pending)
     progress(total, total)  # answers that ended early left part of the estimate undecoded

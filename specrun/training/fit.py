@@ -2,15 +2,20 @@
 
 `train_head` runs the four steps (`collect_answers`, `prepare_data`, `fit_head`,
 `export_head`); collecting and fitting are resumable: the target's samples are kept in
-shards beside the output (`HEAD.train/`), the head's weights and optimizer in a
-checkpoint there, written every minute and on a stop; a later run with the same output
-goes on from both. The loss is EAGLE-3's: at every unrolled step, the cross-entropy of
-the head's draft distribution against the target's (its top-k probabilities on the draft
-vocabulary), steps weighted by 0.8^k.
+shards beside the output (`HEAD.train/`), the answers finished so far written on a stop,
+the head's weights and optimizer in a checkpoint there, written every minute and on a
+stop; a later run with the same output goes on from both (`Kept` says what a stop left).
+A run holds an OS lock on that folder from start to end, so a second run on the same
+output fails at once instead of mixing its shards and checkpoint with the first's.
+
+The loss is EAGLE-3's: at every unrolled step, the cross-entropy of the head's draft
+distribution against the target's (its top-k probabilities on the draft vocabulary),
+steps weighted by 0.8^k.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +29,7 @@ import torch
 from specrun.errors import SpecrunError
 from specrun.llama.capture import Capture, Sample
 from specrun.llama.model import Model
-from specrun.system.files import replaced_atomically
+from specrun.system.files import held_exclusively, replaced_atomically
 from specrun.training import data
 from specrun.training.gguf_io import HeadShape, TargetWeights, read_target, write_head
 from specrun.training.head import Eagle3Head
@@ -87,6 +92,11 @@ class Trained:
     initial_acceptance: tuple[float, ...] = ()  # before the first step (a fresh run)
     collect_seconds: float = 0.0
     train_seconds: float = 0.0
+
+
+def work_folder(out: Path) -> Path:
+    """Where a run that writes the head `out` keeps its samples, checkpoint and lock."""
+    return out.with_name(out.name + ".train")
 
 
 def default_layers(n_layer: int) -> tuple[int, int, int]:
@@ -238,10 +248,12 @@ def build_head(
 
 
 class Checkpoint:
-    """The head's weights, optimizer, step and seconds spent, in one file."""
+    """The head's weights, optimizer, step and seconds spent, in one file; `step` is the
+    step of the file as this run last loaded or saved it (None before either)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.step: int | None = None
 
     def save(
         self,
@@ -263,22 +275,60 @@ class Checkpoint:
                 },
                 temporary,
             )
+        self.step = step
 
     def load(
         self, head: Eagle3Head, optimizer: torch.optim.Optimizer, d2t: np.ndarray
     ) -> tuple[int, float]:
-        """The step and seconds to go on from: (0, 0) without a checkpoint of this head."""
+        """The step and seconds to go on from: (0, 0) without a checkpoint of this head (one
+        of other options is replaced at the first save). Saves are atomic, so a file that does
+        not read back whole was damaged after the fact: a one-line error, never a silent
+        start over that would replace hours of training."""
         if not self.path.exists():
             return 0, 0.0
         try:
             saved = torch.load(self.path, map_location="cpu", weights_only=False)
-        except (OSError, RuntimeError, EOFError):
-            return 0, 0.0  # unreadable (cut off by a crash): start over
-        if saved["shape"] != head.shape.as_dict() or not np.array_equal(saved["d2t"], d2t):
-            return 0, 0.0
-        head.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        return int(saved["step"]), float(saved["seconds"])
+            step, seconds = int(saved["step"]), float(saved["seconds"])
+            if step < 0 or not 0 <= seconds < math.inf:
+                raise ValueError(f"step {step} after {seconds} s")
+            if saved["shape"] != head.shape.as_dict() or not np.array_equal(saved["d2t"], d2t):
+                return 0, 0.0
+            head.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+        except Exception as error:  # torch.load and pickle raise a dozen kinds on damage
+            remedy = "remove it, and the same command starts the fitting over"
+            raise data.damaged(self.path, error, remedy) from None
+        self.step = step
+        return step, seconds
+
+
+@dataclass
+class Kept:
+    """Where a run keeps its work for the same command to go on from, filled in as the run
+    gets there; after a stop, `str` says what there is."""
+
+    checkpoint: Checkpoint
+    shards: data.Shards | None = None  # this run's answers, once its requests are known
+    requests: int = 0
+
+    @classmethod
+    def of(cls, out: Path) -> Kept:
+        """For a run that writes the head `out`."""
+        return cls(Checkpoint(work_folder(out) / "checkpoint.pt"))
+
+    def __str__(self) -> str:
+        if self.shards is None:
+            return "stopped before collecting: nothing new is kept (what earlier runs left stays)"
+        answers = f"{len(self.shards.done())} of {self.requests} answers in {self.shards.folder}"
+        goes_on = "the same command goes on from them"
+        if self.checkpoint.step is not None:
+            return (
+                f"stopped: the samples and the checkpoint are kept ({answers}, step "
+                f"{self.checkpoint.step}); {goes_on}"
+            )
+        if self.checkpoint.path.exists():
+            return f"stopped: {answers} and an earlier checkpoint are kept; {goes_on}"
+        return f"stopped: {answers} are kept; {goes_on}"
 
 
 @dataclass(frozen=True)
@@ -332,10 +382,15 @@ class Budget:
 
 
 def collect_answers(
-    target: Path, work: Path, options: TrainOptions, on_progress: Callable[[Progress], None]
+    target: Path,
+    work: Path,
+    options: TrainOptions,
+    on_progress: Callable[[Progress], None],
+    kept: Kept | None = None,
 ) -> Collected:
     """The target's answers to the prompts and texts, with each position's layer inputs and
-    top-k log probabilities, kept in shards under `work` so that a later run resumes."""
+    top-k log probabilities, kept in shards under `work` so that a later run resumes (and
+    named in `kept` once known)."""
     start = time.perf_counter()
     model = Model(target, threads=options.threads, n_ctx=SAMPLE_LENGTH)
     try:
@@ -344,12 +399,15 @@ def collect_answers(
         prompts = data.default_prompts() if options.prompts is None else options.prompts
         texts = data.read_texts(model, options.texts, options.window * 4)
         wanted = data.requests(model, prompts, texts, options.answer_tokens)
+        shards = data.Shards(work / f"samples-{data.fingerprint(wanted)}")
+        if kept is not None:
+            kept.shards, kept.requests = shards, len(wanted)
         capture = Capture(model, layers, slots=options.slots, length=SAMPLE_LENGTH)
         try:
             samples = data.collect(
                 capture,
                 wanted,
-                data.Shards(work / f"samples-{data.fingerprint(wanted)}"),
+                shards,
                 lambda done, total: on_progress(Progress("collect", done, total)),
             )
         finally:
@@ -484,22 +542,40 @@ def train_head(
     out: Path,
     options: TrainOptions = TrainOptions(),
     on_progress: Callable[[Progress], None] = lambda progress: None,
+    kept: Kept | None = None,
 ) -> Trained:
     """Train an EAGLE-3 head for the GGUF `target` and write it to `out`: the target's answers
-    collected, prepared as batches, the head fitted to them and exported."""
+    collected, prepared as batches, the head fitted to them and exported, under the lock of
+    `out`'s work folder. `kept`, if given, follows what a stop would leave."""
     if options.minutes is None and options.steps is None:
         raise SpecrunError("training needs a bound: `minutes` or `steps`")
+    work = work_folder(out)
+    kept = kept or Kept.of(out)
+    try:
+        with held_exclusively(work / "lock", f"the output {out}"):
+            return _train_head(target, out, work, options, on_progress, kept)
+    finally:
+        with contextlib.suppress(OSError):
+            work.rmdir()  # only if empty: a run that failed before collecting leaves nothing
+
+
+def _train_head(
+    target: Path,
+    out: Path,
+    work: Path,
+    options: TrainOptions,
+    on_progress: Callable[[Progress], None],
+    kept: Kept,
+) -> Trained:
     device = pick_device(options.device)
     if options.threads:
         torch.set_num_threads(options.threads)
     torch.manual_seed(options.seed)
-    work = out.with_name(out.name + ".train")
-    collected = collect_answers(target, work, options, on_progress)
+    collected = collect_answers(target, work, options, on_progress, kept)
     weights = read_target(target)
     prepared = prepare_data(collected, len(weights.embeddings), options)
     head = build_head(weights, prepared.d2t, collected.layers, device)
-    checkpoint = Checkpoint(work / "checkpoint.pt")
-    fitted = fit_head(head, prepared, checkpoint, options, device, on_progress)
+    fitted = fit_head(head, prepared, kept.checkpoint, options, device, on_progress)
     export_head(out, target, weights, fitted.head, prepared.d2t)
     return Trained(
         path=out,
