@@ -14,12 +14,13 @@ from pathlib import Path
 import typer
 
 from specrun.errors import SpecrunError, report
-from specrun.llama.gguf import read_gguf_info
+from specrun.llama.gguf import GGUFFileError, check_gguf_file, read_gguf_info
 from specrun.models.catalog import (
     Catalog,
     CatalogEntry,
     ModelSpec,
     cached_model,
+    downloaded_models,
     fetch_model,
     load_catalog,
     parse_spec,
@@ -150,10 +151,27 @@ def pull(
             parse_spec(spec, catalog) for spec in specs
         ]  # every name checked before any download
         for spec in parsed:
+            _check_local_gguf(spec)
+        for spec in parsed:
             if dry_run:
                 _print_plan(spec)
             else:
                 print(f"{spec.text}: {fetch_model(spec).path}")
+
+
+_PULL_TAKES = (
+    "`specrun models pull` takes aliases, REPO:QUANT, REPO/FILE.gguf, Hub URLs and GGUF files"
+)
+
+
+def _check_local_gguf(spec: ModelSpec) -> None:
+    """A local file given to pull must be a whole GGUF: pull has nothing to fetch for it, and
+    saying it is there would pass off any file (/etc/passwd) as a model."""
+    if spec.hub is None and spec.local is not None and not spec.local.startswith("demo:"):
+        try:
+            check_gguf_file(spec.local)
+        except GGUFFileError as error:
+            raise GGUFFileError(f"{error}; {_PULL_TAKES}") from None
 
 
 def _print_plan(spec: ModelSpec) -> None:
@@ -234,14 +252,7 @@ def verify(
     with _reported_errors():
         catalog = _catalog(ctx)
         parsed = (
-            [parse_spec(spec, catalog) for spec in specs]
-            if specs
-            else [
-                spec
-                for spec in (parse_spec(alias, catalog) for alias in catalog.entries)
-                if (spec.hub is not None or spec.checkpoint is not None)
-                and cached_model(spec) is not None
-            ]
+            [parse_spec(spec, catalog) for spec in specs] if specs else downloaded_models(catalog)
         )
         if not parsed:
             print("no downloaded model in the cache; nothing to verify")
@@ -258,9 +269,7 @@ def verify(
                     bad += 1
                     report(outcome)
                 else:
-                    print(
-                        f"{spec.text}: {name}: sha256 {outcome['sha256']} ok ({outcome['source']})"
-                    )
+                    print(f"{spec.text}: {name}: sha256 {outcome.sha256} ok ({outcome.source})")
     if bad:
         raise typer.Exit(1)
 

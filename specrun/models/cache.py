@@ -12,6 +12,7 @@ from pathlib import Path, PureWindowsPath
 from huggingface_hub import try_to_load_from_cache
 
 from specrun.errors import SpecrunError
+from specrun.system.files import REGULAR_FILE, what_is
 
 
 class InvalidName(SpecrunError):
@@ -21,11 +22,15 @@ class InvalidName(SpecrunError):
 # huggingface_hub's rule for a repo id: a `--` would also make two repos share one cache folder
 # (models--a--b--c is a/b--c and a--b/c).
 _REPO_PART = re.compile(r"\w(?:[\w.-]{0,94}\w)?")
+_REVISION = re.compile(r"\w[\w.-]{0,254}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+MAIN = "main"  # the revision a name without one means, as huggingface_hub has it
 
 
-def check_hub_names(repo: str, file: str | None = None) -> None:
-    """Refuse a repo id or a file in it that the cache's paths could not hold safely: every path
-    under the cache is built from these, so this is the one check between a name and a path."""
+def check_hub_names(repo: str, file: str | None = None, revision: str = MAIN) -> None:
+    """Refuse a repo id, a file in it or a revision that the cache's paths could not hold safely:
+    every path under the cache is built from these (a revision names a file under `refs/`), so
+    this is the one check between a name and a path."""
     parts = repo.split("/")
     if (
         len(parts) != 2
@@ -37,8 +42,19 @@ def check_hub_names(repo: str, file: str | None = None) -> None:
             f"'{repo}' is not a Hugging Face repo id: ORG/NAME of letters, digits, '-', '_' and "
             "'.', without '--' or '..'"
         )
+    if file is not None:
+        check_file_name(file)
+    if not _REVISION.fullmatch(revision) or ".." in revision:
+        raise InvalidName(
+            f"'{revision}' is not a revision specrun takes: a branch, tag or commit of letters, "
+            "digits, '-', '_' and '.', without '/' or '..'"
+        )
+
+
+def check_file_name(file: str) -> None:
+    """Refuse a file name that could lead out of the folder it is joined to."""
     # Split on both separators, as huggingface_hub does: a name is also a path on Windows.
-    if file is not None and (
+    if (
         any(part in ("", ".", "..") for part in file.replace("\\", "/").split("/"))
         or PureWindowsPath(file).drive
         or "\0" in file
@@ -51,18 +67,19 @@ def check_hub_names(repo: str, file: str | None = None) -> None:
 
 @dataclass(frozen=True)
 class HubRef:
-    """A GGUF in a Hub repo: an exact `file` (the first part of a split), or the one named with
-    `quant`. `sha256` pins the content of each part, in order; empty where nothing could be
-    checked. Its names are checked when it is made, so every cache path built from it stays in the
-    cache."""
+    """A GGUF in a Hub repo at a `revision` (a branch, tag or commit): an exact `file` (the first
+    part of a split), or the one named with `quant`. `sha256` pins the content of each part, in
+    order; empty where nothing could be checked. Its names are checked when it is made, so every
+    cache path built from it stays in the cache."""
 
     repo: str
     file: str | None = None
     quant: str | None = None
     sha256: tuple[str, ...] = ()
+    revision: str = MAIN
 
     def __post_init__(self) -> None:
-        check_hub_names(self.repo, self.file)
+        check_hub_names(self.repo, self.file, self.revision)
 
 
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<index>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
@@ -98,17 +115,35 @@ def repo_dir(cache_dir: Path, repo: str) -> Path:
     return cache_dir / f"models--{repo.replace('/', '--')}"
 
 
-def cached_file(cache_dir: Path, repo: str, name: str) -> Path | None:
-    found = try_to_load_from_cache(repo, name, cache_dir=cache_dir)
+def cached_file(cache_dir: Path, repo: str, name: str, revision: str = MAIN) -> Path | None:
+    if snapshot_dir(cache_dir, repo, revision) is None:  # huggingface_hub would read a bad ref
+        return None
+    found = try_to_load_from_cache(repo, name, cache_dir=cache_dir, revision=revision)
     return Path(found) if isinstance(found, str) else None
 
 
-def cached_names(cache_dir: Path, repo: str) -> list[str]:
-    """Complete files of the repo's cached `main` snapshot (dangling links, i.e. unfinished blobs,
-    left out)."""
-    folder = repo_dir(cache_dir, repo)
-    ref = folder / "refs" / "main"
-    snapshot = folder / "snapshots" / ref.read_text().strip() if ref.is_file() else None
-    if snapshot is None or not snapshot.is_dir():
+def cached_names(cache_dir: Path, repo: str, revision: str = MAIN) -> list[str]:
+    """Complete files of the repo's cached snapshot of `revision` (dangling links, i.e. unfinished
+    blobs, left out)."""
+    snapshot = snapshot_dir(cache_dir, repo, revision)
+    if snapshot is None:
         return []
     return sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+
+
+def snapshot_dir(cache_dir: Path, repo: str, revision: str = MAIN) -> Path | None:
+    """The cached snapshot of `revision`: the commit its ref names, or the commit it is; None
+    where there is none, or the ref holds anything but a commit hash (damaged, or written by
+    hand: it would name a folder anywhere)."""
+    folder = repo_dir(cache_dir, repo)
+    ref = folder / "refs" / revision
+    if what_is(ref) == REGULAR_FILE:
+        try:
+            with ref.open("rb") as file:
+                commit = file.read(100).decode("ascii", errors="replace").strip()
+        except OSError:
+            return None
+    else:
+        commit = revision
+    snapshot = folder / "snapshots" / commit
+    return snapshot if _COMMIT.fullmatch(commit) and snapshot.is_dir() else None

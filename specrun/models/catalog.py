@@ -1,9 +1,11 @@
 """The model catalog (models.toml) and turning a target/draft spec into files on disk.
 
 A spec is a catalog alias, a local path, `REPO:QUANT` (as llama.cpp's `-hf` and Ollama's
-`hf.co/org/name:Q4_K_M`) or `REPO/FILE.gguf`. Hub files are found and downloaded by
-specrun.models.hub, and a head published only as a Hugging Face checkpoint is converted by
-specrun.models.convert; this module decides what a spec means and which files it needs.
+`hf.co/org/name:Q4_K_M`), `REPO/FILE.gguf`, or a file's address on the Hub
+(`https://huggingface.co/REPO/resolve/REVISION/FILE`, or `blob/` as its page has it). Hub files
+are found and downloaded by specrun.models.hub, and a head published only as a Hugging Face
+checkpoint is converted by specrun.models.convert; this module decides what a spec means and
+which files it needs.
 
 An entry is a model (`kind = "model"`, the default) or an EAGLE-3 head (`kind = "eagle3"`)
 naming the targets it serves (`for`); a target names its heads (`heads`, which `--draft
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,18 +30,32 @@ else:  # the same parser before it joined the standard library (a dependency the
 
 from specrun.errors import SpecrunError
 from specrun.models import demo
-from specrun.models.cache import HubRef, InvalidName, check_hub_names, split_parts
+from specrun.models.cache import MAIN, HubRef, InvalidName, check_hub_names, split_parts
 from specrun.models.convert import (
     Checkpoint,
     delete_converted,
     fetch_converted,
     verify_converted,
 )
-from specrun.models.hub import ModelNotFound, NotCached, delete_cached, fetch_files, verify_cached
-from specrun.models.lock import IntegrityError, LockRecord
+from specrun.models.hub import (
+    ModelNotFound,
+    NotCached,
+    delete_cached,
+    fetch_files,
+    plan_fetch,
+    verify_cached,
+)
+from specrun.models.lock import (
+    CONVERTED,
+    IntegrityError,
+    LockRecord,
+    lock_key,
+    parse_lock_key,
+    read_lock,
+)
+from specrun.models.state import read_state_text
 from specrun.system.files import MISSING, REGULAR_FILE, what_is
 from specrun.system.paths import config_dir
-from specrun.system.textio import read_text
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
 _DEMO_ROLES = ("target", "draft", "head")  # the order of specrun.models.demo's demo_paths()
@@ -191,10 +208,15 @@ def _pairing_problem(other: CatalogEntry | None, family: str, wants_head: bool) 
 
 
 def _read_entries(path: Path) -> dict[str, CatalogEntry]:
+    text = read_state_text(path, "catalog", error=CatalogError)
+    if text is None:
+        raise CatalogError(f"cannot read catalog {path}: no such file")
     try:
-        data = tomllib.loads(read_text(path, "catalog", error=CatalogError))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{path}: {_describe_toml_error(exc)}") from None
+    except RecursionError:
+        raise CatalogError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     unknown = set(data) - {"model"}
     if unknown:
         raise CatalogError(
@@ -364,14 +386,17 @@ class ResolvedModel:
         return self.spec.entry
 
 
-_HUB_PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/", re.I)
+_HUB_PREFIX = re.compile(r"^(?:https?://)?(?:www\.)?(?:hf\.co|huggingface\.co)/", re.I)
 _REPO_ID = r"[\w.-]+/[\w.-]+"
 _REPO_QUANT = re.compile(rf"^({_REPO_ID})(?::([\w.-]+))?$")
 _REPO_FILE = re.compile(rf"^({_REPO_ID})/(.+\.gguf)$", re.I)
+# A file's address on the Hub: its bytes (resolve/) or its page (blob/), at a revision.
+_HUB_FILE_URL = re.compile(rf"^({_REPO_ID})/(?:resolve|blob)/([^/]+)/(.+)$")
+_NOT_MODEL_REPOS = ("datasets/", "spaces/")
 
 
 def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
-    """Alias, local path, REPO/FILE.gguf or REPO[:QUANT], in that order."""
+    """Alias, local path, a Hub URL, REPO/FILE.gguf or REPO[:QUANT], in that order."""
     if not text.strip():  # as a path, "" is the current folder
         raise ModelNotFound(
             "the model name is empty: give an alias, a GGUF file, REPO:QUANT or REPO/FILE.gguf"
@@ -390,11 +415,19 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
     if kind != MISSING:
         raise ModelNotFound(f"{text} is {kind}, not a GGUF file")
     reference = _HUB_PREFIX.sub("", text)
+    is_url = reference != text
+    if is_url:  # what a browser adds to an address: ?download=true, #L12
+        reference = reference.split("?", 1)[0].split("#", 1)[0]
+        if reference.startswith(_NOT_MODEL_REPOS):
+            raise ModelNotFound(f"{text} is in a dataset or a Space, not in a model repo")
     looks_local = text.startswith(("/", "./", "../", "~")) or (
         text.lower().endswith(".gguf") and reference.count("/") < 2
     )
     if not looks_local:
         try:
+            if is_url and (match := _HUB_FILE_URL.match(reference)):
+                revision, file = unquote(match[2]), unquote(match[3])
+                return ModelSpec(text, hub=HubRef(match[1], file=file, revision=revision))
             if match := _REPO_FILE.match(reference):
                 return ModelSpec(text, hub=HubRef(match[1], file=match[2]))
             if match := _REPO_QUANT.match(reference):
@@ -619,6 +652,43 @@ def remove_cached(spec: ModelSpec) -> int:
             f"{spec.text} is a local file ({spec.local}), not a download; specrun leaves it alone"
         )
     return delete_cached(spec.hub, spec.text)
+
+
+def downloaded_models(catalog: Catalog) -> list[ModelSpec]:
+    """Every download specrun made that is in the cache now: each cached catalog entry, then each
+    file the lock records that no such entry covers (a REPO/FILE, a revision, a checkpoint head's
+    files), a split GGUF once. A converted head is found through its catalog entry."""
+    specs = [
+        spec
+        for spec in (parse_spec(alias, catalog) for alias in catalog.entries)
+        if (spec.hub is not None or spec.checkpoint is not None) and cached_model(spec) is not None
+    ]
+    covered = {key for spec in specs for key in _lock_keys(spec)}
+    recorded: dict[str, ModelSpec] = {}
+    for key in read_lock():
+        named = parse_lock_key(key)
+        if key in covered or named.repo == CONVERTED:
+            continue
+        ref = HubRef(named.repo, file=split_parts(named.name)[0], revision=named.revision)
+        recorded.setdefault(lock_key(ref.repo, str(ref.file), ref.revision), hub_spec(ref))
+    return specs + [spec for spec in recorded.values() if cached_model(spec) is not None]
+
+
+def hub_spec(ref: HubRef) -> ModelSpec:
+    """A file of the Hub as a spec, named as the user would give it (`parse_spec` reads it
+    back): REPO/FILE, or its URL where it is not of the branch main."""
+    if ref.revision == MAIN:
+        return ModelSpec(f"{ref.repo}/{ref.file}", hub=ref)
+    return ModelSpec(f"hf.co/{ref.repo}/resolve/{ref.revision}/{ref.file}", hub=ref)
+
+
+def _lock_keys(spec: ModelSpec) -> set[str]:
+    """The keys of the lock file that record the files of a cached spec."""
+    if spec.checkpoint is not None:
+        return {lock_key(CONVERTED, spec.checkpoint.relative_path)}
+    assert spec.hub is not None
+    plan = plan_fetch(spec.hub, spec.text, network=False)
+    return {lock_key(plan.repo, planned.name, plan.revision) for planned in plan.files}
 
 
 def verify_model(spec: ModelSpec) -> list[tuple[str, LockRecord | IntegrityError]]:

@@ -44,7 +44,7 @@ from specrun.models.hub import (
     hub_offline,
     plan_picked,
 )
-from specrun.models.lock import IntegrityError, LockRecord, check_integrity, forget
+from specrun.models.lock import CONVERTED, IntegrityError, LockRecord, check_integrity, forget
 from specrun.system.files import replaced_atomically
 from specrun.system.formatting import format_size
 from specrun.system.interrupts import exit_status
@@ -58,7 +58,6 @@ CONVERTER_MODULES = ("torch", "transformers", "sentencepiece")
 LLAMA_PACKAGE = "llama-cpp-python"
 CONVERTER_SCRIPT = "convert_hf_to_gguf.py"
 OUTTYPE = "auto"  # the converter's default: the checkpoint's own 16-bit type (bf16 or f16)
-LOCK_REPO = "converted"  # lock keys `converted/<path under converted/>`: no Hub repo id has `--`
 _FOUND = "found converted in specrun's cache"
 # The parts of the llama.cpp tree the converter reads (vendor/llama.cpp/ in the sdist).
 _CONVERTER_PARTS = ("conversion/", "gguf-py/gguf/", "models/templates/")
@@ -196,7 +195,7 @@ def fetch_converted(
     if path.is_file():
         if download:
             check_integrity(
-                LOCK_REPO,
+                CONVERTED,
                 checkpoint.relative_path,
                 path,
                 label,
@@ -254,7 +253,7 @@ def convert(checkpoint: Checkpoint, label: str, *, progress: bool = True) -> Pat
         for repo, paths in ((checkpoint.repo, head_files), (checkpoint.target_repo, target_files))
     )
     check_integrity(
-        LOCK_REPO,
+        CONVERTED,
         checkpoint.relative_path,
         output,
         label,
@@ -524,7 +523,7 @@ def delete_converted(checkpoint: Checkpoint, label: str) -> int:
     if path.is_file():
         freed = path.stat().st_size
         path.unlink()
-        forget(LOCK_REPO, [checkpoint.relative_path])
+        forget(CONVERTED, [checkpoint.relative_path])
     if path.parent.is_dir():
         for folder in (path.parent, path.parent.parent):
             try:
@@ -550,7 +549,7 @@ def verify_converted(
         raise NotCached(f"{label} is not converted yet ({path}): run `specrun models pull {label}`")
     try:
         record = check_integrity(
-            LOCK_REPO,
+            CONVERTED,
             checkpoint.relative_path,
             path,
             label,

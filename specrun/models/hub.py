@@ -47,6 +47,7 @@ from huggingface_hub.utils.tqdm import (  # where they are defined: utils export
 
 from specrun.errors import Interrupted, SpecrunError
 from specrun.models.cache import (
+    MAIN,
     HubRef,
     cached_file,
     cached_names,
@@ -109,6 +110,7 @@ class PlannedFile:
 class FetchPlan:
     repo: str
     files: tuple[PlannedFile, ...]
+    revision: str = MAIN
 
     @property
     def missing(self) -> tuple[PlannedFile, ...]:
@@ -173,6 +175,7 @@ def verify_cached(ref: HubRef, label: str) -> list[tuple[str, LockRecord | Integ
                         pin=pin,
                         progress=True,
                         rehash=True,
+                        revision=plan.revision,
                     ),
                 )
             )
@@ -187,7 +190,14 @@ def _check_parts(
     pins = ref.sha256 or (None,) * len(plan.files)
     return [
         check_integrity(
-            plan.repo, planned.name, path, label, pin=pin, progress=progress, rehash=rehash
+            plan.repo,
+            planned.name,
+            path,
+            label,
+            pin=pin,
+            progress=progress,
+            rehash=rehash,
+            revision=plan.revision,
         )
         for planned, path, pin in zip(plan.files, paths, pins)
     ]
@@ -197,25 +207,28 @@ def plan_fetch(ref: HubRef, label: str, *, network: bool) -> FetchPlan:
     """Which files `ref` needs and which are cached; asks the Hub only if something is missing."""
     cache_dir = hub_cache_dir()
     names = (
-        split_parts(ref.file) if ref.file else _pick_quant(ref, cached_names(cache_dir, ref.repo))
+        split_parts(ref.file)
+        if ref.file
+        else _pick_quant(ref, cached_names(cache_dir, ref.repo, ref.revision))
     )
     if names is not None:
-        plan = _plan(ref.repo, names, cache_dir, sizes={})
+        plan = _plan(ref.repo, names, cache_dir, sizes={}, revision=ref.revision)
         if not plan.missing or not network:
             return plan
     elif not network:
         raise _not_cached(ref, label, [])
-    remote = _remote_sizes(ref.repo)
+    remote = _remote_sizes(ref.repo, ref.revision)
     names = names or _pick_quant(ref, remote)
+    where = ref.repo if ref.revision == MAIN else f"{ref.repo} at {ref.revision}"
     if names is None:
         raise ModelNotFound(
-            f"no file in {ref.repo} matches {ref.quant}; its GGUF files: {_gguf_list(remote)}"
+            f"no file in {where} matches {ref.quant}; its GGUF files: {_gguf_list(remote)}"
         )
-    plan = _plan(ref.repo, names, cache_dir, sizes=remote)
+    plan = _plan(ref.repo, names, cache_dir, sizes=remote, revision=ref.revision)
     absent = [f.name for f in plan.missing if f.name not in remote]
     if absent:
         raise ModelNotFound(
-            f"{ref.repo} has no file {absent[0]}; its GGUF files: {_gguf_list(remote)}"
+            f"{where} has no file {absent[0]}; its GGUF files: {_gguf_list(remote)}"
         )
     return plan
 
@@ -265,20 +278,32 @@ def fetch_picked(
         paths = _download(plan, progress=progress)
         for planned, path in zip(plan.files, paths):
             check_integrity(
-                plan.repo, planned.name, path, label, pin=None, progress=progress, rehash=False
+                plan.repo,
+                planned.name,
+                path,
+                label,
+                pin=None,
+                progress=progress,
+                rehash=False,
+                revision=plan.revision,
             )
         fetched.append(tuple(paths))
     return fetched
 
 
 def _plan(
-    repo: str, names: Iterable[str], cache_dir: Path, *, sizes: Mapping[str, int]
+    repo: str,
+    names: Iterable[str],
+    cache_dir: Path,
+    *,
+    sizes: Mapping[str, int],
+    revision: str = MAIN,
 ) -> FetchPlan:
     files = []
     for name in names:
-        path = cached_file(cache_dir, repo, name)
+        path = cached_file(cache_dir, repo, name, revision)
         files.append(PlannedFile(name, path.stat().st_size if path else sizes.get(name), path))
-    return FetchPlan(repo, tuple(files))
+    return FetchPlan(repo, tuple(files), revision)
 
 
 def _pick_quant(ref: HubRef, names: Iterable[str]) -> tuple[str, ...] | None:
@@ -328,7 +353,7 @@ def _not_cached(ref: HubRef, label: str, names: list[str]) -> NotCached:
 # --- the network --------------------------------------------------------------------------
 
 
-def _remote_sizes(repo: str) -> dict[str, int]:
+def _remote_sizes(repo: str, revision: str = MAIN) -> dict[str, int]:
     """The repo's files and sizes: the first thing any download asks the Hub.
 
     Asked here rather than with HfApi.list_repo_tree, which sets no deadline (a Hub that takes
@@ -336,10 +361,10 @@ def _remote_sizes(repo: str) -> dict[str, int]:
     goes through huggingface_hub's session, headers and errors all the same."""
     check_hub_reachable()
     endpoint, seconds = hub_endpoint(), hf_constants.HF_HUB_DOWNLOAD_TIMEOUT
-    url: str | None = f"{endpoint}/api/models/{repo}/tree/main"
+    url: str | None = f"{endpoint}/api/models/{repo}/tree/{revision}"
     params: dict[str, Any] | None = {"recursive": True, "expand": False}
     sizes: dict[str, int] = {}
-    with _hub_errors(repo):
+    with _hub_errors(repo, revision=revision):
         while url:
             try:
                 response = http_backoff(
@@ -433,13 +458,17 @@ def _download(plan: FetchPlan, *, progress: bool) -> list[Path]:
                     flush=True,
                 )
             with (
-                _hub_errors(plan.repo, planned),
+                _hub_errors(plan.repo, planned, revision=plan.revision),
                 nullcontext() if progress else _no_progress_bars(),
             ):
                 paths.append(
                     Path(
                         hf_hub_download(
-                            plan.repo, planned.name, cache_dir=cache_dir, endpoint=hub_endpoint()
+                            plan.repo,
+                            planned.name,
+                            revision=plan.revision,
+                            cache_dir=cache_dir,
+                            endpoint=hub_endpoint(),
                         )
                     )
                 )
@@ -462,7 +491,9 @@ def _no_progress_bars() -> Iterator[None]:
 
 
 @contextmanager
-def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]:
+def _hub_errors(
+    repo: str, planned: PlannedFile | None = None, *, revision: str = MAIN
+) -> Iterator[None]:
     """huggingface_hub's exceptions as one-line messages that name the repo and file and, for a
     download cut short, what the next run will fetch."""
     what = f"{repo}: {planned.name}" if planned else repo
@@ -483,7 +514,7 @@ def _hub_errors(repo: str, planned: PlannedFile | None = None) -> Iterator[None]
             f"no Hugging Face repo {repo}, or it is private and needs a token: {_LOGIN}"
         ) from None
     except RevisionNotFoundError:
-        raise ModelNotFound(f"{repo} has no branch main") from None
+        raise ModelNotFound(f"{repo} has no branch, tag or commit {revision}") from None
     except (
         LocalEntryNotFoundError
     ) as exc:  # huggingface_hub's word for any failure of the metadata request
@@ -572,7 +603,7 @@ def delete_cached(ref: HubRef, label: str) -> int:
     names = set(
         split_parts(ref.file)
         if ref.file
-        else _pick_quant(ref, cached_names(cache_dir, ref.repo)) or ()
+        else _pick_quant(ref, cached_names(cache_dir, ref.repo, ref.revision)) or ()
     )
     freed = delete_cached_names(ref.repo, names)
     if freed is None:

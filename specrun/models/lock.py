@@ -10,26 +10,86 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Annotated, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specrun.errors import SpecrunError
-from specrun.models.cache import hub_cache_dir
+from specrun.models.cache import MAIN, InvalidName, check_file_name, check_hub_names, hub_cache_dir
+from specrun.models.state import read_state_text, validated
 from specrun.system.files import replaced_atomically
 from specrun.system.formatting import format_size
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+CONVERTED = "converted"  # lock keys `converted/<path under converted/>`: no Hub repo id is one part
 
-class LockRecord(TypedDict, total=False):
-    """A file's record in the lock file (`check_integrity`). Written whole; read back as the
-    file on disk has it, so each key may be missing."""
+
+class LockRecord(BaseModel):
+    """A file's record in the lock file (`check_integrity`), as written and as read back."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
 
     sha256: str
     source: str  # where the expected digest came from: a pin, an earlier check, the Hub
-    size: int
+    size: Annotated[int, Field(ge=0)]
     mtime_ns: int
+
+    @field_validator("sha256")
+    @classmethod
+    def _a_digest(cls, sha256: str) -> str:
+        if not _SHA256.fullmatch(sha256):
+            raise ValueError("should be a sha256: 64 hex digits in lower case")
+        return sha256
+
+
+class LockFile(BaseModel):
+    """The lock file: each file's record by its key (`lock_key`)."""
+
+    model_config = ConfigDict(strict=True)
+
+    about: str = ""
+    files: dict[str, LockRecord]
+
+    @field_validator("files")
+    @classmethod
+    def _keys_name_files(cls, files: dict[str, LockRecord]) -> dict[str, LockRecord]:
+        for key in files:
+            try:
+                parse_lock_key(key)
+            except InvalidName as error:
+                raise ValueError(f"key '{key}': {error}") from None
+        return files
+
+
+class LockKey(NamedTuple):
+    """What a lock key names: a file of a Hub repo at a revision, or (repo CONVERTED) a GGUF
+    under specrun's converted/ folder."""
+
+    repo: str
+    name: str
+    revision: str = MAIN
+
+
+def lock_key(repo: str, name: str, revision: str = MAIN) -> str:
+    """`ORG/NAME/FILE` (the branch main), `ORG/NAME@REVISION/FILE`, or `converted/PATH`."""
+    return f"{repo}{'' if revision == MAIN else '@' + revision}/{name}"
+
+
+def parse_lock_key(key: str) -> LockKey:
+    """The repo, file and revision a key names, each checked as a name that becomes a path."""
+    first, _, rest = key.partition("/")
+    if first == CONVERTED:
+        check_file_name(rest)
+        return LockKey(CONVERTED, rest)
+    second, _, name = rest.partition("/")
+    repo, _, revision = f"{first}/{second}".partition("@")
+    check_hub_names(repo, name, revision or MAIN)
+    return LockKey(repo, name, revision or MAIN)
 
 
 class IntegrityError(SpecrunError):
-    """A model file whose sha256 is not the expected one: it is never loaded."""
+    """A model file whose sha256 is not the expected one, or a lock file that cannot be read:
+    the file is never loaded."""
 
 
 def lock_path() -> Path:
@@ -39,17 +99,27 @@ def lock_path() -> Path:
     return cache_dir.parent / f"{cache_dir.name}.specrun-lock.json"
 
 
+_MOVE_IT_AWAY = "move it away and run `specrun models verify` to record the cached models again"
+
+
 def read_lock() -> dict[str, LockRecord]:
-    try:
-        files: dict[str, LockRecord] = json.loads(lock_path().read_text(encoding="utf-8"))["files"]
-        return files
-    except FileNotFoundError:
+    """The lock's records by key; empty where there is no lock file yet."""
+    path = lock_path()
+    text = read_state_text(path, "the lock file", error=IntegrityError)
+    if text is None:
         return {}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, ValueError) else "nested too deeply"
         raise IntegrityError(
-            f"cannot read the lock file {lock_path()} ({exc}); move it away and run "
-            "`specrun models verify` to record the cached models again"
+            f"the lock file {path} is not JSON ({reason}); {_MOVE_IT_AWAY}"
         ) from None
+    where = f"the lock file {path}"
+    try:
+        return validated(LockFile, data, where, error=IntegrityError).files
+    except IntegrityError as error:
+        raise IntegrityError(f"{error}; {_MOVE_IT_AWAY}") from None
 
 
 def _write_lock(files: Mapping[str, LockRecord]) -> None:
@@ -60,7 +130,7 @@ def _write_lock(files: Mapping[str, LockRecord]) -> None:
                     "about": "sha256 of each model file as specrun checked it: the pin in "
                     "models.toml, else the Hub's hash at the first download; converted/ are "
                     "the heads specrun converted to GGUF, hashed as made",
-                    "files": dict(sorted(files.items())),
+                    "files": {key: files[key].model_dump() for key in sorted(files)},
                 },
                 indent=1,
             )
@@ -79,6 +149,7 @@ def check_integrity(
     progress: bool,
     rehash: bool,
     origin: str = "first download",
+    revision: str = MAIN,
 ) -> LockRecord:
     """Refuse `path` unless its sha256 is the expected one; returns its lock record.
 
@@ -88,12 +159,15 @@ def check_integrity(
     these is recorded as it is, with `origin` as the record's source (trust on first use)."""
     blob = path.resolve()
     stat = blob.stat()
-    key = f"{repo}/{name}"
+    key = lock_key(repo, name, revision)
     lock = read_lock()
-    recorded = lock.get(key, {})
+    recorded = lock.get(key)
     expected, source = _expected_sha256(pin, recorded, blob.name, origin)
-    unchanged = (recorded.get("size"), recorded.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns)
-    if not rehash and unchanged and recorded.get("sha256") == expected:
+    unchanged = recorded is not None and (recorded.size, recorded.mtime_ns) == (
+        stat.st_size,
+        stat.st_mtime_ns,
+    )
+    if recorded is not None and not rehash and unchanged and recorded.sha256 == expected:
         return recorded
     if progress:
         print(
@@ -101,32 +175,27 @@ def check_integrity(
         )
     actual = _sha256(blob)
     if expected is not None and actual != expected:
-        where = f", as recorded in {lock_path()}" if not pin and recorded.get("sha256") else ""
+        where = f", as recorded in {lock_path()}" if not pin and recorded is not None else ""
         raise IntegrityError(
             f"{key} has sha256 {actual}, not {expected} ({source}{where}); it is not used: "
             f"remove it with `specrun models rm {label}` and pull it again"
         )
-    lock[key] = {
-        "sha256": actual,
-        "source": source,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-    }
+    lock[key] = LockRecord(
+        sha256=actual, source=source, size=stat.st_size, mtime_ns=stat.st_mtime_ns
+    )
     _write_lock(lock)
     return lock[key]
 
 
 def _expected_sha256(
-    pin: str | None, recorded: LockRecord, blob_name: str, origin: str
+    pin: str | None, recorded: LockRecord | None, blob_name: str, origin: str
 ) -> tuple[str | None, str]:
     """The digest the file must have, and where it came from (kept in the lock record)."""
     if pin:
         return pin.lower(), "the pin in models.toml"
-    if recorded.get("sha256"):
-        return recorded["sha256"], recorded.get("source", "an earlier check")
-    if re.fullmatch(
-        r"[0-9a-f]{64}", blob_name
-    ):  # an LFS file: huggingface_hub names it by its ETag, the sha256
+    if recorded is not None:
+        return recorded.sha256, recorded.source
+    if _SHA256.fullmatch(blob_name):  # an LFS file: huggingface_hub names it by its ETag
         return blob_name, "the Hub's LFS hash"
     return None, origin
 
@@ -140,8 +209,14 @@ def _sha256(path: Path) -> str:
 
 
 def forget(repo: str, names: Iterable[str]) -> None:
-    """Drop the lock's records of removed files, so the next download is trusted afresh."""
+    """Drop the lock's records of removed files, at every revision, so the next download is
+    trusted afresh."""
     lock = read_lock()
-    keys = [f"{repo}/{name}" for name in names if f"{repo}/{name}" in lock]
-    if keys:
-        _write_lock({key: value for key, value in lock.items() if key not in keys})
+    removed = set(names)
+    kept = {
+        key: record
+        for key, record in lock.items()
+        if not ((named := parse_lock_key(key)).repo == repo and named.name in removed)
+    }
+    if len(kept) != len(lock):
+        _write_lock(kept)

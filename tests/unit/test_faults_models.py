@@ -101,3 +101,26 @@ def test_a_file_where_a_folder_should_be_is_named(tmp_path):
         f"cannot write {destination}: {blocker} is a regular file, not a folder"
     )
     assert blocker.read_text() == "a file, not a folder"
+
+
+@pytest.mark.parametrize(
+    "spec, repo, revision, file",
+    [
+        (f"https://huggingface.co/{LLAMA_1B}/resolve/main/x.gguf", LLAMA_1B, "main", "x.gguf"),
+        (f"https://huggingface.co/{LLAMA_1B}/blob/v1.2/sub/x.gguf", LLAMA_1B, "v1.2", "sub/x.gguf"),
+        (f"HF.CO/{LLAMA_1B}/resolve/main/x.gguf?download=true#top", LLAMA_1B, "main", "x.gguf"),
+        (f"hf.co/{LLAMA_1B}/x.gguf", LLAMA_1B, "main", "x.gguf"),  # REPO/FILE after the host
+        # Without a host it is a file of that name in the repo, as before.
+        (f"{LLAMA_1B}/resolve/main/x.gguf", LLAMA_1B, "main", "resolve/main/x.gguf"),
+    ],
+)
+def test_a_hub_url_is_repo_revision_and_file(hf_cache, spec, repo, revision, file):
+    """A URL was read as repo ORG/NAME with the file `resolve/main/x.gguf`."""
+    hub = parse_spec(spec, load_catalog()).hub
+    assert hub is not None and (hub.repo, hub.revision, hub.file) == (repo, revision, file)
+
+
+@pytest.mark.parametrize("revision", ["..", "a/b", "-x", ""])
+def test_a_revision_that_could_be_a_path_is_refused(revision):
+    with pytest.raises(InvalidName, match="is not a revision specrun takes"):
+        HubRef(LLAMA_1B, file="x.gguf", revision=revision)
