@@ -18,10 +18,14 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from specrun.core import sampling
+from specrun.errors import SpecrunError
 from specrun.llama import devices, install
 from specrun.llama.devices import BuildInfo, BuildRecord, Device
+from specrun.llama.gguf import check_gguf_file
 from specrun.models import demo
 from specrun.models.cache import hub_cache_dir
+from specrun.models.catalog import load_catalog, user_catalog_path
+from specrun.models.lock import lock_path, read_lock
 from specrun.system import paths
 
 # The CUDA versions llama-cpp-python publishes wheels for (its README), newest last.
@@ -80,6 +84,16 @@ class Problem:
     fix: str
 
 
+@dataclass(frozen=True)
+class BrokenFile:
+    """A file specrun keeps that cannot be used as it is (a truncated demo model, a lock file
+    that is not one), and how to make it whole again."""
+
+    path: str
+    why: str  # the reader's own line, which names the file
+    fix: str
+
+
 class CacheFolder(TypedDict):
     """A cache of models or wheels, as doctor reports it."""
 
@@ -120,6 +134,7 @@ class DoctorRecord(TypedDict):
     folders: dict[str, str]  # specrun's state and config folders on this OS
     demo_pair: bool
     demo_placement: DemoPlacement | Absent
+    broken_files: list[dict[str, str]]  # each BrokenFile's fields
     compiled_sampling: bool
     problems: list[dict[str, object]]  # each Problem's fields
 
@@ -137,7 +152,8 @@ class Report:
     host_cpu_flags_known: frozenset[str] | None = None
     caches: dict[str, CacheFolder] = field(default_factory=dict)
     demo_pair_present: bool = False
-    demo_placement: DemoPlacement | None = None  # where the demo pair is present
+    demo_placement: DemoPlacement | None = None  # where the demo pair is present and whole
+    broken_files: list[BrokenFile] = field(default_factory=list)
     compiled_sampling: bool = (
         True  # specrun/core/_sampling.c built (setup.py builds it where a C compiler is)
     )
@@ -158,6 +174,7 @@ class Report:
             "folders": {"state": str(paths.state_dir()), "config": str(paths.config_dir())},
             "demo_pair": self.demo_pair_present,
             "demo_placement": self.demo_placement or Absent(),
+            "broken_files": [asdict(b) for b in self.broken_files],
             "compiled_sampling": self.compiled_sampling,
             "problems": [asdict(p) for p in problems(self)],
         }
@@ -278,6 +295,7 @@ def problems(report: Report) -> list[Problem]:
                 f"and reinstall specrun; in a checkout: `{pip} install --no-deps -e .`",
             )
         )
+    found += [Problem(broken.why, broken.fix) for broken in report.broken_files]
     if not report.demo_pair_present:
         found.append(
             Problem(
@@ -434,9 +452,49 @@ def demo_placement(target: Path, draft: Path) -> DemoPlacement:
     }
 
 
+def broken_demo_files(target: Path, draft: Path) -> list[BrokenFile]:
+    """The demo pair's files that are there but not whole GGUFs (a copy or a quantization cut
+    short): each would fail every run, and making the pair again skips a file that exists."""
+    broken = []
+    for role, path in (("target", target), ("draft", draft)):
+        if not path.exists():
+            continue
+        try:
+            check_gguf_file(path)
+        except SpecrunError as error:
+            broken.append(
+                BrokenFile(
+                    str(path),
+                    f"the demo pair's {role} is broken: {error}",
+                    f"delete it (`rm {path}`) and make it again: `specrun models pull demo-{role}`",
+                )
+            )
+    return broken
+
+
+def broken_state_files() -> list[BrokenFile]:
+    """The integrity lock and the user's models.toml, read as every other command reads them:
+    where either cannot be read, those commands stop at once."""
+    broken = []
+    for path, read, fix in (
+        (lock_path(), read_lock, "move it away; `specrun models verify` records the models again"),
+        (
+            user_catalog_path(),
+            load_catalog,
+            "correct the line it names (the shipped models.toml shows the format), or move it away",
+        ),
+    ):
+        try:
+            read()
+        except SpecrunError as error:
+            broken.append(BrokenFile(str(path), str(error), fix))
+    return broken
+
+
 def gather() -> Report:
     target, draft = demo.demo_pair_paths()
     present = target.exists() and draft.exists()
+    broken = broken_demo_files(target, draft)
     cpu_flags, cpu_flags_known = host_cpu_flags()
     return Report(
         build=devices.build_info(),
@@ -447,7 +505,8 @@ def gather() -> Report:
         amx_allowed=devices.amx_allowed(),
         caches=cache_folders(),
         demo_pair_present=present,
-        demo_placement=demo_placement(target, draft) if present else None,
+        demo_placement=demo_placement(target, draft) if present and not broken else None,
+        broken_files=broken + broken_state_files(),
         compiled_sampling=sampling.compiled(),
     )
 
