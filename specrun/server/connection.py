@@ -108,11 +108,21 @@ class Connection(H11Protocol):
         self._headers_due = None
         if self.transport.is_closing():
             return
-        error = late("headers", self.read_timeout)
+        self._refuse(late("headers", self.read_timeout), b"Request Timeout")
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes h11 cannot read as a request, in the API's shape rather
+        than its plain text."""
+        error = ApiError(400, "the request is not HTTP/1.1 this server can read", code="bad_http")
+        self._refuse(error, b"Bad Request")
+
+    def _refuse(self, error: ApiError, reason: bytes) -> None:
+        """Write `error` as the answer, outside h11's states, and close the connection."""
         body = json.dumps(error.body()).encode()
         self.transport.write(
-            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (error.status, reason, len(body), body)
         )
         self.transport.close()
 

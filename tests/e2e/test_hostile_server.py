@@ -1,10 +1,12 @@
 """Hostile requests to `specrun serve` (issue 49): a request whose generation fails fails alone,
 keys and schemes as RFC 7235 reads them, user input echoed in an error only in part, a refused
-browser preflight in the API's error shape, and long stop strings bounded where the API says."""
+browser preflight and unreadable HTTP in the API's error shape, and long stop strings bounded
+where the API says."""
 
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +202,16 @@ def test_a_client_error_is_a_400_naming_its_field(server, field, value):
     error = refused.json()["error"]
     assert (error["param"], error["code"]) == (field, "invalid_value")
     assert len(refused.content) < 1000
+
+
+def test_bytes_that_are_not_http_get_an_error_in_the_apis_shape(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=FAIL_SAFE) as connection:
+        connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        answer = b""
+        while chunk := connection.recv(65536):  # the server closes the connection
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head
+    error = json.loads(body)["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "bad_http")
