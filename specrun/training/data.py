@@ -176,10 +176,10 @@ class Shards:
                 requests, lengths, answers = _manifest(arrays)
                 columns = [arrays[name] for name in _COLUMNS]  # each read once
                 rows = int(lengths.sum())
-                if any(len(column) != rows for column in columns):
-                    raise _Damaged(f"{rows} positions in its manifest, not in its arrays")
-                if columns[2].shape[1:] != columns[3].shape[1:]:
-                    raise _Damaged("top ids and log probabilities of different widths")
+                if [(len(c), c.ndim) for c in columns] != [(rows, n) for n in _DIMENSIONS]:
+                    raise _Damaged(f"its arrays are not {rows} positions of samples")
+                if columns[2].shape != columns[3].shape:
+                    raise _Damaged("top ids and log probabilities of different shapes")
             tokens, features, top_ids, top_logprobs = columns
             ends = np.cumsum(lengths)
             for request, answer, end, length in zip(requests, answers, ends, lengths):
@@ -198,7 +198,7 @@ class Shards:
 
 
 _COLUMNS = ("tokens", "features", "top_ids", "top_logprobs")  # a row per position
-_SHAPES = {"tokens": 1, "features": 2, "top_ids": 2, "top_logprobs": 2}
+_DIMENSIONS = (1, 2, 2, 2)  # of each column
 
 
 class _Damaged(Exception):
