@@ -9,6 +9,8 @@ import math
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,13 +70,24 @@ def check_gguf_file(path: Path | str) -> None:
     string and takes seconds on a 150k-token vocabulary.
     """
     path = Path(path)
+    with _read_errors(path), path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if handle.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
+            raise GGUFFileError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            data_end = _Header(view).walk()
+    if data_end > size:
+        raise GGUFFileError(
+            f"{path} is truncated: its tensor data needs {data_end} bytes, the file has {size} "
+            "(an interrupted download or copy?)"
+        )
+
+
+@contextmanager
+def _read_errors(path: Path) -> Iterator[None]:
+    """A header read's failures as GGUFFileError: what is wrong with the file, in one line."""
     try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if handle.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
-                raise GGUFFileError(f"{path} is not a GGUF file (it does not start with 'GGUF')")
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                data_end = _Header(view).walk()
+        yield
     except FileNotFoundError:
         raise GGUFFileError(f"no such file: {path}") from None
     except IsADirectoryError:
@@ -83,15 +96,10 @@ def check_gguf_file(path: Path | str) -> None:
         raise GGUFFileError(
             f"{path} is truncated: its header ends early (an interrupted download or copy?)"
         ) from None
-    except ValueError as exc:
+    except ValueError as exc:  # mmap of an empty file, an unknown value type
         raise GGUFFileError(f"{path} is corrupt: {exc}") from None
     except OSError as exc:
         raise GGUFFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if data_end > size:
-        raise GGUFFileError(
-            f"{path} is truncated: its tensor data needs {data_end} bytes, the file has {size} "
-            "(an interrupted download or copy?)"
-        )
 
 
 def read_gguf_info(path: Path | str) -> GGUFInfo:
@@ -132,7 +140,12 @@ def tensors_and_metadata(
     """The tensor table and the metadata values (all but the tokenizer's arrays), in one pass
     over the header with struct: GGUFReader builds an object per token, seconds on a large
     vocabulary, and this runs before every load that places layers or guards AMX."""
-    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+    path = Path(path)
+    with (
+        _read_errors(path),
+        open(path, "rb") as handle,
+        mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view,
+    ):
         header = _Header(view)
         header.walk()
         return header.tensors, header.metadata
