@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specrun.llama.grammar import schema_grammar
+from specrun.llama.grammar import GrammarError, schema_grammar
+from specrun.llama.schemas import Definitions, SchemaError
 
 ToolFormat = Literal["hermes", "llama3", "mistral", "generic"]
 
@@ -105,9 +107,19 @@ def call_text(call: ToolCall, fmt: ToolFormat) -> str:
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
-def parse_calls(text: str, fmt: ToolFormat) -> tuple[str, list[ToolCall]]:
-    """The text before the calls and the calls of an answer; ([text], []) where it makes none
-    (or where what looks like one is not JSON of a call)."""
+def parse_calls(
+    text: str, fmt: ToolFormat, offered: Collection[str] | None = None
+) -> tuple[str, list[ToolCall]]:
+    """The text before the calls and the calls of an answer; ([text], []) where it makes none,
+    where what looks like one is not JSON of a call, or where it calls a function that is not
+    among the names `offered` (no client could run it: it is what the model said, as text)."""
+    before, calls = _parsed_calls(text, fmt)
+    if offered is not None and any(call.name not in offered for call in calls):
+        return text, []
+    return before, calls
+
+
+def _parsed_calls(text: str, fmt: ToolFormat) -> tuple[str, list[ToolCall]]:
     if fmt == "mistral":
         head, marker, tail = text.partition("[TOOL_CALLS]")
         calls = _calls(_json(tail.strip()), "arguments") if marker else []
@@ -134,8 +146,9 @@ class CallStream:
 
     MARKERS = {"hermes": "<tool_call>", "generic": "<tool_call>", "mistral": "[TOOL_CALLS]"}
 
-    def __init__(self, fmt: ToolFormat) -> None:
+    def __init__(self, fmt: ToolFormat, offered: Collection[str] | None = None) -> None:
         self.fmt = fmt
+        self.offered = offered
         self.text = ""
         self.sent = 0  # how much of the text went out
 
@@ -148,7 +161,7 @@ class CallStream:
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """At the answer's end: the text still held, or the calls it holds."""
-        _, calls = parse_calls(self.text, self.fmt)
+        _, calls = parse_calls(self.text, self.fmt, self.offered)
         return ("", calls) if calls else (self.text[self.sent :], [])
 
     def _safe_end(self) -> int:
@@ -188,18 +201,26 @@ def _calls(value: Any, *argument_keys: str) -> list[ToolCall]:
 
 def call_grammar(tools: list[Tool], choice: ToolChoice, fmt: ToolFormat) -> str:
     """GBNF for an answer that is one call (of the tool named by `choice`, or of any): the
-    syntax of `fmt` around JSON that the tool's parameter schema allows."""
+    syntax of `fmt` around JSON that the tool's parameter schema allows. Each schema keeps
+    its own `$defs`: nested in the call's, its `$ref`s are moved to point into the call's."""
     chosen = [t for t in tools if choice in ("required", t.name)]
     key = "parameters" if fmt == "llama3" else "arguments"
-    options = [
-        {
-            "type": "object",
-            "properties": {"name": {"const": tool.name}, key: tool.schema},
-            "required": ["name", key],
-        }
-        for tool in chosen
-    ]
-    schema = options[0] if len(options) == 1 else {"oneOf": options}
+    definitions = Definitions()
+    try:
+        options = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": tool.name},
+                    key: definitions.flattened(tool.schema),
+                },
+                "required": ["name", key],
+            }
+            for tool in chosen
+        ]
+    except SchemaError as error:
+        raise GrammarError(str(error)) from None
+    schema = definitions.document(options[0] if len(options) == 1 else {"oneOf": options})
     call = re.sub(r"^root ::=", "call ::=", schema_grammar(schema), flags=re.MULTILINE)
     if fmt == "llama3":
         return "root ::= call\n" + call

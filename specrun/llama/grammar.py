@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import llama_cpp as llama
@@ -23,25 +24,42 @@ import numpy as np
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from specrun.errors import SpecrunError
+from specrun.llama.grammar_limits import GrammarLimitError, check_gbnf, check_schema
 from specrun.llama.native import clear_log, log_lines
+from specrun.llama.schemas import SchemaError, converter_ready
 from specrun.llama.vocab import Vocabulary
 
 JSON_GRAMMAR = JSON_GBNF  # any JSON value, as llama.cpp's grammars/json.gbnf
+CONVERTED_KEPT = 64  # schemas' grammars kept: an agent sends the same tools every turn
+ERROR_LENGTH = 200  # of the converter's own words, which may quote the schema whole
+START_CHUNK = 1024  # tokens checked at a time for one that a new grammar allows
 
 
 class GrammarError(SpecrunError):
-    """A grammar that does not parse: the input's fault, said in one line."""
+    """A grammar or JSON schema that cannot constrain an answer (it does not parse, costs more
+    than the limits allow, or allows nothing): the input's fault, said in one line."""
 
 
 def schema_grammar(schema: dict[str, Any] | bool) -> str:
     """The GBNF grammar of the JSON documents a JSON schema allows; a schema it cannot
-    convert is an error that says why."""
+    convert, or whose grammar would cost more than `grammar_limits` allows, is an error that
+    says why."""
     try:
-        return str(json_schema_to_gbnf(json.dumps(schema)))
+        check_schema(schema)
+        return _converted(json.dumps(converter_ready(schema)))
+    except (GrammarLimitError, SchemaError) as error:
+        raise GrammarError(str(error)) from None
+
+
+@lru_cache(maxsize=CONVERTED_KEPT)
+def _converted(schema: str) -> str:
+    try:
+        gbnf = str(json_schema_to_gbnf(schema))
     except Exception as error:  # the converter's every failure on a schema is the schema's
-        raise SpecrunError(
-            f"the JSON schema cannot be turned into a grammar: {error or type(error).__name__}"
-        ) from None
+        said = " ".join(str(error).split())[:ERROR_LENGTH] or type(error).__name__
+        raise GrammarError(f"the JSON schema cannot be turned into a grammar: {said}") from None
+    check_gbnf(gbnf)
+    return gbnf
 
 
 @contextmanager
@@ -80,6 +98,10 @@ class Grammar:
 
     def __init__(self, vocabulary: Vocabulary, gbnf: str, root: str = "root") -> None:
         self._vocabulary = vocabulary
+        try:
+            check_gbnf(gbnf)  # what llama.cpp's recursive parser could not survive
+        except GrammarLimitError as error:
+            raise GrammarError(str(error)) from None
         clear_log()
         with _stderr_kept() as printed:
             sampler = llama.llama_sampler_init_grammar(
@@ -96,6 +118,20 @@ class Grammar:
         self._sampler: llama.llama_sampler_p | None = sampler
         self._data = (llama.llama_token_data * 0)()
         self._view: Any = None  # a structured array over _data: id, logit, p
+        if not self._allows_any():
+            self.close()
+            raise GrammarError(
+                "the grammar allows no token of the model's vocabulary at the start of the "
+                "answer, so no answer can keep to it"
+            )
+
+    def _allows_any(self) -> bool:
+        """Whether some token may come first (the chunk that holds one is usually the first:
+        a vocabulary's single bytes and characters come early)."""
+        return any(
+            self.allows(np.arange(start, min(start + START_CHUNK, self._vocabulary.n_vocab))).any()
+            for start in range(0, self._vocabulary.n_vocab, START_CHUNK)
+        )
 
     @classmethod
     def _of(cls, vocabulary: Vocabulary, sampler: llama.llama_sampler_p) -> Grammar:

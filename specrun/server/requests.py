@@ -22,6 +22,7 @@ from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
+from specrun.llama.grammar_limits import GrammarLimitError, check_gbnf
 from specrun.prompt import Message, render
 from specrun.server.bodies import (
     ChatCompletionRequest,
@@ -286,7 +287,7 @@ class GenerationRequest:
     stream: bool
     include_usage: bool = False  # streamed: a last chunk with the usage and no choices
     grammar: str | None = None  # GBNF the answer keeps to (response_format, grammar, json_schema)
-    grammar_param: str | None = None  # the field it came from, to name in an error
+    grammar_param: str | None = None  # the field it came from (`tools`: a call's), for errors
     logprobs: int | None = None  # each token's log-probability and this many alternatives
     tools: tuple[Tool, ...] = ()  # functions the model may call (chat)
     tool_choice: ToolChoice = "auto"
@@ -387,10 +388,9 @@ def chat_request(
             param="tool_choice",
             code="invalid_value",
         )
-    for index, tool in enumerate(tools):  # a required call's grammar is made of the schemas
-        if choice in ("required", tool.name):
-            _schema(tool.schema, f"tools[{index}].function.parameters")
     request = replace(request, tools=tools, tool_choice=choice)
+    if choice not in ("auto", "none"):
+        request = replace(request, grammar_param=_call_grammar_checked(tools, choice))
     if asked.logprobs:
         return replace(request, logprobs=asked.top_logprobs or 0)
     if asked.top_logprobs:
@@ -423,6 +423,20 @@ def _message(message: ChatMessage) -> Message:
     )
     call_id = message.tool_call_id if message.role == "tool" else None
     return Message(message.role, text or "", tool_calls=calls, tool_call_id=call_id)
+
+
+def _call_grammar_checked(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
+    """Check now what a required call's grammar is made of, each schema and then all of them
+    together (in the syntax most templates use: llama3's differs by a key's name), so that the
+    request is refused before it waits for a slot; the field a later failure names."""
+    for index, tool in enumerate(tools):
+        if choice in ("required", tool.name):
+            _schema(tool.schema, f"tools[{index}].function.parameters")
+    try:
+        call_grammar(list(tools), choice, "hermes")
+    except SpecrunError as error:
+        raise ApiError(400, str(error), param="tools", code="invalid_value") from None
+    return "tools"
 
 
 def _tool_choice(choice: str | NamedToolChoice | None, tools: tuple[Tool, ...]) -> ToolChoice:
@@ -492,8 +506,14 @@ def _grammar(asked: GenerationBody) -> tuple[str | None, str | None]:
             code="invalid_value",
         )
     form = asked.response_format
+    if asked.grammar:  # "" asks for no grammar, as llama-server's default
+        try:
+            check_gbnf(asked.grammar)
+        except GrammarLimitError as error:
+            raise ApiError(400, str(error), param="grammar", code="invalid_value") from None
+        return asked.grammar, "grammar"
     if asked.grammar is not None:
-        return asked.grammar or None, "grammar"
+        return None, None
     if asked.json_schema is not None:
         return _schema(asked.json_schema, "json_schema"), "json_schema"
     if form is None or form.type == "text":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -50,10 +51,23 @@ def decode_utf8(
         ) from None
 
 
-def read_text(path: Path, what: str, *, error: type[SpecrunError] = SpecrunError) -> str:
-    """A UTF-8 text file; `what` names it in the error ("catalog", "prompts")."""
+def read_text(
+    path: Path, what: str, *, error: type[SpecrunError] = SpecrunError, limit: int | None = None
+) -> str:
+    """A UTF-8 text file; `what` names it in the error ("catalog", "prompts"). With a `limit`
+    (bytes), a file or pipe no larger: a device (`/dev/zero`, a terminal) is refused, not read
+    until memory runs out or for ever."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            if limit is None:
+                data = file.read()
+            else:
+                mode = os.fstat(file.fileno()).st_mode
+                if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                    raise error(f"{what} {path} is not a file")
+                data = file.read(limit + 1)
+                if len(data) > limit:
+                    raise error(f"{what} {path} is larger than {limit} bytes")
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     return decode_utf8(data, f"{what} {path}", error=error)
