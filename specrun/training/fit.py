@@ -318,8 +318,11 @@ class Kept:
 
     def __str__(self) -> str:
         if self.shards is None:
-            return "stopped before collecting: nothing new is kept (what earlier runs left stays)"
-        answers = f"{len(self.shards.done())} of {self.requests} answers in {self.shards.folder}"
+            return "stopped before collecting: nothing new is kept"
+        done = len(self.shards.done())
+        if not done:
+            return f"stopped before any of {self.requests} answers was done: nothing new is kept"
+        answers = f"{done} of {self.requests} answers in {self.shards.folder}"
         goes_on = "the same command goes on from them"
         if self.checkpoint.step is not None:
             return (

@@ -206,3 +206,23 @@ def test_a_damaged_checkpoint_is_a_one_line_error_naming_it_and_the_remedy(tmp_p
     assert message.startswith(f"{checkpoint.path} is damaged (") and "\n" not in message
     assert message.endswith("remove it, and the same command starts the fitting over")
     assert words in message, message
+
+
+def test_a_stop_says_exactly_what_is_kept(tmp_path):
+    pytest.importorskip("torch")
+    from specrun.training.fit import Kept
+
+    kept = Kept.of(tmp_path / "h.gguf")
+    assert str(kept) == "stopped before collecting: nothing new is kept"
+    kept.shards, kept.requests = data.Shards(tmp_path / "h.gguf.train" / "samples-x"), 40
+    assert str(kept) == "stopped before any of 40 answers was done: nothing new is kept"
+    kept.shards.write([sample(0), sample(7)])
+    goes_on = "the same command goes on from them"
+    answers = f"2 of 40 answers in {kept.shards.folder}"
+    assert str(kept) == f"stopped: {answers} are kept; {goes_on}"
+    kept.checkpoint.path.write_bytes(b"of an earlier run")
+    assert str(kept) == f"stopped: {answers} and an earlier checkpoint are kept; {goes_on}"
+    kept.checkpoint.step = 12  # saved or loaded by this run
+    assert str(kept) == (
+        f"stopped: the samples and the checkpoint are kept ({answers}, step 12); {goes_on}"
+    )
