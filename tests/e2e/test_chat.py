@@ -17,6 +17,7 @@ from specrun.engine import Engine
 from specrun.errors import SpecrunError
 from specrun.options import DraftOptions
 from specrun.prompt import Message, render
+from tests.support.processes import default_signals, finish, within
 
 ROOT = Path(__file__).resolve().parents[2]
 GREEDY = SamplingParams(temperature=0.0, seed=1)
@@ -160,14 +161,17 @@ def test_ctrl_c_stops_the_piped_chat_with_130(tiny_target, tiny_draft):
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        preexec_fn=default_signals,  # stopped with Ctrl-C
     )
     chat.stdin.write("hello world\n")
     chat.stdin.flush()
-    while chat.stdout.readline() != "\n":  # the reply has arrived; the chat waits for the next line
+    # the reply has arrived; the chat waits for the next line
+    while within(chat, chat.stdout.readline, "the reply") != "\n":
         pass
     chat.send_signal(signal.SIGINT)
-    assert chat.wait(timeout=60) == 130
-    assert "specrun: interrupted" in chat.stderr.read()
+    _, stderr, code = finish(chat)
+    assert code == 130
+    assert "specrun: interrupted" in stderr
 
 
 def test_a_closed_stdout_ends_the_chat_quietly(tiny_target, tiny_draft):
@@ -182,12 +186,13 @@ def test_a_closed_stdout_ends_the_chat_quietly(tiny_target, tiny_draft):
     )
     chat.stdin.write("hello world\n")
     chat.stdin.flush()
-    chat.stdout.readline()
+    within(chat, chat.stdout.readline, "the reply")
     chat.stdout.close()  # as `| head -1` does
     chat.stdin.write("the cat\n")
     chat.stdin.close()
-    assert chat.wait(timeout=60) == 0
-    assert chat.stderr.read() == ""
+    _, stderr, code = finish(chat)
+    assert code == 0
+    assert stderr == ""
 
 
 def test_a_missing_model_is_one_line(tmp_path, tiny_draft):

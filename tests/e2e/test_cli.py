@@ -10,6 +10,7 @@ import pytest
 
 from specrun.llama.model import Model
 from tests.support.cli import long_generation, specrun
+from tests.support.processes import finish, within
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, pattern: str, code: int = 1) -> None:
@@ -177,19 +178,18 @@ def test_invalid_option_values(tiny_target, option):
 
 def test_closed_pipe_ends_quietly(demo_pair):
     process = long_generation(demo_pair[0])
-    process.stdout.read(5)
+    within(process, lambda: process.stdout.read(5), "the answer")
     process.stdout.close()  # like `| head -c 5`
-    stderr = process.stderr.read().decode()
-    assert process.wait(timeout=60) == 0
-    assert "Traceback" not in stderr and "Error" not in stderr
+    _, stderr, code = finish(process)
+    assert code == 0
+    assert "Traceback" not in stderr.decode() and "Error" not in stderr.decode()
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(demo_pair):
     process = long_generation(demo_pair[0])
-    first = process.stdout.read(4)  # generation is under way
+    first = within(process, lambda: process.stdout.read(4), "the answer")  # under way
     process.send_signal(signal.SIGINT)
-    rest = process.stdout.read()
-    stderr = process.stderr.read().decode()
-    assert process.wait(timeout=60) == 130
+    rest, stderr, code = finish(process)
+    assert code == 130
     assert len(first + rest) > 4
-    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert b"interrupted" in stderr and b"Traceback" not in stderr

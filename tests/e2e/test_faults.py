@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,6 +30,8 @@ from specrun.prompt import Message, render
 from specrun.system.busy import Watch
 from specrun.system.cpus import physical_cores, usable_cpus
 from tests.support.hfcache import use_temporary_cache
+from tests.support.processes import finish
+from tests.support.threads import in_threads
 from tests.support.tinymodels import CHATML_TEMPLATE, write_tiny_model
 
 LATIN1 = "café".encode("latin-1")  # b"caf\xe9": not UTF-8
@@ -39,8 +40,7 @@ T = TypeVar("T")
 
 
 def concurrently(*calls: Callable[[], T]) -> list[T]:
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        return [future.result() for future in [pool.submit(call) for call in calls]]
+    return in_threads(calls)  # each joined with a deadline
 
 
 def specrun(
@@ -88,8 +88,8 @@ def closed_pipe(*args: str) -> tuple[int, str]:
         stderr=subprocess.PIPE,
     )
     process.stdout.close()
-    stderr = process.stderr.read().decode()
-    return process.wait(timeout=120), stderr
+    _, stderr, code = finish(process, timeout=120)
+    return code, stderr.decode()
 
 
 @pytest.fixture

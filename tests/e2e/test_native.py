@@ -20,6 +20,7 @@ from specrun.llama import devices, install
 from specrun.llama import model as runtime
 from specrun.llama.params import load_params
 from tests.support.cli import long_generation
+from tests.support.processes import default_signals, within
 from tests.support.tinymodels import write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -341,8 +342,9 @@ def test_ctrl_c_during_loading_is_not_swallowed(demo_pair):
         stderr=subprocess.PIPE,
         cwd=ROOT,
         text=True,
+        preexec_fn=default_signals,  # stopped with Ctrl-C
     )
-    process.stderr.readline()  # llama.cpp has begun to log: the load is under way
+    within(process, process.stderr.readline, "llama.cpp's log")  # the load is under way
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err[-2000:]
@@ -518,6 +520,7 @@ def test_running_out_of_memory_is_named_as_such(demo_pair):
         capture_output=True,
         text=True,
         cwd=ROOT,
+        timeout=120,
     )
     limit = int(baseline.stdout) * 1024 + demo_pair[0].stat().st_size + 100 * 2**20
 

@@ -30,6 +30,7 @@ import pytest
 
 from specrun.llama.supervise import WINDOWS_ABORT_EXIT, died_of
 from tests.support.cli import counting_run
+from tests.support.processes import default_signals
 from tests.support.server import Server
 from tests.support.tinymodels import write_tiny_model
 
@@ -74,6 +75,7 @@ def as_on(platform: str, *args: str, **popen: object) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_signals,  # the tests stop it with Ctrl-C and SIGTERM
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         **popen,
     )
@@ -120,7 +122,11 @@ def test_help_and_a_run_on_windows(tiny_target: Path):
     assert json.loads(out)["generated_tokens"] == 4
     front_ends = "import specrun_tui.app, specrun_tui.engine_process, specrun.server.app"
     imported = subprocess.run(
-        [sys.executable, "-c", WINDOWS + front_ends], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-c", WINDOWS + front_ends],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert imported.returncode == 0, imported.stderr
 
@@ -193,7 +199,7 @@ def test_serve_on_windows_answers_and_ctrl_c_stops_it(tiny_target):
     finally:
         os.killpg(server.process.pid, signal.SIGINT)  # the console's Ctrl-C: to both processes
         status = server.process.wait(timeout=60)
-        server.reader.join()
+        server.reader.join(timeout=60)
     assert status == 0, "".join(server.lines)
     assert server.lines[-1] == "specrun: stopped\n", server.lines
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from specrun.llama import rpc
+from tests.support.processes import finish, within
 from tests.support.rpcserver import RpcServer, free_port
 
 
@@ -99,6 +100,7 @@ def test_a_server_of_another_protocol_version_is_one_line(tiny_target):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
+        listener.settimeout(60)  # the thread ends, whether or not specrun connects
         endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
 
         def answer_once() -> None:
@@ -151,11 +153,11 @@ def test_a_server_killed_mid_generation_ends_with_one_line_and_keeps_the_text(
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    started = client.stdout.read(8)  # generation is under way, its layers on both servers
+    # generation is under way, its layers on both servers
+    started = within(client, lambda: client.stdout.read(8), "the answer")
     second.kill()
-    rest = client.stdout.read()
-    stderr = client.stderr.read().decode()
-    code = client.wait(timeout=60)
+    rest, stderr_bytes, code = finish(client)
+    stderr = stderr_bytes.decode()
     assert code != 0, stderr
     lines = stderr.strip().splitlines()
     assert lines[-1].startswith(f"specrun: error: lost the RPC server {second.endpoint}"), stderr

@@ -71,7 +71,7 @@ def greedy_run_json(target: Path, draft: Path, tokens: int, *args: str) -> dict:
 def open_stream(server: Server, body: dict) -> socket.socket:
     """A streaming request on a raw socket, read up to its first text: a client that can vanish."""
     host, port = server.url.removeprefix("http://").split(":")
-    connection = socket.create_connection((host, int(port)))
+    connection = socket.create_connection((host, int(port)), timeout=60)  # recv's deadline
     payload = json.dumps({**body, "stream": True}).encode()
     connection.sendall(
         b"POST /v1/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"

@@ -17,6 +17,7 @@ import pytest
 
 from tests.e2e.test_cli import assert_one_line_error
 from tests.support.cli import specrun
+from tests.support.processes import default_signals
 
 pytest.importorskip("torch")
 
@@ -116,6 +117,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_the_run_resumes(tmp_path, tiny_target, 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # stopped with Ctrl-C
     )
     deadline = time.monotonic() + 120
     work = out.with_name("head.gguf.train")

@@ -112,7 +112,7 @@ def test_a_closed_terminal_ends_the_chat_mid_answer(demo_pair):
         start_a_long_answer(terminal)
         terminal.hang_up()
         assert gone_within(terminal, 15), terminal.session()  # was: kept running at 40-60% CPU
-        assert terminal.process.wait() == 128 + signal.SIGHUP
+        assert terminal.process.wait(timeout=60) == 128 + signal.SIGHUP
 
 
 def test_sigterm_ends_the_chat_mid_answer(demo_pair):
@@ -121,4 +121,4 @@ def test_sigterm_ends_the_chat_mid_answer(demo_pair):
         start_a_long_answer(terminal)
         terminal.process.send_signal(signal.SIGTERM)  # to `specrun` alone, as `kill` does
         assert gone_within(terminal, 15), terminal.session()
-        assert terminal.process.wait() == 128 + signal.SIGTERM
+        assert terminal.process.wait(timeout=60) == 128 + signal.SIGTERM

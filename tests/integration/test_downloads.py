@@ -376,13 +376,15 @@ def small_disk(tmp_path):
     folder.mkdir()
     if (
         subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)],
+            capture_output=True,
+            timeout=60,
         ).returncode
         != 0
     ):
         pytest.skip("cannot mount a tmpfs here")
     yield folder
-    subprocess.run(["umount", str(folder)], check=True)
+    subprocess.run(["umount", str(folder)], check=True, timeout=60)
 
 
 def test_a_disk_that_fills_up_during_the_download(hub, small_disk, monkeypatch):

@@ -37,6 +37,7 @@ def logged_buffers(path: Path, n_ctx: int) -> dict[str, float]:
         capture_output=True,
         text=True,
         check=True,
+        timeout=300,
     ).stderr
     sizes = {"model": 0.0, "KV": 0.0, "compute": 0.0}
     for buffer, kind, mib in BUFFER_LINE.findall(log):

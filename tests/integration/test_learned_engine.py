@@ -67,5 +67,5 @@ def test_what_a_busy_machine_taught_is_not_kept(demo_pair, tmp_path, monkeypatch
     finally:
         for spinner in spinners:
             spinner.kill()
-            spinner.wait()
+            spinner.wait(timeout=60)
     assert path is not None and not path.exists()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.processes import default_signals
+
 
 def specrun(
     *args: str, stdin: str | None = None, timeout: float = 120, env: dict[str, str] | None = None
@@ -44,4 +46,5 @@ def long_generation(
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         text=text,
         cwd=cwd,
+        preexec_fn=default_signals,  # the tests stop it with a signal
     )

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+SILENT_SECONDS = 300  # a silent fault answers nothing for this long: past every client deadline
 COMMIT = "feedfacefeedfacefeedfacefeedfacefeedface"
 
 
@@ -98,7 +99,7 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             hub.log.append(f"{self.command} {self.path} {self.headers.get('Range') or ''}".rstrip())
             fault = hub.fault_for(self.command, self.path)
             if fault and fault.silent:
-                hub.stopping.wait()
+                hub.stopping.wait(SILENT_SECONDS)
                 self.close_connection = True
                 return None
             if fault and fault.status and fault.body is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specrun.errors import SpecrunError
 from specrun.llama import rpc
+from tests.support.processes import default_signals
 
 READY_SECONDS = 60  # a loaded test machine takes a while to start Python and ggml
 STOP_SECONDS = 30
@@ -45,6 +46,7 @@ class RpcServer:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=default_signals,  # stopped with SIGTERM
                 env=env,
             )
         deadline = time.monotonic() + READY_SECONDS

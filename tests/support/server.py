@@ -14,6 +14,8 @@ from collections.abc import Callable
 import httpx
 import openai
 
+from tests.support.processes import DEADLINE, default_signals, kill
+
 SERVING = re.compile(r"^specrun: serving (\S+) at (http://\S+)/v1 ")
 STARTUP_LIMIT = 120  # seconds: a fail-safe for a server that never comes up, not a measurement
 
@@ -48,14 +50,17 @@ class Server:
             text=True,
             env={**os.environ, **(env or {})},
             start_new_session=own_session,
+            preexec_fn=default_signals,  # the tests stop it with SIGTERM or Ctrl-C
         )
         self.lines: list[str] = []
         self.model = self.url = ""
         ready = threading.Event()
         self.reader = threading.Thread(target=self._read, args=(ready,), daemon=True)
         self.reader.start()
-        ready.wait(STARTUP_LIMIT)
-        assert self.url, "".join(self.lines)
+        if not ready.wait(STARTUP_LIMIT) or not self.url:
+            kill(self.process)  # its stderr closes: the reader ends
+            self.reader.join(DEADLINE)
+            raise AssertionError("".join(self.lines) or "the server did not start")
 
     def _read(self, ready: threading.Event) -> None:
         for line in self.process.stderr:
@@ -82,8 +87,9 @@ class Server:
 
     def stop(self, signum: int = signal.SIGTERM) -> int:
         self.process.send_signal(signum)
-        status = self.process.wait(timeout=60)
-        self.reader.join()  # every line of stderr is in
+        status = self.process.wait(timeout=DEADLINE)
+        self.reader.join(DEADLINE)  # every line of stderr is in
+        assert not self.reader.is_alive(), "stderr stayed open after the server ended"
         return status
 
 

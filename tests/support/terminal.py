@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pyte
 
+from tests.support.processes import DEADLINE, default_signals
+
 KEYS = {"enter": b"\r", "escape": b"\x1b", "ctrl+q": b"\x11", "ctrl+o": b"\x0f", "f1": b"\x1bOP"}
 
 
@@ -41,6 +43,7 @@ class Terminal:
             stderr=slave,
             env=env,
             start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
+            preexec_fn=default_signals,  # Ctrl-C, a hangup: as a terminal's shell leaves them
         )
         os.close(slave)
         self.hung_up = False
@@ -58,7 +61,7 @@ class Terminal:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        self.process.wait()
+        self.process.wait(timeout=DEADLINE)
         if not self.hung_up:
             os.close(self._master)
 
