@@ -108,3 +108,34 @@ def test_a_streamed_answer_goes_out_as_it_comes_but_for_what_may_be_a_call():
     assert out == ["Sure", ", here"] and (rest, calls) == ("", [])
     out, (rest, calls) = stream("mistral", ["[TOOL", "S]", "x"])
     assert out == ["", "[TOOLS]", "x"] and (rest, calls) == ("", [])
+
+
+def defs_tool(name: str, item: dict) -> Tool:
+    """A tool as pydantic writes one whose parameters hold a nested model: in `$defs`."""
+    return Tool(
+        name,
+        parameters={
+            "$defs": {"Item": item},
+            "type": "object",
+            "properties": {"item": {"$ref": "#/$defs/Item"}},
+            "required": ["item"],
+        },
+    )
+
+
+def test_a_required_call_keeps_each_tools_own_defs():
+    number = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    text = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
+    grammar = call_grammar([defs_tool("add", number), defs_tool("say", text)], "required", "hermes")
+    kv_rules = " ".join(line for line in grammar.splitlines() if "-kv ::=" in line)
+    assert '"\\"n\\"" space ":" space integer' in kv_rules  # the two Items, each its own
+    assert '"\\"s\\"" space ":" space string' in kv_rules
+
+
+def test_a_call_to_a_function_not_offered_is_text():
+    answer = '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'
+    assert parse_calls(answer, "hermes", ["get_weather"]) == (answer, [])
+    text, calls = parse_calls(answer.replace("rm_rf", "get_weather"), "hermes", ["get_weather"])
+    assert (text, [call.name for call in calls]) == ("", ["get_weather"])
+    held = CallStream("hermes", ["get_weather"])
+    assert held.feed(answer) == "" and held.finish() == (answer, [])
