@@ -107,14 +107,12 @@ def call_text(call: ToolCall, fmt: ToolFormat) -> str:
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
-def parse_calls(
-    text: str, fmt: ToolFormat, offered: Collection[str] | None = None
-) -> tuple[str, list[ToolCall]]:
+def parse_calls(text: str, fmt: ToolFormat, offered: Collection[str]) -> tuple[str, list[ToolCall]]:
     """The text before the calls and the calls of an answer; ([text], []) where it makes none,
     where what looks like one is not JSON of a call, or where it calls a function that is not
     among the names `offered` (no client could run it: it is what the model said, as text)."""
     before, calls = _parsed_calls(text, fmt)
-    if offered is not None and any(call.name not in offered for call in calls):
+    if any(call.name not in offered for call in calls):
         return text, []
     return before, calls
 
@@ -146,7 +144,7 @@ class CallStream:
 
     MARKERS = {"hermes": "<tool_call>", "generic": "<tool_call>", "mistral": "[TOOL_CALLS]"}
 
-    def __init__(self, fmt: ToolFormat, offered: Collection[str] | None = None) -> None:
+    def __init__(self, fmt: ToolFormat, offered: Collection[str]) -> None:
         self.fmt = fmt
         self.offered = offered
         self.text = ""

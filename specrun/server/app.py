@@ -286,7 +286,10 @@ class Api:
 
     async def _generation(self, request: Request, endpoint: Endpoint[Body]) -> Response:
         body = checked(endpoint.body, await _json_body(request, self.read_timeout))
-        generation = endpoint.request(body, self.worker.pool.names, self.worker.defaults)
+        # Off the event loop: a schema's conversion to a grammar takes up to half a second.
+        generation = await asyncio.to_thread(
+            endpoint.request, body, self.worker.pool.names, self.worker.defaults
+        )
         jobs = self.worker.submit(generation, endpoint.id_prefix, request.receive)
         for job in jobs:  # the Prefills: the prompt is in, or the request's error comes
             await job.next()  # before any header is sent
@@ -322,7 +325,8 @@ class Api:
         if not job.request.calls_tools:
             return text, []
         assert job.engine is not None, "a job with rounds ran on its engine"
-        return parse_calls(text, tool_format(job.engine.target.chat_template))
+        offered = [tool.name for tool in job.request.tools]
+        return parse_calls(text, tool_format(job.engine.target.chat_template), offered)
 
     async def _answer(self, jobs: list[Job], endpoint: Endpoint[Any]) -> Response:
         choices = [
@@ -422,7 +426,10 @@ class Api:
         offset = 0  # characters of the answer streamed so far
         # Offered tools, what may be a call is held until the answer ends.
         calling = (
-            CallStream(tool_format(job.engine.target.chat_template))
+            CallStream(
+                tool_format(job.engine.target.chat_template),
+                [tool.name for tool in job.request.tools],
+            )
             if job.request.calls_tools and job.engine is not None
             else None
         )

@@ -109,6 +109,18 @@ def test_a_tool_schema_with_defs_constrains_a_required_call(server):
     assert isinstance(json.loads(call["function"]["arguments"])["item"]["n"], int)
 
 
+def test_a_call_to_a_tool_not_offered_reaches_the_client_as_text(server):
+    """No client could run it: what the model wrote goes out as the answer's text (a grammar
+    makes the model write the call)."""
+    written = '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'
+    grammar = "root ::= " + json.dumps(written)
+    response = chat(server, tools=[DEFS_TOOL], grammar=grammar, max_tokens=64)
+    assert response.status_code == 200, response.text
+    (choice,) = response.json()["choices"]
+    assert choice["message"].get("tool_calls") is None and choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == written
+
+
 @pytest.mark.parametrize(
     "schema",
     [

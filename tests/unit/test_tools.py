@@ -50,11 +50,14 @@ def test_the_syntax_comes_from_the_template(template, fmt):
 @pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "generic"])
 def test_a_call_written_in_a_syntax_reads_back(fmt):
     call = ToolCall("get_weather", json.dumps({"city": "Paris"}), "call_1")
-    text, calls = parse_calls(call_text(call, fmt), fmt)
+    text, calls = parse_calls(call_text(call, fmt), fmt, ["get_weather"])
     assert text == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [
         ("get_weather", {"city": "Paris"})
     ]
     assert calls[0].id.startswith("call_") and len(calls[0].id) > 8  # a fresh id
+
+
+OFFERED = ["a", "b"]
 
 
 def test_several_calls_text_before_them_and_what_is_not_a_call():
@@ -62,14 +65,17 @@ def test_several_calls_text_before_them_and_what_is_not_a_call():
         'Let me check.\n<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n'
         '<tool_call>{"name": "b", "arguments": {}}</tool_call>'
     )
-    text, calls = parse_calls(answer, "hermes")
+    text, calls = parse_calls(answer, "hermes", OFFERED)
     assert text == "Let me check." and [c.name for c in calls] == ["a", "b"]
-    assert parse_calls("no calls here", "hermes") == ("no calls here", [])
-    assert parse_calls("<tool_call>{not json}</tool_call>", "hermes")[1] == []
+    assert parse_calls("no calls here", "hermes", OFFERED) == ("no calls here", [])
+    assert parse_calls("<tool_call>{not json}</tool_call>", "hermes", OFFERED)[1] == []
     llama = '{"name": "a", "parameters": {"x": 1}}; {"name": "b", "parameters": {}}'
-    assert [c.name for c in parse_calls(llama, "llama3")[1]] == ["a", "b"]
-    assert parse_calls('{"answer": 42}', "llama3") == ('{"answer": 42}', [])
-    assert parse_calls('Sure.[TOOL_CALLS][{"name": "a", "arguments": {}}]', "mistral")[0] == "Sure."
+    assert [c.name for c in parse_calls(llama, "llama3", OFFERED)[1]] == ["a", "b"]
+    assert parse_calls('{"answer": 42}', "llama3", OFFERED) == ('{"answer": 42}', [])
+    assert (
+        parse_calls('Sure.[TOOL_CALLS][{"name": "a", "arguments": {}}]', "mistral", OFFERED)[0]
+        == "Sure."
+    )
 
 
 @pytest.mark.parametrize(
@@ -90,7 +96,7 @@ def test_a_required_call_has_a_grammar_in_the_syntax(fmt, start):
 
 
 def stream(fmt, pieces):
-    calling = CallStream(fmt)
+    calling = CallStream(fmt, OFFERED)
     out = [calling.feed(piece) for piece in pieces]
     return out, calling.finish()
 
