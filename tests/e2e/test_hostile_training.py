@@ -26,6 +26,7 @@ import pytest
 
 from specrun.training.data import Shards
 from tests.support.cli import specrun
+from tests.support.processes import default_signals, kill
 
 pytest.importorskip("torch")
 
@@ -62,13 +63,6 @@ def train(target: Path, out: Path, inputs: tuple[Path, Path], *options: str) -> 
     ]  # fmt: skip
 
 
-def default_signals() -> None:
-    """In the child: Ctrl-C and SIGTERM at their defaults, whatever the suite inherited (a
-    background shell starts it with SIGINT ignored, which specrun keeps ignored)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-
-
 class Training:
     """`specrun heads train` as a child, its stderr read in a thread as it comes (the bars
     end their updates with a carriage return, not a newline)."""
@@ -79,7 +73,7 @@ class Training:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            preexec_fn=default_signals,
+            preexec_fn=default_signals,  # a suite in a background shell ignores SIGINT
             start_new_session=True,  # a kill on a missed deadline takes the worker too
         )
         self._stderr = bytearray()
@@ -108,7 +102,7 @@ class Training:
                 DEADLINE,
             )
         if not found or words not in self.stderr:
-            self.kill()
+            kill(self.process)
             raise AssertionError(f"no {words!r} on stderr: {self.stderr[-2000:]}")
 
     def finish(self) -> tuple[int, str, str]:
@@ -116,18 +110,11 @@ class Training:
         try:
             self.process.wait(DEADLINE)
         except subprocess.TimeoutExpired:
-            self.kill()
+            kill(self.process)
             raise AssertionError(f"the run did not end: {self.stderr[-2000:]}") from None
         self._reader.join(DEADLINE)
         assert self.process.stdout is not None
         return self.process.returncode, self.process.stdout.read().decode(), self.stderr
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(DEADLINE)
 
 
 def requests_written(samples: Path) -> list[int]:
