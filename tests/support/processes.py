@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import IO, AnyStr, TypeVar
+from typing import IO, Any, AnyStr, TypeVar
 
 DEADLINE = 60.0  # seconds: a fail-safe for what is waited on, never a measurement
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -32,7 +32,7 @@ def default_signals() -> None:
         signal.signal(signum, signal.SIG_DFL)
 
 
-def kill(process: subprocess.Popen) -> None:
+def kill(process: subprocess.Popen[Any]) -> None:
     """SIGKILL to the process, and to its group where it leads one (`start_new_session`): a
     supervisor's worker holds the same pipes."""
     with suppress(ProcessLookupError):
@@ -44,7 +44,7 @@ def kill(process: subprocess.Popen) -> None:
 
 
 def _in_threads(
-    process: subprocess.Popen, calls: list[Callable[[], T]], what: str, timeout: float
+    process: subprocess.Popen[Any], calls: list[Callable[[], T]], what: str, timeout: float
 ) -> list[T]:
     results: list[T | None] = [None] * len(calls)
     errors: list[BaseException] = []
@@ -79,7 +79,7 @@ def _rest(pipe: IO[AnyStr] | None) -> Callable[[], AnyStr]:
 
 
 def within(
-    process: subprocess.Popen, call: Callable[[], T], what: str, timeout: float = DEADLINE
+    process: subprocess.Popen[Any], call: Callable[[], T], what: str, timeout: float = DEADLINE
 ) -> T:
     """`call()`, a read of `process`'s pipes (`lambda: process.stdout.read(4)`), with a
     deadline."""
