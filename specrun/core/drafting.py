@@ -22,6 +22,7 @@ from specrun.core.sampling import (
     CandidateRows,
     Candidates,
     Distribution,
+    Draws,
     Row,
     SamplingParams,
     candidate_width,
@@ -51,7 +52,7 @@ class Proposal:
         row: Row,
         ctx: Sequence[int],
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         allowed: Constraint | None,
         p_min: float,
     ) -> bool:
@@ -66,7 +67,7 @@ class Proposal:
             row = penalized
         if p_min > 0 and top_probability(row) < p_min:
             return False
-        token, q = pick(row, params, rng, allowed)
+        token, q = pick(row, params, rng, allowed, len(ctx) + len(self.tokens))
         self.tokens.append(token)
         self.probs.append(q)
         if allowed is not None:
@@ -86,7 +87,7 @@ class DraftSource(Protocol):
         ctx: Sequence[int],
         n: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         constraint: Constraint | None = None,
     ) -> Proposal:
         """Propose up to n tokens to follow ctx; under `constraint` (the committed text's
@@ -117,7 +118,7 @@ class ModelDraft:
         ctx: Sequence[int],
         n: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         constraint: Constraint | None = None,
     ) -> Proposal:
         proposal = Proposal()
@@ -240,7 +241,7 @@ class HybridDraft:
         ctx: Sequence[int],
         n: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         constraint: Constraint | None = None,
     ) -> Proposal:
         choice = self.choice

@@ -23,7 +23,7 @@ import numpy as np
 
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal
-from specrun.core.sampling import SamplingParams
+from specrun.core.sampling import Draws, SamplingParams
 from specrun.core.sequence import Continuation, common_prefix_length
 
 # Rows kept behind the last taken in: a new turn or an edited text that leaves the old one
@@ -147,7 +147,7 @@ class HeadDraft:
         ctx: Sequence[int],
         n: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         constraint: Constraint | None = None,
     ) -> Proposal:
         proposal = Proposal()

@@ -9,11 +9,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-import numpy as np
-
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal, allowed_prefix
-from specrun.core.sampling import SamplingParams
+from specrun.core.sampling import Draws, SamplingParams
 from specrun.core.sequence import Continuation
 from specrun.errors import OptionError
 
@@ -118,7 +116,7 @@ class LookupDraft:
         ctx: Sequence[int],
         n: int,
         params: SamplingParams,
-        rng: np.random.Generator,
+        rng: Draws,
         constraint: Constraint | None = None,
     ) -> Proposal:
         """A continuation seen before, up to its first token `constraint` refuses."""

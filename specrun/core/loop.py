@@ -24,6 +24,8 @@ from specrun.core.drafting import DraftSource, Proposal
 from specrun.core.gamma import FixedGamma, GammaPolicy
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import (
+    Draws,
+    PositionNoise,
     Rows,
     SamplingParams,
     TokenLogprob,
@@ -31,6 +33,7 @@ from specrun.core.sampling import (
     token_logprob,
     verify,
     verify_greedy,
+    verify_seeded,
 )
 from specrun.core.sequence import Tokens
 from specrun.core.text import Detokenizer, Segment, TextStream
@@ -121,7 +124,7 @@ def generate(
     max_tokens: int = 256,
     stop: Sequence[str] = (),
     cancelled: Callable[[], bool] = _never,
-    rng: np.random.Generator | None = None,
+    rng: Draws | None = None,
     constraint: Constraint | None = None,
     logprobs: int | None = None,
 ) -> Generator[Event, None, None]:
@@ -147,7 +150,7 @@ def generate_with(
     *,
     draft: DraftSource | None = None,
     policy: GammaPolicy | None = None,
-    rng: np.random.Generator | None = None,
+    rng: Draws | None = None,
 ) -> Generator[Event, None, None]:
     """`generate`, the generation's settings in one typed object. Each round drafts,
     verifies, commits and reports (`_Generation`'s steps, in that order)."""
@@ -158,7 +161,7 @@ def generate_with(
         settings,
         draft,
         policy or FixedGamma(4),
-        rng if rng is not None else settings.params.rng(),
+        rng if rng is not None else settings.params.draws(),
     )
     yield generation.prefill()
     generation.round_end = time.perf_counter()  # the consumer's time on the Prefill is its own
@@ -246,7 +249,7 @@ class _Generation:
         settings: GenerationSettings,
         draft: DraftSource | None,
         policy: GammaPolicy,
-        rng: np.random.Generator,
+        rng: Draws,
     ) -> None:
         self.target, self.source, self.policy, self.rng = target, draft, policy, rng
         self.settings, self.params, self.constraint = settings, settings.params, settings.constraint
@@ -307,12 +310,17 @@ class _Generation:
         params = self.params
         if params.penalized and isinstance(rows, np.ndarray):
             rows = _penalized(rows, params, self.ctx, drafts)
+        ties: list[bool] = []
         if params.greedy:
             accepted, next_token, ties = verify_greedy(rows, drafts, self.constraint)
+        elif isinstance(self.rng, PositionNoise):  # a seed: the tokens plain decoding draws
+            at = len(self.ctx)
+            accepted, next_token = verify_seeded(
+                rows, drafts, params, self.rng, at, self.constraint
+            )
         else:
             probs = drafted.proposal.probs
             accepted, next_token = verify(rows, drafts, probs, params, self.rng, self.constraint)
-            ties = []
         return _Verified(rows, accepted, next_token, ties, ended, first_of_shape)
 
     def commit(self, proposal: Proposal, verified: _Verified) -> _Committed:

@@ -198,6 +198,11 @@ class SamplingParams:
     def rng(self) -> np.random.Generator:
         return np.random.default_rng(self.seed)
 
+    def draws(self) -> Draws:
+        """A generation's randomness: with a seed, keyed to positions (`PositionNoise`), so
+        that the answer is plain decoding's whatever drafts it; else a stream."""
+        return PositionNoise(self.seed) if self.seed is not None else self.rng()
+
 
 @dataclass(frozen=True)
 class Candidates:
@@ -284,6 +289,45 @@ class Distribution:
 
 _ONE = np.ones(1)
 _ONE.flags.writeable = False  # shared by every point mass
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer (uint64, wrapping): distinct inputs, independent-looking outputs."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    mixed: np.ndarray = z ^ (z >> np.uint64(31))
+    return mixed
+
+
+class PositionNoise:
+    """A seeded generation's randomness, a function of (seed, position, token) alone: an
+    exponential variable E per token at each position of the sequence, SplitMix64's output
+    for that key. A position's token is the exponential race, argmin E_i / p_i over the
+    distribution's support, which is a draw from p (the Gumbel-max trick). The draft draws
+    from its q with the same E, and verification commits at each row the target's own draw
+    (`verify_seeded`): so a seeded answer is plain decoding's with that seed, whatever drafted
+    it, at any γ, after any earlier request."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        # Any seed >= 0, however large, to 64 well-mixed bits.
+        self._state = np.random.SeedSequence(seed).generate_state(1, np.uint64)
+
+    def choose(self, dist: Distribution, position: int) -> int:
+        """The token at `position` (its index in the sequence) drawn from `dist`."""
+        with np.errstate(over="ignore"):  # the hash's arithmetic wraps, as it must
+            at = _mix(self._state + np.uint64(position + 1) * _GOLDEN)
+            bits = _mix(at + (dist.ids.astype(np.uint64) + np.uint64(1)) * _GOLDEN)
+        uniform = ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53  # in (0, 1)
+        with np.errstate(divide="ignore"):  # a probability that underflowed never wins
+            return int(dist.ids[np.argmin(-np.log(uniform) / dist.probs)])
+
+
+# How a generation draws: a stream (accept/reject and residual draws, as they come), or a
+# seeded generation's noise keyed to positions.
+Draws = np.random.Generator | PositionNoise
 
 
 def compiled() -> bool:
@@ -548,11 +592,13 @@ def _sample_at(probs: np.ndarray, u: float) -> int:
 def pick(
     logits: Row,
     params: SamplingParams,
-    rng: np.random.Generator,
+    rng: Draws,
     constraint: Constraint | None = None,
+    position: int = 0,
 ) -> tuple[int, Distribution | None]:
     """Choose a token from one row (among those `constraint` allows); return it with its
-    distribution (None when greedy)."""
+    distribution (None when greedy). `position`, the token's index in the sequence, keys
+    a seeded generation's `PositionNoise`."""
     if params.greedy:
         if constraint is not None:
             return best_allowed(logits, constraint)[0], None
@@ -562,7 +608,7 @@ def pick(
     if constraint is not None:
         logits = _under(logits, _top_k(params, _width(logits)), constraint)
     q = distribution_of(logits, params)
-    return q.sample(rng), q
+    return (rng.choose(q, position) if isinstance(rng, PositionNoise) else q.sample(rng)), q
 
 
 def _width(row: Row) -> int:
@@ -673,3 +719,33 @@ def verify_reference(
         return i, int(p.ids[chosen])
     p = p_of(n)
     return n, int(p.ids[_sample_at(p.probs, uniforms[n])])
+
+
+def verify_seeded(
+    target_logits: Rows,
+    draft_tokens: Sequence[int],
+    params: SamplingParams,
+    noise: PositionNoise,
+    position: int,
+    constraint: Constraint | None = None,
+) -> tuple[int, int]:
+    """`verify` for a seeded generation at temperature > 0, row 0 at sequence index
+    `position`: each row's token is the target's own draw there (`PositionNoise.choose`), and
+    the drafts are accepted while they are those tokens. The draft drew with the same noise,
+    so it agrees where q is near p; what is committed is plain decoding's draw, distributed as
+    p whatever the draft (a coupling that accepts somewhat less than `verify`'s rule, which
+    keeps to no position: a seed then reproduces the answer only where every γ and draft
+    repeats)."""
+    n = len(draft_tokens)
+    if len(target_logits) != n + 1:
+        raise ValueError("need one target row per draft token plus the bonus")
+    state = constraint.fork() if constraint is not None else None
+    k = _top_k(params, _width(target_logits[0])) if state is not None else 0
+    for i in range(n + 1):
+        p = distribution_of(_under(target_logits[i], k, state), params)
+        token = noise.choose(p, position + i)
+        if i == n or token != draft_tokens[i]:
+            return i, token
+        if state is not None:
+            state.accept(token)
+    raise AssertionError("the last row always decides")

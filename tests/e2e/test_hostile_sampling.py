@@ -111,3 +111,22 @@ def test_the_command_line_refuses_infinity_as_the_server_does(server, tiny_targe
     assert ran.stderr.strip() == f"specrun: error: {option} must be a finite number, got inf"
     refused = complete(server, **{field: float("inf")})
     assert refused.status_code == 400 and refused.json()["error"]["param"] == field
+
+
+def test_a_seed_gives_the_same_answer_whatever_ran_before(server, tiny_target, tiny_draft):
+    """Under γ auto the policy's state (what earlier requests taught it, and timings) changes
+    the drafts, and once changed the answer of a seeded request. Now a seeded answer is plain
+    decoding's with that seed: the same after any other request, and the answer `run` gives
+    with that seed at γ 0 and at γ 4 with the draft."""
+    seeded = {"temperature": 1.0, "seed": 11, "max_tokens": 48}
+    first = complete(server, **seeded).json()["choices"][0]["text"]
+    for other in ({"temperature": 0.7, "max_tokens": 64}, {"temperature": 0, "max_tokens": 32}):
+        assert complete(server, prompt="the sun and the moon", **other).status_code == 200
+        assert complete(server, **seeded).json()["choices"][0]["text"] == first
+    options = ("--raw", "--temp", "1", "--seed", "11", "-n", "48", "--json")
+    plain = run(tiny_target, *options, "--gamma", "0")
+    drafted = run(tiny_target, *options, "-d", str(tiny_draft), "--gamma", "4")
+    assert plain.returncode == drafted.returncode == 0, plain.stderr + drafted.stderr
+    record = json.loads(drafted.stdout)
+    assert json.loads(plain.stdout)["text"] == record["text"] == first
+    assert record["drafted"] > 0 and record["accepted"] < record["drafted"]  # some rejected

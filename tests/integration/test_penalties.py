@@ -15,7 +15,13 @@ from bench import loop_ceiling
 from specrun.core.drafting import ModelDraft
 from specrun.core.gamma import FixedGamma
 from specrun.core.loop import Round, generate
-from specrun.core.sampling import LOGIT_LIMIT, SamplingParams, pick, probabilities
+from specrun.core.sampling import (
+    LOGIT_LIMIT,
+    PositionNoise,
+    SamplingParams,
+    pick,
+    probabilities,
+)
 from specrun.errors import OptionError
 from specrun.llama.model import Model
 from tests.support.identity import greedy_tokens
@@ -47,18 +53,30 @@ def chain(target: loop_ceiling.LogitTable, params, history: list[int]) -> np.nda
     return probabilities(row, params)
 
 
+def first_tokens(target_table, draft_table, params, gamma: int, rng) -> list[int]:
+    target = loop_ceiling.NullModel(target_table, 64)
+    draft = ModelDraft(loop_ceiling.NullModel(draft_table, 64), N_VOCAB) if gamma else None
+    events = generate(
+        target, PROMPT, draft=draft, params=params, policy=FixedGamma(gamma), max_tokens=4, rng=rng
+    )
+    return [t for e in events if isinstance(e, Round) for t in e.tokens]
+
+
 @pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
-def test_penalized_speculation_is_distributed_as_penalized_plain_decoding(params):
+@pytest.mark.parametrize("draws", ["stream", "seeded"])
+def test_penalized_speculation_is_distributed_as_penalized_plain_decoding(params, draws):
+    """From a stream, the accept/reject rule; with a seed per generation, the rule keyed to
+    positions, whose tokens are also plain decoding's with that seed, token for token."""
     target_table, draft_table = table(1), table(2)
     rng = np.random.default_rng(5)
     counts = np.zeros((3, N_VOCAB))
-    for _ in range(DRAWS):
-        target = loop_ceiling.NullModel(target_table, 64)
-        draft = ModelDraft(loop_ceiling.NullModel(draft_table, 64), N_VOCAB)
-        events = generate(
-            target, PROMPT, draft=draft, params=params, policy=FixedGamma(2), max_tokens=4, rng=rng
-        )
-        tokens = [t for e in events if isinstance(e, Round) for t in e.tokens]
+    for seed in range(DRAWS):
+        if draws == "stream":
+            tokens = first_tokens(target_table, draft_table, params, 2, rng)
+        else:
+            tokens = first_tokens(target_table, draft_table, params, 2, PositionNoise(seed))
+            if seed < 500:
+                assert tokens == first_tokens(target_table, None, params, 0, PositionNoise(seed))
         for position in range(3):
             counts[position, tokens[position]] += 1
     # The first three tokens' marginals, exactly, over every history that leads to them.

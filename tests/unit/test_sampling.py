@@ -16,6 +16,7 @@ from specrun.core.sampling import (
     CandidateRows,
     Candidates,
     Distribution,
+    PositionNoise,
     SamplingParams,
     _top_k_ids,
     distribution,
@@ -25,6 +26,7 @@ from specrun.core.sampling import (
     verify,
     verify_greedy,
     verify_reference,
+    verify_seeded,
 )
 from specrun.errors import SpecrunError
 from tests.support.distribution import assert_distributed
@@ -543,3 +545,45 @@ def test_a_row_with_no_finite_logit_fails_rather_than_draw_an_id(compiled, monke
     row = finite.copy()
     row[0] = np.nan
     assert set(distribution(row, params).ids) <= set(range(1, 10))
+
+
+def seeded_rounds(p_logits, q_logits, params, n_drafts, rounds=DRAWS, position=30):
+    """Seeded rounds, seed s each: the draft draws n_drafts from q with the seed's
+    noise, as a draft model does, and `verify_seeded` commits. Returns the first committed
+    tokens, plain decoding's draws at that position, and the drafts accepted."""
+    target_rows = np.tile(p_logits, (n_drafts + 1, 1))
+    p, q = distribution(p_logits, params), distribution(q_logits, params)
+    firsts, plain, accepted_in_all = [], [], 0
+    for seed in range(rounds):
+        noise = PositionNoise(seed)
+        drafts = [noise.choose(q, position + i) for i in range(n_drafts)]
+        accepted, token = verify_seeded(target_rows, drafts, params, noise, position)
+        firsts.append(drafts[0] if accepted > 0 else token)
+        plain.append(noise.choose(p, position))
+        accepted_in_all += accepted
+    return np.array(firsts), np.array(plain), accepted_in_all
+
+
+@pytest.mark.parametrize("params", [PLAIN, FILTERED], ids=["plain", "top-k/top-p/min-p"])
+def test_seeded_speculation_is_plain_decodings_draw_and_distributed_as_the_target(params):
+    """Keyed to (seed, position, token), a seeded round commits exactly what plain decoding
+    draws with that seed, whatever the draft proposed; over seeds, as the target."""
+    rng = np.random.default_rng(7)
+    p_logits = rng.normal(0, 1.5, 20).astype(np.float32)
+    q_logits = p_logits + rng.normal(0, 1.0, 20).astype(np.float32)
+    firsts, plain, accepted = seeded_rounds(p_logits, q_logits, params, 1)
+    np.testing.assert_array_equal(firsts, plain)
+    assert_distributed(np.bincount(firsts, minlength=20), probabilities(p_logits, params))
+    assert accepted > DRAWS / 3  # the draft's draws agree with the target's often
+    _, _, all_accepted = seeded_rounds(p_logits, p_logits, params, 3, rounds=500)
+    assert all_accepted == 3 * 500  # a draft equal to the target: every draft accepted
+
+
+def test_seeded_noise_depends_on_seed_and_position_alone():
+    q = Distribution(np.array([3, 8, 9]), np.array([0.2, 0.5, 0.3]))
+    wide = Distribution(np.arange(3, 40), np.full(37, 1 / 37))
+    picks = [PositionNoise(seed).choose(q, 12) for seed in (5, 5, 6)]
+    assert picks[0] == picks[1] and set(picks) <= {3, 8, 9}
+    assert PositionNoise(5).choose(wide, 12) == PositionNoise(5).choose(wide, 12)
+    assert len({PositionNoise(5).choose(wide, n) for n in range(40)}) > 10  # positions differ
+    assert PositionNoise(2**80).choose(q, 0) in (3, 8, 9)  # any seed >= 0
