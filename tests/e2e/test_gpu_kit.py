@@ -112,6 +112,7 @@ def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.timeout(1300)  # its two runs' own fail-safes, 600 s each (2 min on 2 busy cores)
 def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
     """The kit's own command on tiny shapes, with the installed llama-cpp-python, and the
     native peers where bench/native_compare.sh has built them."""

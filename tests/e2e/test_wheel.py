@@ -146,6 +146,11 @@ def setup_step(transcript: Path, command: list[str], timeout: float = 600) -> No
     assert result.returncode == 0, f"{shlex.join(command)}\n{result.stdout}\n{result.stderr}"
 
 
+# Whichever test comes first pays for `installed`: its four steps' own fail-safes (600 s each;
+# 90 s in all on 2 busy cores), and the commands'.
+INSTALL_LIMIT = 2700
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     llama_wheel = cached_llama_wheel()
@@ -169,6 +174,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         shutil.copyfile(transcript, os.environ["SPECRUN_WHEEL_TRANSCRIPT"])
 
 
+@pytest.mark.timeout(INSTALL_LIMIT)
 def test_the_installed_wheel_runs_outside_the_checkout(installed, tmp_path):
     assert shutil.which("specrun", path=installed.env["PATH"]) == str(
         installed.venv / BIN / "specrun"
@@ -241,6 +247,7 @@ def test_the_installed_wheel_runs_outside_the_checkout(installed, tmp_path):
     assert data["prompts"] > 0
 
 
+@pytest.mark.timeout(INSTALL_LIMIT)
 def test_without_the_compiled_sampling_numpy_samples(installed):
     libraries = installed.sampling_libraries()
     assert libraries, "the wheel carries no compiled specrun/core/_sampling"
