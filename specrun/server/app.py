@@ -163,7 +163,9 @@ async def _json_body(request: Request, deadline: float) -> dict[str, Any]:
         raise late("body", deadline) from None
     except ClientDisconnect:  # nobody reads the answer; an error keeps it out of the log
         raise ApiError(400, "the client left before its body was sent") from None
-    return parse_body(body)
+    # Off the event loop, as the request's conversion: a body of MAX_BODY_BYTES (a logit_bias
+    # over the whole vocabulary) takes a few hundred milliseconds to parse and check.
+    return await asyncio.to_thread(parse_body, body)
 
 
 # --- responses -------------------------------------------------------------------------------
