@@ -16,6 +16,7 @@ from tqdm import tqdm
 from specrun.cli.options import DEMO_TARGET, note
 from specrun.errors import OptionError, SpecrunError
 from specrun.models.demo import heads_dir
+from specrun.system.numerals import whole_number
 
 if TYPE_CHECKING:
     from specrun.training.fit import Progress
@@ -30,13 +31,11 @@ app = typer.Typer(
 def _layers(text: str | None) -> tuple[int, int, int] | None:
     if text is None:
         return None
-    try:
-        layers = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise OptionError(f"--layers takes three layer numbers, as 2,15,27: not {text!r}") from None
-    if len(layers) != 3:
+    layers = [whole_number(part) for part in text.split(",")]
+    if len(layers) != 3 or None in layers:
         raise OptionError(f"--layers takes three layer numbers, as 2,15,27: not {text!r}")
-    return layers[0], layers[1], layers[2]
+    first, middle, last = (layer for layer in layers if layer is not None)
+    return first, middle, last
 
 
 class _Bars:

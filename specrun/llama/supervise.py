@@ -116,9 +116,12 @@ def crash_hint(signum: int, message: str = "", amx_on: bool = False) -> str:
     elif amx_on:
         tries = "AMX is on (SPECRUN_AMX): unset it; or try --gpu-layers 0, or see `specrun doctor`"
     else:
+        # Input cannot lead here (grammars and sampling values are bounded before llama.cpp
+        # sees them): a crash is a bug, or a device's fault where layers are offloaded.
         tries = (
-            "try --gpu-layers 0 (or --draft-gpu-layers 0), "
-            "or see `specrun doctor` for the build and devices"
+            "a bug; please report it with the command that caused it. Where layers run on a "
+            "GPU, --gpu-layers 0 (and --draft-gpu-layers 0) tells whether the device is at "
+            "fault; `specrun doctor` shows the build and devices"
         )
     return f"specrun: error: llama.cpp crashed with {what}: {tries}"
 

@@ -75,6 +75,14 @@ def test_bench_refuses_empty_lists_and_other_digits(tiny_target, options, expect
     assert_one_line_error(result, expected, code=2)
 
 
+@pytest.mark.parametrize("layers", [f"2,{ARABIC_THREE},4", "2,3", "2,,4"])
+def test_heads_train_refuses_layer_numbers_it_cannot_read(tiny_target, tmp_path, layers):
+    result = specrun(
+        "heads", "train", str(tiny_target), "-o", str(tmp_path / "h.gguf"), "--layers", layers
+    )
+    assert_one_line_error(result, "--layers takes three layer numbers", code=2)
+
+
 @pytest.mark.parametrize(
     "command, expected",
     [
