@@ -14,6 +14,13 @@ from typing import Protocol
 
 import numpy as np
 
+from specrun.errors import SpecrunError
+
+
+class ConstraintError(SpecrunError):
+    """A constraint that cannot constrain this answer (a grammar that does not parse, or that
+    allows no token of the vocabulary where the answer has got to): the request's fault."""
+
 
 class Constraint(Protocol):
     def allows(self, tokens: np.ndarray) -> np.ndarray:

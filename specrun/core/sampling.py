@@ -15,7 +15,7 @@ from typing import ClassVar, Protocol, cast, overload
 import numpy as np
 import numpy.typing as npt
 
-from specrun.core.constraint import Constraint
+from specrun.core.constraint import Constraint, ConstraintError
 from specrun.errors import OptionError, SpecrunError
 
 
@@ -469,7 +469,9 @@ def _allowed_among_best(
         if len(allowed) >= enough:
             break
     if not len(allowed):
-        raise SpecrunError("the grammar allows no token here")
+        raise ConstraintError(
+            "the grammar allows no token of the model's vocabulary where the answer has got to"
+        )
     lowest = float(row[ids].min()) if width < n_vocab else -np.inf
     ranked = allowed[np.lexsort((allowed, -row[allowed]))]
     return ranked, row[ranked], lowest

@@ -23,6 +23,7 @@ import llama_cpp as llama
 import numpy as np
 from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
+from specrun.core.constraint import ConstraintError
 from specrun.errors import SpecrunError
 from specrun.llama.grammar_limits import GrammarLimitError, check_gbnf, check_schema
 from specrun.llama.native import clear_log, log_lines
@@ -35,7 +36,7 @@ ERROR_LENGTH = 200  # of the converter's own words, which may quote the schema w
 START_CHUNK = 1024  # tokens checked at a time for one that a new grammar allows
 
 
-class GrammarError(SpecrunError):
+class GrammarError(ConstraintError):
     """A grammar or JSON schema that cannot constrain an answer (it does not parse, costs more
     than the limits allow, or allows nothing): the input's fault, said in one line."""
 

@@ -27,12 +27,12 @@ from typing import Literal, cast, get_args
 
 from starlette.types import Receive
 
+from specrun.core.constraint import ConstraintError
 from specrun.core.loop import Event, Prefill, Round
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
-from specrun.llama.grammar import GrammarError
 from specrun.server.pool import ModelPool
 from specrun.server.requests import ApiError, GenerationRequest, bad_value
 
@@ -275,14 +275,15 @@ class Worker:
     def _failure(
         self, error: SpecrunError, job: Job, prompt_length: int, started: bool
     ) -> ApiError:
-        """Before the prompt is in, an error is the request's; after, the server's."""
+        """Before the prompt is in, an error is the request's; after, the server's, but for a
+        grammar with no way on (the request's at any point)."""
         request = job.request
+        if isinstance(error, ConstraintError) and request.grammar_param:
+            return ApiError(400, str(error), param=request.grammar_param, code="invalid_value")
         if started:
             return ApiError(500, str(error), kind="server_error")
         if isinstance(error, OptionError):
             return bad_value(error)
-        if isinstance(error, GrammarError) and request.grammar_param:
-            return ApiError(400, str(error), param=request.grammar_param, code="invalid_value")
         assert job.engine is not None, "a model that could not load is an ApiError already"
         n_ctx = job.engine.target.n_ctx
         if prompt_length >= n_ctx:  # the library's words name its options, which no client sets

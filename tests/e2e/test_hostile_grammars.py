@@ -99,6 +99,22 @@ def test_a_grammar_past_the_limits_is_a_400_naming_its_field(server, case):
     assert chat(server).status_code == 200  # the server serves on
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_grammar_with_no_way_on_mid_answer_is_the_requests_fault(server, stream):
+    """After "a" this grammar allows no token at all: a 400 naming `grammar` (was: a 500, the
+    server's fault), or in a stream that has begun, that error as its last event."""
+    response = chat(server, grammar='root ::= "a" <[999999]>', max_tokens=8, stream=stream)
+    if not stream:
+        error = response.json()["error"]
+        assert (response.status_code, error["param"]) == (400, "grammar"), error
+        assert "allows no token" in error["message"]
+        return
+    events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert (error["code"], error["param"]) == ("invalid_value", "grammar"), error
+
+
 def test_a_tool_schema_with_defs_constrains_a_required_call(server):
     response = chat(server, tools=[DEFS_TOOL], tool_choice="required", max_tokens=200)
     assert response.status_code == 200, response.text
