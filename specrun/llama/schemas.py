@@ -11,6 +11,7 @@ is `{}`, and `false` (nothing allowed) is refused.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import unquote
@@ -21,6 +22,20 @@ DEFINITIONS = ("$defs", "definitions")  # where schemas keep what `$ref`s point 
 NAMED_SCHEMAS = ("properties", "patternProperties")  # a schema under each name, any name
 DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values, not schemas
 RULE_NAME = re.compile(r"[^a-zA-Z0-9-]+")  # what a GBNF rule name cannot hold
+# What the converter takes each keyword to be; anything else fails inside it in Python's words.
+SHAPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys((*NAMED_SCHEMAS, *DEFINITIONS), (dict,)),
+    **dict.fromkeys(("required", "enum", "anyOf", "oneOf", "allOf", "prefixItems"), (list,)),
+    "items": (dict, bool, list),
+    "additionalProperties": (dict, bool),
+    "type": (str, list),
+    **dict.fromkeys(("pattern", "format", "$ref"), (str,)),
+    **dict.fromkeys(("minLength", "maxLength", "minItems", "maxItems"), (int,)),
+    **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"), (int, float)),
+}
+SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")  # arrays of schemas
+KIND_NAMES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+KIND_NAMES |= {int: "a whole number", float: "a number"}
 
 
 class SchemaError(SpecrunError):
@@ -84,6 +99,7 @@ def _rewritten(node: Any, name_of: Any, path: str) -> Any:
         return [_rewritten(item, name_of, f"{path}/{i}") for i, item in enumerate(node)]
     if not isinstance(node, dict):
         return node
+    _check_shapes(node, path)
     copy: dict[str, Any] = {}
     for key, value in node.items():
         if key in DEFINITIONS:
@@ -100,6 +116,44 @@ def _rewritten(node: Any, name_of: Any, path: str) -> Any:
         else:
             copy[key] = _rewritten(value, name_of, f"{path}/{key}")
     return copy
+
+
+def _check_shapes(node: dict[str, Any], path: str) -> None:
+    """Refuse a keyword whose value is not of the kind the converter reads it as."""
+    for key, value in node.items():
+        kinds = SHAPES.get(key)
+        if kinds is None:
+            continue
+        where = ".".join(filter(None, (path.lstrip("#/").replace("/", "."), key)))
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            should = " or ".join(KIND_NAMES[kind] for kind in kinds)
+            raise SchemaError(f"the JSON schema's `{where}` should be {should}, not {_kind(value)}")
+        if isinstance(value, list) and key in ("required", "type"):
+            _each(value, where, "strings", lambda item: isinstance(item, str))
+        elif isinstance(value, list) and key in SCHEMA_LISTS:
+            _each(value, where, "schemas (objects or booleans)", _is_schema)
+        elif isinstance(value, dict) and key in (*NAMED_SCHEMAS, *DEFINITIONS):
+            _each(list(value.values()), where, "schemas (objects or booleans)", _is_schema)
+
+
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, (dict, bool))
+
+
+def _each(values: list[Any], where: str, should: str, fits: Any) -> None:
+    for value in values:
+        if not fits(value):
+            raise SchemaError(
+                f"the JSON schema's `{where}` should hold only {should}, not {_kind(value)}"
+            )
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, in JSON's words."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    names = {dict: "an object", list: "an array", str: "a string", int: "a number"}
+    return names.get(type(value), "a number")
 
 
 def _pointer(ref: Any) -> str:

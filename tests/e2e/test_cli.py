@@ -92,7 +92,7 @@ def test_run_keeps_to_a_json_schema_or_a_grammar(demo_pair, tmp_path):
     assert_one_line_error(bad, "is not JSON", code=2)
     (tmp_path / "odd.json").write_text('{"type": "object", "properties": 5}')
     odd = specrun(*run, "--json-schema", str(tmp_path / "odd.json"), "hi")
-    assert_one_line_error(odd, "the JSON schema cannot be turned into a grammar")
+    assert_one_line_error(odd, "the JSON schema's `properties` should be an object", code=2)
     (tmp_path / "bad.gbnf").write_text("root ::= (")
     assert_one_line_error(
         specrun(*run, "--grammar", str(tmp_path / "bad.gbnf"), "hi"), "the grammar does not parse"

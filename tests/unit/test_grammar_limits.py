@@ -168,3 +168,25 @@ def test_a_grammar_field_past_a_limit_is_refused_naming_it():
         chat(grammar=nested(MAX_NESTING + 1))
     assert (refused.value.status, refused.value.param) == (400, "grammar")
     assert chat(grammar="").grammar is None  # llama-server's default: no grammar
+
+
+@pytest.mark.parametrize(
+    "schema, said",
+    [
+        ({"type": "object", "properties": 5}, "`properties` should be an object, not a number"),
+        ({"properties": {"x": 3}}, "`properties` should hold only schemas"),
+        ({"items": "x"}, "`items` should be an object or a boolean or an array, not a string"),
+        ({"anyOf": [{"type": "string"}, 1]}, "`anyOf` should hold only schemas"),
+        ({"required": [1]}, "`required` should hold only strings, not a number"),
+        ({"type": "string", "maxLength": True}, "`maxLength` should be a whole number, not true"),
+        ({"enum": None}, "`enum` should be an array, not null"),
+        (
+            {"properties": {"a": {"type": "array", "minItems": "2"}}},
+            "`properties.a.minItems` should be a whole number, not a string",
+        ),
+    ],
+)
+def test_a_keyword_of_the_wrong_kind_is_named_in_json_words(schema, said):
+    with pytest.raises(GrammarError) as refused:
+        schema_grammar(schema)
+    assert said in str(refused.value) and "attribute" not in str(refused.value)
