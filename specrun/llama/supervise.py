@@ -258,13 +258,14 @@ def _forked(work: Callable[[], int]) -> int:
         servers = _servers()
         print(stuck_line(servers) if servers else "specrun: interrupted", file=sys.stderr)
         return 128 + first.signum
-    if os.WIFEXITED(status):
-        code = os.WEXITSTATUS(status)
-        # Stopped: by the first stop signal, which the child may have taken second (two that
-        # reach it in one native call are handled in the order of their numbers).
-        stopped = first is not None and code - 128 in FORWARDED
-        return 128 + first.signum if stopped and first is not None else code
-    return _died(os.WTERMSIG(status), message)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) not in FORWARDED:
+        return _died(os.WTERMSIG(status), message)
+    # Exited, or ended by a stop signal (a second one finds the default disposition).
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    # Stopped: by the first stop signal, which the child may have taken second (two that
+    # reach it in one native call are handled in the order of their numbers).
+    stopped = first is not None and code - 128 in FORWARDED
+    return 128 + first.signum if stopped and first is not None else code
 
 
 def _spawned() -> int:
