@@ -16,7 +16,9 @@ keeps the text and ends the JSON object serves all three), and the exit status i
   moment, so the text and the JSON object are not cut off; after that it ends the
   process at once, for a wrap-up that hangs.
 - The first stop signal decides the exit status: a SIGINT that follows a SIGTERM
-  is a repeat, whichever Python happens to handle first.
+  is a repeat. Python runs the handlers of signals that came during one native call in
+  the order of their numbers, SIGINT's first; the order they came in is read from the
+  wakeup pipe, where the C-level handler writes each one as it comes (POSIX).
 
 A signal the parent set to be ignored stays ignored (`nohup` ignores SIGHUP, a shell
 ignores SIGINT in a script's background jobs): the policy covers only the others.
@@ -24,6 +26,7 @@ ignores SIGINT in a script's background jobs): the policy covers only the others
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -48,6 +51,7 @@ _holding = False  # from `install()` until the command takes its stops (`take()`
 _raised: int | None = None  # the stop signal last raised as `Stop`
 _stopping_since: float | None = None
 _observers: list[Callable[[int], None]] = []
+_arrivals: int | None = None  # the wakeup pipe's read end: signal numbers as they came
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -141,8 +145,19 @@ def exiting() -> None:
         _stopping_since = time.monotonic()
 
 
+def _first_arrived(signum: int) -> int:
+    """Of the stop signals that came since the last handler ran, the first (`signum`, the
+    one Python handles now, where the order is unknown)."""
+    try:
+        came = os.read(_arrivals, 512) if _arrivals is not None else b""
+    except OSError:  # nothing written (a handler before ran for it), or no pipe
+        came = b""
+    return next((number for number in came if number in STOP_SIGNALS), signum)
+
+
 def _handle(signum: int, frame: FrameType | None) -> None:
     global _pending
+    signum = _first_arrived(signum)
     _observe(signum)
     if _stopping_since is not None:
         if time.monotonic() - _stopping_since < REPEAT_GRACE_SECONDS:
@@ -160,8 +175,13 @@ def _handle(signum: int, frame: FrameType | None) -> None:
 def install() -> None:
     """Route SIGINT, SIGTERM and SIGHUP through `Stop` (main thread, command line only),
     but for those the parent set to be ignored; held until `take()`."""
-    global _holding
+    global _holding, _arrivals
     _holding = True
+    if os.name == "posix" and _arrivals is None:  # Windows' wakeup takes a socket only
+        _arrivals, written = os.pipe()
+        os.set_blocking(_arrivals, False)
+        os.set_blocking(written, False)
+        signal.set_wakeup_fd(written, warn_on_full_buffer=False)
     for signum in stop_signals():
         signal.signal(signum, _handle)
 

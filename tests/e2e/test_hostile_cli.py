@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,7 +23,7 @@ import pytest
 from tests.e2e.test_cli import assert_one_line_error
 from tests.e2e.test_faults_signals import policy_installed, signals_in, start, wait_until
 from tests.support.cli import counting_run, specrun
-from tests.support.processes import finish
+from tests.support.processes import default_signals, finish, within
 
 ARABIC_THREE, ARABIC_PORT = "٣", "٨٠٨٠"  # 3 and 8080 in Arabic-Indic digits
 
@@ -121,3 +123,44 @@ def test_the_first_stop_signal_decides_the_exit_status(demo_pair, delay, to_ever
     stdout, stderr, code = finish(process)
     assert code == 128 + signal.SIGTERM, (delay, stderr)  # was: 130
     assert json.loads(stdout)["finish_reason"] == "interrupted", stdout
+
+
+ARRIVING_DURING_A_NATIVE_CALL = """
+import hashlib, time
+from specrun.system import interrupts
+from tests.support.processes import default_signals, within
+interrupts.install()
+interrupts.take()
+start = time.perf_counter()
+hashlib.pbkdf2_hmac("sha256", b"x", b"y", 20_000)
+rounds = int(20_000 * 4.0 / max(time.perf_counter() - start, 1e-6))  # about 4 s of C
+print("in", flush=True)
+try:
+    hashlib.pbkdf2_hmac("sha256", b"x", b"y", rounds)  # signals are only tripped meanwhile
+except interrupts.Stop as stop:
+    print(stop.signum, flush=True)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals sent to a process")
+def test_of_two_stops_in_one_native_call_the_first_that_came_is_taken():
+    """SIGTERM, then SIGINT, both while C code runs: Python runs SIGINT's handler first (by
+    number), but the Stop is SIGTERM's, the one that came first."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", ARRIVING_DURING_A_NATIVE_CALL],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+    try:
+        assert within(child, child.stdout.readline, "its first line") == "in\n"
+        time.sleep(0.2)
+        child.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        assert (
+            within(child, child.stdout.readline, "the Stop") == f"{int(signal.SIGTERM)}\n"
+        )  # was: 2
+    finally:
+        child.kill()
+        child.wait(timeout=60)
