@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from specrun.models.demo import demo_source_gguf
+from tests.support.cli import one_error
 from tests.support.hfcache import (
     COMMIT,
     LLAMA_1B,
@@ -42,14 +43,6 @@ def specrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
     assert "Traceback" not in result.stderr + result.stdout, result.stderr
     return result
-
-
-def one_error(result: subprocess.CompletedProcess) -> str:
-    """The message of the one `specrun: error:` line, checked to be all there is (exit 1)."""
-    lines = result.stderr.splitlines()
-    assert result.returncode == 1 and result.stdout == "", result.stderr
-    assert len(lines) == 1 and lines[0].startswith("specrun: error: "), lines
-    return lines[0].removeprefix("specrun: error: ")
 
 
 # --- nothing outside a repo's cache folder ------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import specrun
+from tests.support.cli import one_error, specrun
 from tests.support.hfcache import LLAMA_1B, add_cached_file
 
 Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
@@ -42,15 +42,6 @@ def refuse(name: str) -> object:
 
 LOCK_FIX = "move it away and run `specrun models verify` to record the cached models again"
 DIGEST = "ab" * 32
-
-
-def one_error(result) -> str:
-    """The message of the one `specrun: error:` line, checked to be all there is (exit 1)."""
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.splitlines()
-    assert result.returncode == 1 and result.stdout == "", result.stderr
-    assert len(lines) == 1 and lines[0].startswith("specrun: error: "), lines
-    return lines[0].removeprefix("specrun: error: ")
 
 
 def record(**changes: object) -> dict[str, object]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specrun.models.demo import demo_pair_paths
-from tests.support.cli import specrun
+from tests.support.cli import one_error, specrun
 from tests.support.hfcache import COMMIT, add_cached_file, repo_dir, write_tiny_gguf
 from tests.support.hubserver import COMMIT as HUB_COMMIT
 from tests.support.hubserver import HubServer
@@ -26,15 +26,6 @@ SHA256 = hashlib.sha256(CONTENT).hexdigest()
 PULL_TAKES = (
     "`specrun models pull` takes aliases, REPO:QUANT, REPO/FILE.gguf, Hub URLs and GGUF files"
 )
-
-
-def one_error(result) -> str:
-    """The message of the one `specrun: error:` line, checked to be all there is (exit 1)."""
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.splitlines()
-    assert result.returncode == 1 and result.stdout == "", result.stderr
-    assert len(lines) == 1 and lines[0].startswith("specrun: error: "), lines
-    return lines[0].removeprefix("specrun: error: ")
 
 
 @pytest.fixture

@@ -24,6 +24,15 @@ def specrun(
     )
 
 
+def one_error(result: subprocess.CompletedProcess) -> str:
+    """The message of the one `specrun: error:` line, checked to be all there is (exit 1)."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and result.stdout == "", result.stderr
+    assert len(lines) == 1 and lines[0].startswith("specrun: error: "), lines
+    return lines[0].removeprefix("specrun: error: ")
+
+
 COUNTING = "1, 2, 3, 4, 5, 6,"  # the demo model counts on for thousands of tokens
 
 
