@@ -14,8 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from specrun.errors import SpecrunError
 from specrun.system.files import MISSING, REGULAR_FILE, what_is
-from specrun.system.formatting import format_size
-from specrun.system.textio import decode_utf8
+from specrun.system.textio import read_text
 
 MAX_STATE_BYTES = 64 << 20  # far above any lock or catalog: 300,000 records of the lock
 
@@ -30,14 +29,7 @@ def read_state_text(path: Path, what: str, *, error: type[SpecrunError]) -> str 
         return None
     if kind != REGULAR_FILE:
         raise error(f"{what} {path} is {kind}, not a regular file")
-    try:
-        with path.open("rb") as file:
-            data = file.read(MAX_STATE_BYTES + 1)
-    except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_STATE_BYTES:
-        raise error(f"{what} {path} is larger than {format_size(MAX_STATE_BYTES)}: not specrun's")
-    return decode_utf8(data, f"{what} {path}", error=error)
+    return read_text(path, what, error=error, limit=MAX_STATE_BYTES)
 
 
 def validated(schema: type[Schema], data: Any, where: str, *, error: type[SpecrunError]) -> Schema:
