@@ -156,9 +156,9 @@ def _kind(value: Any) -> str:
     return names.get(type(value), "a number")
 
 
-def _pointer(ref: Any) -> str:
+def _pointer(ref: str) -> str:
     """A `$ref`'s JSON pointer within its document ("" for the root)."""
-    if not isinstance(ref, str) or not ref.startswith("#"):
+    if not ref.startswith("#"):
         raise SchemaError(
             f"the JSON schema's `$ref` {ref!r} is not within the schema: only `#/...` is read"
         )

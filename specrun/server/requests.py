@@ -426,15 +426,15 @@ def _message(message: ChatMessage) -> Message:
 
 
 def _call_grammar_checked(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
-    """Check now what a required call's grammar is made of, each schema and then all of them
-    together (in the syntax most templates use: llama3's differs by a key's name), so that the
-    request is refused before it waits for a slot; the field a later failure names."""
-    for index, tool in enumerate(tools):
-        if choice in ("required", tool.name):
-            _schema(tool.schema, f"tools[{index}].function.parameters")
+    """Check now a required call's grammar (in the syntax most templates use: llama3's differs
+    by a key's name), so that the request is refused before it waits for a slot; where it
+    fails, the tool whose schema fails alone is named. The field a later failure names."""
     try:
         call_grammar(list(tools), choice, "hermes")
     except SpecrunError as error:
+        for index, tool in enumerate(tools):
+            if choice in ("required", tool.name):
+                _schema(tool.schema, f"tools[{index}].function.parameters")
         raise ApiError(400, str(error), param="tools", code="invalid_value") from None
     return "tools"
 
