@@ -22,7 +22,7 @@ from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, GenerationSettings, generate_with
-from specrun.core.sampling import SamplingParams
+from specrun.core.sampling import Draws, SamplingParams
 from specrun.llama import rpc
 from specrun.llama.grammar import Grammar
 from specrun.llama.heads import NativeHead
@@ -209,6 +209,7 @@ class Engine:
         params: SamplingParams | None = None,
         grammar: str | None = None,
         logprobs: int | None = None,
+        rng: Draws | None = None,
     ) -> Generator[Event, None, None]:
         """Generate from a text prompt (one user turn through the chat template) or token ids.
 
@@ -233,9 +234,11 @@ class Engine:
             logprobs=logprobs,
         )
         if self.slots:
-            return self._watched(self._in_slot(self.slots, tokens, settings))
+            return self._watched(self._in_slot(self.slots, tokens, settings, rng))
         return self._watched(
-            generate_with(self.target, tokens, settings, draft=self.draft, policy=self.policy)
+            generate_with(
+                self.target, tokens, settings, draft=self.draft, policy=self.policy, rng=rng
+            )
         )
 
     def _watched(self, events: Generator[Event, None, None]) -> Generator[Event, None, None]:
@@ -247,12 +250,12 @@ class Engine:
         self._slowed = self._slowed or (self.contention is not None and self.contention.slowed)
 
     def _in_slot(
-        self, slots: Slots, tokens: list[int], settings: GenerationSettings
+        self, slots: Slots, tokens: list[int], settings: GenerationSettings, rng: Draws | None
     ) -> Generator[Event, None, None]:
         """A generation in the next free slot, a member of the gather while it runs."""
         with slots.held(tokens) as (slot, member):
             events = generate_with(
-                slot.target, tokens, settings, draft=slot.draft, policy=slot.policy
+                slot.target, tokens, settings, draft=slot.draft, policy=slot.policy, rng=rng
             )
             with closing(events):
                 for event in events:

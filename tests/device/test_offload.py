@@ -91,9 +91,10 @@ def test_sampled_output_is_distributed_as_the_target(placement, tiny_target, tin
     with load(tiny_target, tiny_draft, target_layers, draft_layers, gamma="2") as engine:
         prompt = engine.target.tokenize(PROMPTS[0])
         counts = np.zeros((3, engine.target.n_vocab))
-        for _ in range(DRAWS):
+        for draw in range(DRAWS):
+            rng = np.random.default_rng(draw)
             for position, token in enumerate(
-                committed(engine.stream(prompt, max_tokens=3, params=SAMPLED))
+                committed(engine.stream(prompt, max_tokens=3, params=SAMPLED, rng=rng))
             ):
                 counts[position, token] += 1
         drafted = sum(

@@ -29,8 +29,11 @@ def assert_slots_distributed(
 
     def counted(prompt: list[int]) -> np.ndarray:
         counts = np.zeros((3, engine.target.n_vocab))
-        for _ in range(draws):
-            tokens = committed(engine.stream(prompt, max_tokens=3, params=params))
+        for draw in range(draws):
+            # Each generation's own seeded stream, so the counts do not depend on how the
+            # threads' rounds happened to be batched together.
+            rng = np.random.default_rng(draw)
+            tokens = committed(engine.stream(prompt, max_tokens=3, params=params, rng=rng))
             for position, token in enumerate(tokens):
                 counts[position, token] += 1
         return counts
