@@ -35,8 +35,8 @@ from specrun.core.sequence import Tokens
 P_MIN_CANDIDATES = 10
 
 # Where proposals come from: a draft model, prompt lookup, lookup then a model or head,
-# an EAGLE-3 head, or the target's own MTP layers.
-DraftKind = Literal["model", "lookup", "hybrid", "eagle3", "mtp"]
+# an EAGLE-3 head, the target's own MTP layers, or a block draft (DFlash, DSpark).
+DraftKind = Literal["model", "lookup", "hybrid", "eagle3", "mtp", "dflash", "dspark"]
 
 
 @dataclass

@@ -57,11 +57,13 @@ MTP_ARCHITECTURES = frozenset(
     }
 )
 
-# What a head trained by specrun records of its target (`specrun heads train`), checked here.
+# What a draft records of its target under `specrun.KIND.target.` (a head trained by
+# `specrun heads train`, a block draft converted by the catalog): each key's suffix, and the
+# target's own metadata key it must equal (None: its layer count). Checked here.
 TRAINED_FOR_KEYS = (
-    ("specrun.eagle3.target.name", "general.name"),
-    ("specrun.eagle3.target.architecture", "general.architecture"),
-    ("specrun.eagle3.target.block_count", None),  # the target's layer count
+    ("name", "general.name"),
+    ("architecture", "general.architecture"),
+    ("block_count", None),
 )
 
 
@@ -89,6 +91,7 @@ class NativeHead(Vocabulary):
         self._model = model if owns_model else None  # freed with the head where it is its own
         self._ctx = llama.llama_init_from_model(model, ctx_params)
         if not self._ctx:
+            self._model = None  # the caller that loaded it frees it
             self.close()
             raise load_failure(f"cannot create a context for the head {self.name}")
         ext.function("llama_set_embeddings_nextn")(self._ctx, True, True)
@@ -129,7 +132,7 @@ class NativeHead(Vocabulary):
             for i in range(start, end):
                 index = llama.llama_batch_ext_add_token(self._batch, 0, tokens[i])
                 self._set_pos(index, position + i)
-                llama.llama_batch_ext_set_embd_token(self._batch, index, _row(states, i))
+                llama.llama_batch_ext_set_embd_token(self._batch, index, embedding_row(states, i))
             if output and end == len(tokens):
                 llama.llama_batch_ext_set_output_logits(self._batch, 0, True)
             self._process(llama.LLAMA_PROCESS_TYPE_DECODE)
@@ -152,7 +155,7 @@ class NativeHead(Vocabulary):
             end = min(start + self.n_ubatch, len(features))
             llama.llama_batch_ext_clear(self._batch)
             for i in range(start, end):
-                index = llama.llama_batch_ext_add_embd(self._batch, 0, _row(features, i))
+                index = llama.llama_batch_ext_add_embd(self._batch, 0, embedding_row(features, i))
                 self._set_pos(index, after + i - start)
                 llama.llama_batch_ext_set_output_logits(self._batch, index, True)
             self._process(llama.LLAMA_PROCESS_TYPE_ENCODE)
@@ -189,13 +192,13 @@ class NativeHead(Vocabulary):
         self.close()
 
 
-def _row(array: np.ndarray, i: int) -> llama.llama_embd:
+def embedding_row(array: np.ndarray, i: int) -> llama.llama_embd:
     """Row i of a C-contiguous float32 array as llama.cpp's embedding view (not a copy)."""
     pointer = array[i].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
     return llama.llama_embd(pointer, 1, array.shape[1])
 
 
-def _head_context_params(target: Model) -> llama.llama_context_params:
+def head_context_params(target: Model) -> llama.llama_context_params:
     params: llama.llama_context_params = llama.llama_context_default_params()
     params.n_ctx = target.n_ctx + 1  # an MTP pair sits one position after its target's
     params.n_batch = params.n_ubatch = target.n_batch
@@ -226,7 +229,7 @@ def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead
         raise load_failure(f"cannot load {path}")
     try:
         layers = ext.target_layer_ids(model)
-        hidden = _metadata_int(model, "eagle3.target_hidden_size")
+        hidden = metadata_int(model, "eagle3.target_hidden_size")
         if hidden != target.n_embd:
             raise SpecrunError(
                 f"{path.name} was made for a target of hidden size {hidden}; "
@@ -237,8 +240,8 @@ def open_eagle3(path: str | os.PathLike[str], target: Model) -> tuple[NativeHead
                 f"{path.name} reads target layers {list(layers)}; {target.name} has "
                 f"{target.n_layer} (0 to {target.n_layer - 1})"
             )
-        _check_trained_for(path, model, target)
-        ctx_params = _head_context_params(target)
+        check_recorded_target(path, model, target, "eagle3")
+        ctx_params = head_context_params(target)
         ctx_params.ctx_other = target.context  # its token embeddings and output, if it has none
         head = NativeHead("eagle3", path, model, ctx_params, offset=0, encode=True, owns_model=True)
     except BaseException:
@@ -261,7 +264,7 @@ def open_mtp(target: Model) -> tuple[NativeHead, HiddenRows]:
             f"{target.architecture}, {target.n_layer_nextn} nextn layers); MTP drafting needs "
             "a model converted with them, such as GLM-4.5, Qwen3.5 or DeepSeek-V3"
         )
-    ctx_params = _head_context_params(target)
+    ctx_params = head_context_params(target)
     ctx_params.ctx_type = llama.LLAMA_CONTEXT_TYPE_MTP
     head = NativeHead(
         "mtp",
@@ -275,33 +278,37 @@ def open_mtp(target: Model) -> tuple[NativeHead, HiddenRows]:
     return head, target.keep_hidden()[0]
 
 
-def _check_trained_for(path: Path, head: int, target: Model) -> None:
-    """A head that names the target it was trained for serves only that target."""
+def check_recorded_target(path: Path, draft: int, target: Model, kind: str) -> None:
+    """A draft that names the target it was made for serves only that target."""
     recorded, actual = [], []
     for key, target_key in TRAINED_FOR_KEYS:
-        value = _metadata(head, key)
+        value = metadata(draft, f"specrun.{kind}.target.{key}")
         if value is None:
-            return  # a head made elsewhere names no target
+            return  # a draft made elsewhere names no target
         recorded.append(value)
         actual.append(
-            (_metadata(target.model, target_key) or "") if target_key else str(target.n_layer)
+            (metadata(target.model, target_key) or "") if target_key else str(target.n_layer)
         )
     if recorded != actual:
         name, arch, layers = recorded
+        remedy = (
+            "train one for it with `specrun heads train`"
+            if kind == "eagle3"
+            else "use the block draft made for it"
+        )
         raise SpecrunError(
-            f"{path.name} was trained for {name} ({arch}, {layers} layers); {target.name} is "
-            f"{actual[0]} ({actual[1]}, {actual[2]} layers): train one for it with "
-            "`specrun heads train`"
+            f"{path.name} was made for {name} ({arch}, {layers} layers); {target.name} is "
+            f"{actual[0]} ({actual[1]}, {actual[2]} layers): {remedy}"
         )
 
 
-def _metadata(model: int, key: str) -> str | None:
+def metadata(model: int, key: str) -> str | None:
     buffer = ctypes.create_string_buffer(256)
     if llama.llama_model_meta_val_str(model, key.encode(), buffer, len(buffer)) < 0:
         return None
     return buffer.value.decode("utf-8", "replace")
 
 
-def _metadata_int(model: int, key: str) -> int | None:
-    value = _metadata(model, key)
+def metadata_int(model: int, key: str) -> int | None:
+    value = metadata(model, key)
     return None if value is None else int(value)

@@ -22,7 +22,9 @@ from specrun.system.files import replaced_atomically
 
 ARCH = "eagle3"
 # What a head records of its target, which `open_eagle3` compares.
-TARGET_NAME_KEY, TARGET_ARCH_KEY, TARGET_LAYERS_KEY = (key for key, _ in TRAINED_FOR_KEYS)
+TARGET_NAME_KEY, TARGET_ARCH_KEY, TARGET_LAYERS_KEY = (
+    f"specrun.{ARCH}.target.{key}" for key, _ in TRAINED_FOR_KEYS
+)
 
 
 @dataclass(frozen=True)

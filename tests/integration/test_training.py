@@ -187,5 +187,5 @@ def test_a_stopped_run_resumes_from_its_checkpoint(tmp_path, tiny_target, text_f
 
 def test_a_trained_head_serves_only_its_target(tmp_path, trained):
     other = write_tiny_model(tmp_path / "other.gguf", seed=5)  # same shape, another model
-    with pytest.raises(SpecrunError, match="was trained for"):
+    with pytest.raises(SpecrunError, match="was made for"):
         Engine.load(other, Eagle3Head(trained[80].path))

@@ -310,3 +310,83 @@ def write_tiny_mtp_model(path: Path, *, seed: int = 0, with_mtp: bool = True) ->
     writer.add_expert_weights_norm(True)
     writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     return finish_head_or_target(writer, path, N_EMBD, (tokens, scores, types), tensors)
+
+
+MASK_ID = 0  # the tiny vocabulary's <unk> stands for the mask: real drafts reuse a spare id
+
+
+def write_tiny_block_draft(
+    path: Path,
+    *,
+    seed: int = 0,
+    block_size: int = 8,
+    target_layers: tuple[int, ...] = (0, 1),
+    n_embd: int = N_EMBD,
+    dspark: bool = False,
+    anchor_first: bool = True,
+    own_embeddings: bool = False,
+    mask: bool = True,
+    variant: str = "",
+    made_for: tuple[str, str, int] | None = None,
+) -> Path:
+    """Write a tiny DFlash draft (arch `dflash`) for the tiny target: `fc` fuses the target's
+    layer inputs at `target_layers` (each N_EMBD wide) into n_embd, one non-causal decoder
+    layer (with the q/k norms DFlash's graph needs) over the noise block, the target's token
+    embeddings and output borrowed through ctx_other unless `own_embeddings`. `dspark` adds a
+    Markov head (markov_w1/w2, a confidence projection) and writes `anchor_first` as
+    `dflash.sample_from_anchor`. `n_embd`, `target_layers`, `variant` and `made_for` (the
+    target's name, architecture and layer count, as specrun records them) let a test write a
+    draft that does not fit its target; without `mask` the vocabulary names no mask token."""
+    tokens, scores, types = vocabulary(0, variant)
+    n_vocab, n_ff, rank = len(tokens), 2 * n_embd, 8
+    head_dim = n_embd // N_HEAD
+    rng = np.random.default_rng([seed, 50])
+
+    def w(*shape: int, std: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    ones = np.ones(n_embd, dtype=np.float32)
+    tensors = {
+        "fc.weight": w(n_embd, len(target_layers) * n_embd),
+        "enc.output_norm.weight": ones,
+        "output_norm.weight": ones,
+        "blk.0.attn_norm.weight": ones,
+        "blk.0.attn_q.weight": w(n_embd, n_embd),
+        "blk.0.attn_k.weight": w(n_embd, n_embd),
+        "blk.0.attn_v.weight": w(n_embd, n_embd),
+        "blk.0.attn_output.weight": w(n_embd, n_embd),
+        "blk.0.attn_q_norm.weight": np.ones(head_dim, dtype=np.float32),
+        "blk.0.attn_k_norm.weight": np.ones(head_dim, dtype=np.float32),
+        "blk.0.ffn_norm.weight": ones,
+        "blk.0.ffn_gate.weight": w(n_ff, n_embd),
+        "blk.0.ffn_up.weight": w(n_ff, n_embd),
+        "blk.0.ffn_down.weight": w(n_embd, n_ff),
+    }
+    if own_embeddings:
+        tensors["token_embd.weight"] = w(n_vocab, n_embd, std=1.0)
+        tensors["output.weight"] = w(n_vocab, n_embd, std=1.0)
+    if dspark:
+        tensors["markov_w1.weight"] = w(n_vocab, rank, std=0.5)
+        tensors["markov_w2.weight"] = w(n_vocab, rank, std=0.5)
+        tensors["conf_proj.weight"] = w(1, n_embd + rank)
+        tensors["conf_proj.bias"] = np.zeros(1, dtype=np.float32)
+    arch = "dflash"
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(path.stem)
+    writer.add_array(f"{arch}.target_layers", [int(i) for i in target_layers])
+    writer.add_uint32(f"{arch}.block_size", block_size)
+    if dspark:
+        writer.add_bool(f"{arch}.sample_from_anchor", anchor_first)
+        writer.add_bool(f"{arch}.has_confidence_head", True)
+    if made_for is not None:
+        name, architecture, layers = made_for
+        writer.add_string(f"specrun.{arch}.target.name", name)
+        writer.add_string(f"specrun.{arch}.target.architecture", architecture)
+        writer.add_uint32(f"specrun.{arch}.target.block_count", layers)
+    writer.add_context_length(N_CTX)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(n_ff)
+    if mask:
+        writer.add_mask_token_id(MASK_ID)
+    return finish_head_or_target(writer, path, n_embd, (tokens, scores, types), tensors)
