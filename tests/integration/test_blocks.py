@@ -1,0 +1,238 @@
+"""Block drafts (DFlash, DSpark) on tiny generated models: greedy identity with plain decoding
+at several block lengths and across turns, the sampled distribution against the target's own
+marginals, a block rejected at every position, constraints and penalties, and the draft's
+state after rejections.
+
+Random weights make acceptance meaningless, but every path runs: the target's layer inputs
+written into the draft's cache, the non-causal block pass, the Markov head, rollback."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specrun.core.blocks import BlockDraft
+from specrun.core.constraint import Constraint
+from specrun.core.drafting import Proposal
+from specrun.core.gamma import FixedGamma, parse_policy
+from specrun.core.loop import Round, generate
+from specrun.core.sampling import Draws, SamplingParams, probabilities
+from specrun.llama.blocks import open_block
+from specrun.llama.grammar import Grammar
+from specrun.llama.model import Model
+from tests.support.distribution import assert_distributed, first_marginals
+from tests.support.identity import GREEDY, committed, greedy_tokens
+from tests.support.tinymodels import write_tiny_block_draft
+
+PROMPTS = ["the cat and the dog in the big red road", "hello world, code and edit a line", "I"]
+FOLLOW_UP = " and the sun is small"
+KINDS = {
+    "dflash": {},
+    "dspark": {"dspark": True},
+    "dspark-bonus-anchor": {"dspark": True, "anchor_first": False},
+}
+
+
+@pytest.fixture(scope="module")
+def drafts(tiny_dir: Path) -> dict[str, Path]:
+    """A DFlash draft at blocks of 2, 4 and 16, and DSpark drafts anchor-first and not."""
+    written = {
+        f"dflash-b{size}": write_tiny_block_draft(tiny_dir / f"df{size}.gguf", block_size=size)
+        for size in (2, 4, 16)
+    }
+    for kind, knobs in KINDS.items():
+        if kind != "dflash":
+            written[kind] = write_tiny_block_draft(tiny_dir / f"{kind}.gguf", **knobs)
+    return written
+
+
+def block_source(target: Model, path: Path) -> BlockDraft:
+    block, rows = open_block(path, target)
+    return BlockDraft(block, rows, target.n_vocab)
+
+
+def two_turns(
+    target: Model, source: BlockDraft | None, prompt: str, gamma: str
+) -> tuple[list[int], list[Round]]:
+    """A first answer, then a second turn that continues the first's text: the draft's cache
+    and the target's carry over from one to the next."""
+    first = target.tokenize(prompt)
+    answer, rounds = greedy_tokens(target, first, source, parse_policy(gamma), max_tokens=32)
+    second = first + answer + target.tokenize(FOLLOW_UP, add_special=False)
+    more, more_rounds = greedy_tokens(target, second, source, parse_policy(gamma), max_tokens=32)
+    return answer + more, rounds + more_rounds
+
+
+@pytest.mark.parametrize(
+    ("draft", "gamma"),
+    [
+        ("dflash-b2", "1"),
+        ("dflash-b4", "3"),
+        ("dflash-b16", "15"),
+        ("dflash-b16", "6"),
+        ("dflash-b16", "auto"),
+        ("dspark", "8"),
+        ("dspark-bonus-anchor", "7"),
+        ("dspark", "auto"),
+    ],
+)
+def test_greedy_with_a_block_draft_equals_plain_decoding(tiny_target, drafts, draft, gamma):
+    with Model(tiny_target, n_ctx=512) as plain, Model(tiny_target, n_ctx=512) as target:
+        source = block_source(target, drafts[draft])
+        for prompt in PROMPTS:
+            expected, _ = two_turns(plain, None, prompt, "0")
+            tokens, rounds = two_turns(target, source, prompt, gamma)
+            assert tokens == expected, prompt
+            if gamma != "auto":
+                assert max(r.drafted for r in rounds) == min(int(gamma), source.longest)
+        source.block.close()
+
+
+def test_the_block_drafts_no_more_than_it_was_trained_for(tiny_target, drafts):
+    """A DFlash block of B drafts B - 1 tokens (its first row is the anchor's); anchor-first
+    DSpark drafts B; a longer γ is cut to that."""
+    with Model(tiny_target, n_ctx=512) as target:
+        for draft, longest in (("dflash-b4", 3), ("dspark", 8), ("dspark-bonus-anchor", 7)):
+            source = block_source(target, drafts[draft])
+            prompt = target.tokenize(PROMPTS[0])
+            _, rounds = greedy_tokens(target, prompt, source, FixedGamma(12), max_tokens=12)
+            assert source.longest == longest
+            assert max(r.drafted for r in rounds) == longest
+            source.block.close()
+
+
+DRAWS = 1200
+SAMPLED = SamplingParams(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark"])
+def test_sampled_block_drafts_follow_the_targets_distribution(tiny_target, tiny_dir, kind):
+    """The first three tokens of many answers (the second and third through a round whose
+    block drafted three) against the marginals of the target's own distribution, by a χ² test
+    per position. The draft shares the target's output layer, so its guesses are often right
+    and both the accept and the resample branches run."""
+    path = write_tiny_block_draft(tiny_dir / f"sampled-{kind}.gguf", **KINDS[kind])
+    with Model(tiny_target, n_ctx=256, threads=1) as target:
+        source = block_source(target, path)
+        prompt = target.tokenize(PROMPTS[0])
+        counts = np.zeros((3, target.n_vocab))
+        drafted = accepted = 0
+        for draw in range(DRAWS):
+            events = list(
+                generate(
+                    target,
+                    prompt,
+                    draft=source,
+                    params=SAMPLED,
+                    policy=FixedGamma(3),
+                    max_tokens=3,
+                    rng=np.random.default_rng(draw),
+                )
+            )
+            for position, token in enumerate(committed(events)):
+                counts[position, token] += 1
+            drafted += sum(e.drafted for e in events if isinstance(e, Round))
+            accepted += sum(e.accepted for e in events if isinstance(e, Round))
+        assert 0 < accepted < drafted  # drafts were accepted and rejected
+        source.block.close()
+    with Model(tiny_target, n_ctx=256) as alone:
+
+        def after(history: list[int]) -> np.ndarray:
+            return probabilities(alone.logits(history, 1)[0], SAMPLED)
+
+        for position, expected in enumerate(first_marginals(after, prompt, 3)):
+            assert_distributed(counts[position], expected)
+
+
+class Accepting:
+    """A block draft's rounds, each accepting exactly `accept` drafts under greedy decoding:
+    the block runs as it would (its cache takes in what the target decoded), but its
+    proposal is replaced by the target's own next `accept` tokens and then one the target
+    would not choose there, so the round's rejection falls at that position of the block."""
+
+    def __init__(self, source: BlockDraft, answer: Sequence[int], prompt_length: int, accept: int):
+        self.source, self.answer, self.accept = source, answer, accept
+        self.prompt_length = prompt_length
+        self.name, self.kind = source.name, source.kind
+
+    def prefill(self, ctx: Sequence[int]) -> None:
+        self.source.prefill(ctx)
+
+    def propose(
+        self,
+        ctx: Sequence[int],
+        n: int,
+        params: SamplingParams,
+        rng: Draws,
+        constraint: Constraint | None = None,
+    ) -> Proposal:
+        drafted = self.source.propose(ctx, n, params, rng, constraint)
+        done = len(ctx) - self.prompt_length
+        right = list(self.answer[done : done + min(self.accept, len(drafted.tokens))])
+        wrong = [] if len(right) == len(drafted.tokens) else [self.answer[done + len(right)] + 1]
+        tokens = right + wrong
+        return Proposal(tokens, [None] * len(tokens), drafted.catch_up_seconds)
+
+
+@pytest.mark.parametrize("accept", range(8))
+def test_a_block_rejected_at_any_position_leaves_the_draft_as_a_fresh_one(
+    tiny_target, drafts, accept
+):
+    """Rollback at every position of a block of 7: rounds that accept exactly `accept` of
+    their drafts (all 7 at the last), then the state the draft carries is the state of a
+    fresh draft that took in the committed text at once: the next block's proposals are
+    equal, and the answer is plain decoding's."""
+    with Model(tiny_target, n_ctx=512) as target:
+        prompt = target.tokenize(PROMPTS[0])
+        answer, _ = greedy_tokens(target, prompt, max_tokens=60)
+        target.reset()
+        source = block_source(target, drafts["dspark-bonus-anchor"])
+        forced = Accepting(source, answer, len(prompt), accept)
+        tokens, rounds = greedy_tokens(target, prompt, forced, FixedGamma(7), max_tokens=40)
+        assert tokens == answer[:40]
+        assert all(r.accepted == min(accept, r.drafted) for r in rounds)
+        assert sum(r.drafted > accept for r in rounds) >= 3 or accept == 7  # rejected there
+        text = prompt + tokens
+        carried = source.propose(text, 7, GREEDY, np.random.default_rng(0)).tokens
+        source.block.close()
+        target.reset()
+        target.logits(text[:-1], 0)  # the committed text in one pass, as a new generation's
+        fresh_source = block_source(target, drafts["dspark-bonus-anchor"])
+        target.logits(text[:-1], 0)
+        fresh = fresh_source.propose(text, 7, GREEDY, np.random.default_rng(0)).tokens
+        fresh_source.block.close()
+    assert carried == fresh and len(fresh) == 7
+
+
+def test_a_block_draft_keeps_a_grammar_and_penalties(tiny_target, drafts):
+    """Under a grammar, every drafted and committed token is one it allows, and with a repeat
+    penalty greedy output is still plain decoding's with the same penalty."""
+    grammar = 'root ::= (" the" | " cat" | " dog" | " and")+'
+    penalized = replace(GREEDY, repeat_penalty=1.3, penalty_last_n=16)
+    with Model(tiny_target, n_ctx=512) as plain, Model(tiny_target, n_ctx=512) as target:
+        source = block_source(target, drafts["dflash-b16"])
+        prompt = target.tokenize(PROMPTS[1])
+        for params, constrained in ((GREEDY, True), (penalized, False)):
+
+            def run(model: Model, draft: BlockDraft | None) -> list[int]:
+                events = generate(
+                    model,
+                    prompt,
+                    draft=draft,
+                    params=params,
+                    policy=FixedGamma(5 if draft else 0),
+                    max_tokens=24,
+                    constraint=Grammar(model, grammar) if constrained else None,
+                )
+                return committed(events)
+
+            expected, tokens = run(plain, None), run(target, source)
+            assert tokens == expected
+            if constrained:
+                text = b"".join(map(target.piece, tokens)).decode()
+                assert set(text.split()) <= {"the", "cat", "dog", "and"}, text
+        source.block.close()
