@@ -217,22 +217,29 @@ def test_a_block_draft_keeps_a_grammar_and_penalties(tiny_target, drafts):
         source = block_source(target, drafts["dflash-b16"])
         prompt = target.tokenize(PROMPTS[1])
         for params, constrained in ((GREEDY, True), (penalized, False)):
-
-            def run(model: Model, draft: BlockDraft | None) -> list[int]:
-                events = generate(
-                    model,
-                    prompt,
-                    draft=draft,
-                    params=params,
-                    policy=FixedGamma(5 if draft else 0),
-                    max_tokens=24,
-                    constraint=Grammar(model, grammar) if constrained else None,
-                )
-                return committed(events)
-
-            expected, tokens = run(plain, None), run(target, source)
+            expected = answer(plain, None, prompt, params, grammar if constrained else None)
+            tokens = answer(target, source, prompt, params, grammar if constrained else None)
             assert tokens == expected
             if constrained:
                 text = b"".join(map(target.piece, tokens)).decode()
                 assert set(text.split()) <= {"the", "cat", "dog", "and"}, text
         source.block.close()
+
+
+def answer(
+    model: Model,
+    draft: BlockDraft | None,
+    prompt: list[int],
+    params: SamplingParams,
+    grammar: str | None,
+) -> list[int]:
+    events = generate(
+        model,
+        prompt,
+        draft=draft,
+        params=params,
+        policy=FixedGamma(5 if draft else 0),
+        max_tokens=24,
+        constraint=Grammar(model, grammar) if grammar else None,
+    )
+    return committed(events)
