@@ -18,6 +18,7 @@ from typing import Any
 import llama_cpp
 
 from specrun.core import learned
+from specrun.core.blocks import BlockDraft
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
 from specrun.core.heads import HeadDraft
@@ -165,7 +166,11 @@ class Engine:
     def _learned_settings(self, draft: DraftSource) -> dict[str, object]:
         """What the costs and acceptance that auto learns depend on."""
         models = [self.target, *self.draft_models]
-        heads = [getattr(d.head, "path", None) for d in self.drafts if isinstance(d, HeadDraft)]
+        heads = [
+            getattr(d.head if isinstance(d, HeadDraft) else d.block, "path", None)
+            for d in self.drafts
+            if isinstance(d, HeadDraft | BlockDraft)
+        ]
         return {
             "models": [
                 learned.file_identity(m.path) + [m.threads, m.offloaded_layers] for m in models
@@ -268,10 +273,10 @@ class Engine:
 
     @property
     def drafts(self) -> list[DraftSource]:
-        """The draft models' and heads' sources (inside the hybrid, if it is one)."""
+        """The draft models', heads' and block drafts' sources (inside the hybrid, if it is one)."""
         if isinstance(self.draft, HybridDraft):
             return list(self.draft.drafts)
-        return [self.draft] if isinstance(self.draft, ModelDraft | HeadDraft) else []
+        return [self.draft] if isinstance(self.draft, ModelDraft | HeadDraft | BlockDraft) else []
 
     @property
     def draft_models(self) -> list[Model]:
@@ -305,7 +310,7 @@ class Engine:
             self.learned_path = None  # closing twice saves once
         if self.slots:
             self.slots.close()
-        for draft in self.drafts:  # before the target, whose context a head uses
+        for draft in self.drafts:  # before the target, whose context a head or block uses
             close_draft(draft)
         self.target.close()
 
@@ -321,6 +326,6 @@ def _draft_settings(source: DraftSource) -> list[object]:
     if isinstance(source, HybridDraft):
         sources = [*([source.lookup] if source.lookup else []), *source.drafts]
         return [setting for part in sources for setting in _draft_settings(part)]
-    if isinstance(source, ModelDraft | HeadDraft):
+    if isinstance(source, ModelDraft | HeadDraft | BlockDraft):
         return [source.p_min]
     return [getattr(source, name, None) for name in ("ngram_min", "ngram_max", "max_tokens")]

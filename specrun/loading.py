@@ -1,7 +1,8 @@
 """What `Engine.load` loads, in steps that each do one thing, in order: check the options,
 connect the RPC servers, place the layers by free memory, load the target, load the drafts
-(heads and draft models), and make each slot's draft source. `Engine.load` builds the engine
-whole from what they made (`Loaded`); `close_draft` frees a draft's native half again."""
+(heads, block drafts and draft models), and make each slot's draft source. `Engine.load`
+builds the engine whole from what they made (`Loaded`); `close_draft` frees a draft's native
+half again."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specrun.core.blocks import BlockDraft
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.heads import HeadDraft
 from specrun.errors import OptionError
 from specrun.llama import rpc
+from specrun.llama.blocks import NativeBlock, open_block
 from specrun.llama.compat import check_compatible
 from specrun.llama.devices import gpu_free_bytes, gpu_handles
 from specrun.llama.heads import NativeHead, open_eagle3, open_mtp
 from specrun.llama.model import DEFAULT_CTX, Model
 from specrun.llama.placement import Gpu, LayerPlan, plan_layers
-from specrun.llama.slots import Gather, HeadView, SequenceView
+from specrun.llama.slots import BlockView, Gather, HeadView, SequenceView
 from specrun.options import (
+    BlockDraftFile,
     DraftOptions,
     DraftSpec,
     Eagle3Head,
@@ -27,6 +31,9 @@ from specrun.options import (
     MtpLayers,
     PromptLookup,
 )
+
+# A loaded draft with a native half, as `load_drafts` made it; each slot's source is made of it.
+Native = HeadDraft | BlockDraft | Model
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ def load_models(
 def draft_choices(draft: DraftSpec | Sequence[DraftSpec] | None) -> list[DraftSpec]:
     if draft is None:
         return []
-    if isinstance(draft, str | Path | PromptLookup | Eagle3Head | MtpLayers):
+    if isinstance(draft, str | Path | PromptLookup | Eagle3Head | MtpLayers | BlockDraftFile):
         return [draft]
     return list(draft)
 
@@ -135,10 +142,10 @@ def load_drafts(
     options: LoadOptions,
     drafting: DraftOptions,
     placed: LayerPlan | None,
-) -> list[HeadDraft | Model]:
-    """The heads and draft models, in the order given, each checked against the target; a bad
-    draft, or Ctrl-C while one loads, frees what was loaded, the target too."""
-    loaded: list[HeadDraft | Model] = []
+) -> list[Native]:
+    """The heads, block drafts and draft models, in the order given, each checked against the
+    target; a bad draft, or Ctrl-C while one loads, frees what was loaded, the target too."""
+    loaded: list[Native] = []
     try:
         for choice in choices:
             if isinstance(choice, Eagle3Head | MtpLayers):
@@ -148,6 +155,9 @@ def load_drafts(
                     else open_mtp(target)
                 )
                 loaded.append(HeadDraft(head, rows, target.n_vocab, p_min=drafting.p_min))
+            elif isinstance(choice, BlockDraftFile):
+                block, rows = open_block(choice.path, target)
+                loaded.append(BlockDraft(block, rows, target.n_vocab, p_min=drafting.p_min))
             elif not isinstance(choice, PromptLookup):
                 draft_model = Model(
                     choice,
@@ -169,7 +179,7 @@ def load_drafts(
     return loaded
 
 
-def _close_all(target: Model, natives: Sequence[HeadDraft | Model]) -> None:
+def _close_all(target: Model, natives: Sequence[Native]) -> None:
     for native in reversed(natives):
         native.close() if isinstance(native, Model) else close_draft(native)
     target.close()
@@ -177,7 +187,7 @@ def _close_all(target: Model, natives: Sequence[HeadDraft | Model]) -> None:
 
 def draft_source(
     target: Model,
-    natives: Sequence[HeadDraft | Model],
+    natives: Sequence[Native],
     drafting: DraftOptions,
     choices: Sequence[DraftSpec],
     parallel: int,
@@ -185,8 +195,8 @@ def draft_source(
     gather: Gather,
 ) -> DraftSource | None:
     """The draft source of one sequence: its own prompt lookup, its views of the draft models
-    (the models themselves where there is one sequence), its own head over its own hidden rows
-    (slot 0 the head loaded, the others its twins); several make the hybrid."""
+    (the models themselves where there is one sequence), its own head or block draft over its
+    own hidden rows (slot 0 the one loaded, the others its twins); several make the hybrid."""
     drafts = [
         ModelDraft(
             native if parallel == 1 else SequenceView(native, seq_id, gather),
@@ -194,6 +204,8 @@ def draft_source(
             p_min=drafting.p_min,
         )
         if isinstance(native, Model)
+        else _block_of(native, target, seq_id, parallel, gather)
+        if isinstance(native, BlockDraft)
         else _head_of(native, target, seq_id, parallel, gather)
         for native in natives
     ]
@@ -219,6 +231,20 @@ def _head_of(
     return HeadDraft(HeadView(head, gather), rows, loaded.target_vocab, p_min=loaded.p_min)
 
 
+def _block_of(
+    loaded: BlockDraft, target: Model, seq_id: int, parallel: int, gather: Gather
+) -> BlockDraft:
+    """Sequence `seq_id`'s block draft, as `_head_of` makes its head: a context of its own on
+    the loaded weights, over its sequence's hidden rows, its passes in the gather's thread."""
+    if parallel == 1:
+        return loaded
+    assert isinstance(loaded.block, NativeBlock)  # as open_block made it
+    block = loaded.block if seq_id == 0 else loaded.block.twin()
+    rows = target.caches[seq_id].hidden
+    assert rows is not None  # kept for every sequence since the block draft was opened
+    return BlockDraft(BlockView(block, gather), rows, loaded.target_vocab, p_min=loaded.p_min)
+
+
 def _draft_file(choices: Sequence[DraftSpec]) -> Path | None:
     """The first draft model's file, which the placement makes room for."""
     return next((Path(c) for c in choices if isinstance(c, str | Path)), None)
@@ -230,19 +256,25 @@ def _layers(asked: int | None, fitted: int | None) -> int | None:
 
 
 def close_draft(source: DraftSource) -> None:
-    """Free a draft model's or a head's native half (prompt lookup has none)."""
-    native = (
-        native_model(source.model)
-        if isinstance(source, ModelDraft)
-        else native_head(getattr(source, "head", None))
-    )
-    if isinstance(native, Model | NativeHead):
+    """Free a draft model's, a head's or a block draft's native half (prompt lookup has none)."""
+    if isinstance(source, ModelDraft):
+        native = native_model(source.model)
+    elif isinstance(source, BlockDraft):
+        native = native_block(source.block)
+    else:
+        native = native_head(getattr(source, "head", None))
+    if isinstance(native, Model | NativeHead | NativeBlock):
         native.close()
 
 
 def native_head(head: object) -> object:
     """The head a slot's view runs; anything else as it is."""
     return head.head if isinstance(head, HeadView) else head
+
+
+def native_block(block: object) -> object:
+    """The block draft a slot's view runs; anything else as it is."""
+    return block.block if isinstance(block, BlockView) else block
 
 
 def native_model(model: object) -> object:

@@ -96,6 +96,20 @@ class MtpLayers:
 
 
 MTP_LAYERS = MtpLayers()
+
+
+@dataclass(frozen=True)
+class BlockDraftFile:
+    """A block draft (DFlash or DSpark: which, the file says) that drafts a whole block in one
+    pass, fed by the target's hidden states."""
+
+    path: Path
+
+    @property
+    def spec(self) -> str:
+        return f"dflash:{self.path}"
+
+
 # What `Engine.load` takes for a draft besides a draft model's GGUF, and with it.
-DraftChoice = PromptLookup | Eagle3Head | MtpLayers
+DraftChoice = PromptLookup | Eagle3Head | MtpLayers | BlockDraftFile
 DraftSpec = str | Path | DraftChoice

@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
 from specrun.core.sampling import Rows
+from specrun.llama.blocks import NativeBlock
 from specrun.llama.heads import NativeHead
 from specrun.llama.model import Call, Model
 
@@ -66,7 +67,7 @@ class Gather:
         self._members = 0
         self._away: dict[int, float] = {}  # members whose consumer has an event: since when
         self._waiting: list[tuple[Model, Call]] = []
-        self._jobs: list[Job] = []  # heads' passes, run in the decoding thread too
+        self._jobs: list[Job[Any]] = []  # heads' passes, run in the decoding thread too
         self._served: set[int] = set()  # ids of calls whose rows (or error) are ready
         self._errors: dict[int, BaseException] = {}
         self._thread: threading.Thread | None = None
@@ -89,7 +90,7 @@ class Gather:
         self._wait_served(call, lambda: self._waiting.append((model, call)))
         return call
 
-    def run(self, job: Job) -> Job:
+    def run(self, job: Job[_Result]) -> Job[_Result]:
         """Run `job` in the decoding thread, as a model call: once every member waits."""
         return self._wait_served(job, lambda: self._jobs.append(job))
 
@@ -183,18 +184,22 @@ class Gather:
         self._done.notify_all()
 
 
-class Job:
-    """A head's pass for the gather's decoding thread: `work`, then what it returned."""
+_Result = TypeVar("_Result")
 
-    def __init__(self, work: Callable[[], FeedResult]) -> None:
+
+class Job(Generic[_Result]):
+    """A head's or a block draft's pass for the gather's decoding thread: `work`, then what it
+    returned (None until it ran)."""
+
+    def __init__(self, work: Callable[[], _Result]) -> None:
         self.work = work
-        self.result: FeedResult = None
+        self.result: _Result | None = None
 
     def run(self) -> None:
         self.result = self.work()
 
 
-_Item = TypeVar("_Item", Call, Job)
+_Item = TypeVar("_Item", Call, Job[Any])
 
 
 class HeadView:
@@ -217,6 +222,28 @@ class HeadView:
             return self.head.feed(position, tokens, states, own=own, output=output)
 
         return self.gather.run(Job(work)).result
+
+
+class BlockView:
+    """One slot's block draft (`Block`), its passes run in the gather's decoding thread once
+    every generation waits, as a head's are (HeadView)."""
+
+    def __init__(self, block: NativeBlock, gather: Gather) -> None:
+        self.block = block
+        self.gather = gather
+        self.name, self.kind, self.path = block.name, block.kind, block.path
+        self.longest = block.longest
+
+    def truncate(self, position: int) -> None:
+        self.block.truncate(position)  # a cache operation, no pass: in the slot's own thread
+
+    def inject(self, position: int, states: np.ndarray) -> None:
+        self.gather.run(Job(lambda: self.block.inject(position, states)))
+
+    def draft(self, position: int, anchor: int, n: int) -> np.ndarray:
+        job = self.gather.run(Job(lambda: self.block.draft(position, anchor, n)))
+        assert job.result is not None  # run raises what the pass raised
+        return job.result
 
 
 class SequenceView:
