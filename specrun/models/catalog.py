@@ -7,9 +7,11 @@ are found and downloaded by specrun.models.hub, and a head published only as a H
 checkpoint is converted by specrun.models.convert; this module decides what a spec means and
 which files it needs.
 
-An entry is a model (`kind = "model"`, the default) or an EAGLE-3 head (`kind = "eagle3"`)
-naming the targets it serves (`for`); a target names its heads (`heads`, which `--draft
-eagle3` picks from) and says whether its file carries MTP layers (`mtp`).
+An entry is a model (`kind = "model"`, the default), an EAGLE-3 head (`kind = "eagle3"`) or a
+DFlash or DSpark block draft (`kind = "dflash"`); a head or a block draft names the targets it
+serves (`for`). A target names its heads (`heads`, which `--draft eagle3` picks from), its block
+drafts (`blocks`, which `--draft dflash` picks from) and says whether its file carries MTP
+layers (`mtp`).
 """
 
 from __future__ import annotations
@@ -59,8 +61,33 @@ from specrun.system.paths import config_dir
 
 DEFAULT_QUANT = "Q4_K_M"  # what llama.cpp's -hf picks when a repo is named without a quant
 _DEMO_ROLES = ("target", "draft", "head")  # the order of specrun.models.demo's demo_paths()
-MODEL, EAGLE3 = "model", "eagle3"  # the kinds of entry: a model, or an EAGLE-3 head
+# The kinds of entry: a model, an EAGLE-3 head, or a block draft (DFlash or DSpark: which one
+# the file says); the last two are fed with a target's hidden states, never run alone.
+MODEL, EAGLE3, DFLASH = "model", "eagle3", "dflash"
+_KIND_NOUNS = {MODEL: "model", EAGLE3: "EAGLE-3 head", DFLASH: "block draft"}
 GGUF, HF_CHECKPOINT = "gguf", "hf"  # formats: a GGUF, or a checkpoint converted on pull
+
+
+@dataclass(frozen=True)
+class _FedWay:
+    """How `--draft` names a draft of a kind fed by its target, and the words for it."""
+
+    kind: str
+    way: str  # --draft WAY[:NAME]
+    one: str  # "head", as in "name the head"
+    plural: str  # "heads"
+    key: str  # where a target lists them: "heads"
+    made: str  # what it was made on: "trained on"
+
+    @property
+    def noun(self) -> str:
+        return _KIND_NOUNS[self.kind]
+
+
+_FED_WAYS = {
+    EAGLE3: _FedWay(EAGLE3, "eagle3", "head", "heads", "heads", "trained on"),
+    DFLASH: _FedWay(DFLASH, "dflash", "block draft", "block drafts", "blocks", "made for"),
+}
 
 
 class CatalogError(SpecrunError):
@@ -89,16 +116,26 @@ class CatalogEntry:
     drafts: tuple[str, ...] = ()
     verified: bool = False
     sha256: tuple[str, ...] = ()  # per part of `file`, in order
-    kind: str = MODEL  # or EAGLE3: a head fed with a target's hidden states
+    kind: str = MODEL  # or EAGLE3 or DFLASH: a draft fed with a target's hidden states
     format: str = GGUF  # or HF_CHECKPOINT: converted to GGUF once by `specrun models pull`
-    targets: tuple[str, ...] = ()  # a head's targets (the TOML key `for`)
-    target_repo: str | None = None  # a checkpoint head's target: its config.json and tokenizer
+    targets: tuple[str, ...] = ()  # a head's or block draft's targets (the TOML key `for`)
+    target_repo: str | None = None  # a checkpoint's target: its config.json and tokenizer
     heads: tuple[str, ...] = ()  # a target's EAGLE-3 heads, best first (`--draft eagle3`)
+    blocks: tuple[str, ...] = ()  # a target's block drafts, best first (`--draft dflash`)
     mtp: bool = False  # a target whose file carries MTP (nextn) layers (`--draft mtp`)
 
     @property
     def is_head(self) -> bool:
         return self.kind == EAGLE3
+
+    @property
+    def is_block(self) -> bool:
+        return self.kind == DFLASH
+
+    @property
+    def needs_target(self) -> bool:
+        """A head or a block draft: it reads a target's hidden states, never runs alone."""
+        return self.kind != MODEL
 
 
 _KEY_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -120,11 +157,12 @@ _KEY_TYPES: dict[str, type | tuple[type, ...]] = {
     "for": list,
     "target_repo": str,
     "heads": list,
+    "blocks": list,
     "mtp": bool,
 }
-_LISTS_OF_ALIASES = ("drafts", "for", "heads")
-_MODEL_ONLY = ("drafts", "heads", "mtp")  # keys of a model to run, not of a head
-_HEAD_ONLY = ("for", "target_repo")
+_LISTS_OF_ALIASES = ("drafts", "for", "heads", "blocks")
+_MODEL_ONLY = ("drafts", "heads", "blocks", "mtp")  # keys of a model to run, not of a draft
+_TARGET_FED_ONLY = ("for", "target_repo")  # keys of a head or a block draft
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
@@ -139,25 +177,35 @@ class Catalog:
         return difflib.get_close_matches(name, list(self.entries), n=3, cutoff=0.6)
 
     def compatible_drafts(self, target: CatalogEntry) -> list[str]:
-        """The recommended drafts, else every other model (not head) of the same family."""
+        """The recommended drafts, else every other model (no head or block draft) of the same
+        family."""
         if target.drafts:
             return list(target.drafts)
         return [
             e.alias
             for e in self.entries.values()
-            if e.family == target.family and e.alias != target.alias and not e.is_head
+            if e.family == target.family and e.alias != target.alias and not e.needs_target
         ]
 
     def heads_for(self, target: CatalogEntry) -> list[str]:
         """The target's EAGLE-3 heads: those it names, best first, then those naming it."""
-        named = [*target.heads] + [
-            e.alias for e in self.entries.values() if e.is_head and target.alias in e.targets
-        ]
-        return list(dict.fromkeys(named))
+        return self.fed_by(target, EAGLE3)
 
-    def serves(self, head: CatalogEntry, target: CatalogEntry) -> bool:
-        """Whether the catalog pairs the head with the target, from either side."""
-        return target.alias in head.targets or head.alias in target.heads
+    def blocks_for(self, target: CatalogEntry) -> list[str]:
+        """The target's block drafts: those it names, best first, then those naming it."""
+        return self.fed_by(target, DFLASH)
+
+    def fed_by(self, target: CatalogEntry, kind: str) -> list[str]:
+        """The target's drafts of `kind` (EAGLE3 or DFLASH), as `heads_for` and `blocks_for`."""
+        named = target.heads if kind == EAGLE3 else target.blocks
+        naming = [
+            e.alias for e in self.entries.values() if e.kind == kind and target.alias in e.targets
+        ]
+        return list(dict.fromkeys([*named, *naming]))
+
+    def serves(self, draft: CatalogEntry, target: CatalogEntry) -> bool:
+        """Whether the catalog pairs the head or block draft with the target, from either side."""
+        return target.alias in draft.targets or draft.alias in (*target.heads, *target.blocks)
 
 
 def builtin_catalog_path() -> Path:
@@ -182,29 +230,35 @@ def load_catalog(path: Path | None = None) -> Catalog:
         entries.update(_read_entries(overlay))
     catalog = Catalog(entries)
     for entry in entries.values():
-        for key, names, wants_head in (
-            ("recommends draft", entry.drafts, False),
-            ("names head", entry.heads, True),
-            ("is a head for", entry.targets, False),
+        serving = "is a head for" if entry.is_head else "is a block draft for"
+        for key, names, wanted in (
+            ("recommends draft", entry.drafts, MODEL),
+            ("names head", entry.heads, EAGLE3),
+            ("names block draft", entry.blocks, DFLASH),
+            (serving, entry.targets, MODEL),
         ):
             for name in names:
-                problem = _pairing_problem(catalog.get(name), entry.family, wants_head)
+                problem = _pairing_problem(catalog.get(name), entry.family, wanted)
                 if problem:
                     raise CatalogError(f"catalog: {entry.alias} {key} '{name}', which is {problem}")
     return catalog
 
 
-def _pairing_problem(other: CatalogEntry | None, family: str, wants_head: bool) -> str | None:
-    """Why `other` cannot be what an entry of `family` names (a draft, head or target)."""
+def _pairing_problem(other: CatalogEntry | None, family: str, wanted: str) -> str | None:
+    """Why `other` cannot be what an entry of `family` names as a `wanted` kind (a draft or
+    target: MODEL; a head; a block draft)."""
     if other is None:
         return "not in the catalog"
     if other.family != family:
         return f"of family {other.family}, not {family}"
-    if other.is_head and not wants_head:
-        return f'an EAGLE-3 head (kind = "{EAGLE3}"): a target lists its heads in `heads`'
-    if wants_head and not other.is_head:
-        return f'not an EAGLE-3 head (kind = "{EAGLE3}")'
-    return None
+    if other.kind == wanted:
+        return None
+    if wanted == MODEL:
+        return (
+            f'{_an(_KIND_NOUNS[other.kind])} (kind = "{other.kind}"): a target lists its '
+            f"{_FED_WAYS[other.kind].plural} in `{_FED_WAYS[other.kind].key}`"
+        )
+    return f'not {_an(_KIND_NOUNS[wanted])} (kind = "{wanted}")'
 
 
 def _read_entries(path: Path) -> dict[str, CatalogEntry]:
@@ -276,7 +330,7 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         )
     if "repo" in table and not checkpoint and not ("file" in table or "quant" in table):
         hint = f', or format = "{HF_CHECKPOINT}" for a checkpoint to convert' * (
-            table.get("kind") == EAGLE3
+            table.get("kind", MODEL) != MODEL
         )
         raise CatalogError(
             f"{where}: missing required key 'file' (or 'quant' to pick the file by name{hint})"
@@ -298,34 +352,39 @@ def _parse_entry(table: Any, *, where: str) -> CatalogEntry:
         **fields,
         drafts=tuple(table.get("drafts", ())),
         heads=tuple(table.get("heads", ())),
+        blocks=tuple(table.get("blocks", ())),
         targets=tuple(table.get("for", ())),
         sha256=_pins(table, where),
     )
 
 
 def _check_kind(table: Mapping[str, Any], where: str) -> None:
-    """`kind`, and the keys that belong to a model or to a head; a checkpoint's `format`."""
+    """`kind`, and the keys that belong to a model or to a draft fed by its target (a head, a
+    block draft); a checkpoint's `format`."""
     kind, form = table.get("kind", MODEL), table.get("format", GGUF)
-    if kind not in (MODEL, EAGLE3):
-        raise CatalogError(f'{where}: kind must be "{MODEL}" or "{EAGLE3}", not "{kind}"')
+    if kind not in _KIND_NOUNS:
+        raise CatalogError(
+            f'{where}: kind must be "{MODEL}", "{EAGLE3}" or "{DFLASH}", not "{kind}"'
+        )
     if form not in (GGUF, HF_CHECKPOINT):
         raise CatalogError(f'{where}: format must be "{GGUF}" or "{HF_CHECKPOINT}", not "{form}"')
-    if form == HF_CHECKPOINT and kind != EAGLE3:
+    if form == HF_CHECKPOINT and kind == MODEL:
         raise CatalogError(
             f'{where}: format = "{HF_CHECKPOINT}" (a checkpoint converted on pull) is for EAGLE-3 '
-            f'heads only (kind = "{EAGLE3}")'
+            f'heads and block drafts only (kind = "{EAGLE3}" or "{DFLASH}")'
         )
-    wrong = [k for k in (_HEAD_ONLY if kind == MODEL else _MODEL_ONLY) if k in table]
+    wrong = [k for k in (_TARGET_FED_ONLY if kind == MODEL else _MODEL_ONLY) if k in table]
     if wrong:
         role = (
-            f'an EAGLE-3 head (kind = "{EAGLE3}")'
+            f'an EAGLE-3 head (kind = "{EAGLE3}") or a block draft (kind = "{DFLASH}")'
             if kind == MODEL
             else f'a model (kind = "{MODEL}")'
         )
         raise CatalogError(f"{where}: '{wrong[0]}' belongs to {role}, which this entry is not")
-    if kind == EAGLE3 and not table.get("for"):
+    if kind != MODEL and not table.get("for"):
         raise CatalogError(
-            f"{where}: an EAGLE-3 head needs 'for', the aliases of the targets it was trained on"
+            f"{where}: {_an(_KIND_NOUNS[kind])} needs 'for', the aliases of the targets it was "
+            f"{_FED_WAYS[kind].made}"
         )
     if form == HF_CHECKPOINT:
         extra = [k for k in ("file", "quant", "local", "sha256") if k in table]
@@ -404,7 +463,8 @@ def parse_spec(text: str, catalog: Catalog) -> ModelSpec:
     entry = catalog.get(text)
     if entry is not None and entry.format == HF_CHECKPOINT:
         assert entry.repo is not None and entry.target_repo is not None  # the reader checked
-        return ModelSpec(text, entry=entry, checkpoint=Checkpoint(entry.repo, entry.target_repo))
+        checkpoint = Checkpoint(entry.repo, entry.target_repo, entry.kind)
+        return ModelSpec(text, entry=entry, checkpoint=checkpoint)
     if entry is not None:
         hub = HubRef(entry.repo, entry.file, entry.quant, entry.sha256) if entry.repo else None
         return ModelSpec(text, entry=entry, hub=hub, local=entry.local)
@@ -462,7 +522,11 @@ def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
     if not entry.drafts:
         others = [
             f"--draft {way}"
-            for way, has in (("eagle3", catalog.heads_for(entry)), ("mtp", entry.mtp))
+            for way, has in (
+                ("eagle3", catalog.heads_for(entry)),
+                ("dflash", catalog.blocks_for(entry)),
+                ("mtp", entry.mtp),
+            )
             if has
         ]
         raise ModelNotFound(
@@ -472,32 +536,48 @@ def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
     return entry.drafts[0]
 
 
+def _an(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "AEIOUaeiou" else f"a {noun}"
+
+
 def resolve_head(target: str, head: str, catalog: Catalog) -> str:
     """The head `--draft eagle3[:HEAD]` names: HEAD, or without one the catalog's first head
     for the target."""
-    if head:
-        return head
+    return _resolve_fed(target, head, catalog, _FED_WAYS[EAGLE3])
+
+
+def resolve_block(target: str, block: str, catalog: Catalog) -> str:
+    """The block draft `--draft dflash[:BLOCK]` names: BLOCK, or without one the catalog's first
+    block draft for the target."""
+    return _resolve_fed(target, block, catalog, _FED_WAYS[DFLASH])
+
+
+def _resolve_fed(target: str, name: str, catalog: Catalog, way: _FedWay) -> str:
+    if name:
+        return name
     entry = catalog.get(target)
     if entry is None:
         raise ModelNotFound(
-            f"--draft eagle3 without a head needs a catalog alias as the target, not '{target}'; "
-            "name the head as eagle3:ALIAS or eagle3:FILE"
+            f"--draft {way.way} without {_an(way.one)} needs a catalog alias as the target, not "
+            f"'{target}'; name the {way.one} as {way.way}:ALIAS or {way.way}:FILE"
         )
-    heads = catalog.heads_for(entry)
-    if not heads:
+    found = catalog.fed_by(entry, way.kind)
+    if not found:
         raise ModelNotFound(
-            f"the catalog has no EAGLE-3 head for {target}; name one as eagle3:ALIAS or "
-            "eagle3:FILE (`specrun models list` shows the heads)"
+            f"the catalog has no {way.noun} for {target}; name one as {way.way}:ALIAS or "
+            f"{way.way}:FILE (`specrun models list` shows the {way.plural})"
         )
-    return heads[0]
+    return found[0]
 
 
 def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
     """Catalog families must agree; outside the catalog, the runtime's vocabulary check decides."""
     check_runnable(target)
-    if draft.entry is not None and draft.entry.is_head:
+    if draft.entry is not None and draft.entry.needs_target:
+        way = _FED_WAYS[draft.entry.kind]
         raise IncompatibleModels(
-            f"{draft.text} is an EAGLE-3 head, not a draft model: use --draft eagle3:{draft.text}"
+            f"{draft.text} is {_an(way.noun)}, not a draft model: use --draft "
+            f"{way.way}:{draft.text}"
         )
     if target.entry is None or draft.entry is None or target.entry.family == draft.entry.family:
         return
@@ -510,33 +590,48 @@ def check_pair(target: ModelSpec, draft: ModelSpec, catalog: Catalog) -> None:
 
 
 def check_runnable(target: ModelSpec) -> None:
-    """A head cannot be the model that generates."""
+    """A head or a block draft cannot be the model that generates."""
     entry = target.entry
-    if entry is not None and entry.is_head:
+    if entry is not None and entry.needs_target:
+        way = _FED_WAYS[entry.kind]
         raise IncompatibleModels(
-            f"{target.text} is an EAGLE-3 head, not a model to run: use it as "
-            f"-t {entry.targets[0]} --draft eagle3:{target.text}"
+            f"{target.text} is {_an(way.noun)}, not a model to run: use it as "
+            f"-t {entry.targets[0]} --draft {way.way}:{target.text}"
         )
 
 
 def check_head(target: ModelSpec, head: ModelSpec, catalog: Catalog) -> None:
     """A catalog head drafts only for the catalog targets it is paired with (its `for`, or the
     target's `heads`); outside the catalog, the head's checks at load decide."""
+    _check_fed(target, head, catalog, _FED_WAYS[EAGLE3])
+
+
+def check_block(target: ModelSpec, block: ModelSpec, catalog: Catalog) -> None:
+    """A catalog block draft drafts only for the catalog targets it is paired with (its `for`,
+    or the target's `blocks`); outside the catalog, `open_block`'s checks at load decide."""
+    _check_fed(target, block, catalog, _FED_WAYS[DFLASH])
+
+
+def _check_fed(target: ModelSpec, draft: ModelSpec, catalog: Catalog, way: _FedWay) -> None:
     check_runnable(target)
-    if head.entry is None:
+    entry = draft.entry
+    if entry is None:
         return
-    if not head.entry.is_head:
-        raise IncompatibleModels(
-            f"{head.text} is not an EAGLE-3 head but a {head.entry.family} model: "
-            f"use it as --draft {head.text}"
+    if entry.kind != way.kind:
+        use = (
+            f"--draft {_FED_WAYS[entry.kind].way}:{draft.text}"
+            if entry.needs_target
+            else f"--draft {draft.text}"
         )
-    if target.entry is None or catalog.serves(head.entry, target.entry):
+        what = _an(_FED_WAYS[entry.kind].noun) if entry.needs_target else f"a {entry.family} model"
+        raise IncompatibleModels(f"{draft.text} is not {_an(way.noun)} but {what}: use it as {use}")
+    if target.entry is None or catalog.serves(entry, target.entry):
         return
-    heads = ", ".join(catalog.heads_for(target.entry)) or "none in the catalog"
+    found = ", ".join(catalog.fed_by(target.entry, way.kind)) or "none in the catalog"
     raise IncompatibleModels(
-        f"{head.text} is an EAGLE-3 head for {', '.join(head.entry.targets)}, not for "
-        f"{target.text}: a head reads the hidden states of the target it was trained on; "
-        f"heads for {target.text}: {heads}"
+        f"{draft.text} is {_an(way.noun)} for {', '.join(entry.targets)}, not for "
+        f"{target.text}: {_an(way.one)} reads the hidden states of the target it "
+        f"was {way.made}; {way.plural} for {target.text}: {found}"
     )
 
 
@@ -558,13 +653,32 @@ def resolve_head_pair(
 ) -> tuple[ResolvedModel, ResolvedModel]:
     """The target and its EAGLE-3 head on disk (a checkpoint head converted), checked as a pair
     before anything is downloaded; an empty `head` is the catalog's head for the target."""
+    return _resolve_fed_pair(
+        target, head, _FED_WAYS[EAGLE3], catalog=catalog, download=download, progress=progress
+    )
+
+
+def resolve_block_pair(
+    target: str, block: str, *, catalog: Catalog, download: bool = True, progress: bool = True
+) -> tuple[ResolvedModel, ResolvedModel]:
+    """The target and its block draft (DFlash or DSpark) on disk (a checkpoint converted),
+    checked as a pair before anything is downloaded; an empty `block` is the catalog's first
+    block draft for the target."""
+    return _resolve_fed_pair(
+        target, block, _FED_WAYS[DFLASH], catalog=catalog, download=download, progress=progress
+    )
+
+
+def _resolve_fed_pair(
+    target: str, name: str, way: _FedWay, *, catalog: Catalog, download: bool, progress: bool
+) -> tuple[ResolvedModel, ResolvedModel]:
     target_spec = parse_spec(target, catalog)
     check_runnable(target_spec)
-    head_spec = parse_spec(resolve_head(target, head, catalog), catalog)
-    check_head(target_spec, head_spec, catalog)
-    # The head first: it is the smaller download, and a problem with it shows sooner.
-    head_model = fetch_model(head_spec, download=download, progress=progress)
-    return fetch_model(target_spec, download=download, progress=progress), head_model
+    draft_spec = parse_spec(_resolve_fed(target, name, catalog, way), catalog)
+    _check_fed(target_spec, draft_spec, catalog, way)
+    # The draft first: it is the smaller download, and a problem with it shows sooner.
+    draft_model = fetch_model(draft_spec, download=download, progress=progress)
+    return fetch_model(target_spec, download=download, progress=progress), draft_model
 
 
 def resolve_target(

@@ -1,7 +1,9 @@
-"""EAGLE-3 heads published as Hugging Face checkpoints, converted to GGUF once.
+"""EAGLE-3 heads and DFlash/DSpark block drafts published as Hugging Face checkpoints, converted
+to GGUF once.
 
-The published heads (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, ...) are a config.json and PyTorch
-or safetensors weights, and llama.cpp loads GGUF. `fetch_converted` downloads the checkpoint
+The published heads (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, ...) and block drafts
+(z-lab/Qwen3-8B-DFlash-b16, ...) are a config.json and PyTorch or safetensors weights, and
+llama.cpp loads GGUF. `fetch_converted` downloads the checkpoint
 and its target's config.json and tokenizer files through specrun.models.hub (its deadlines,
 progress and one-line errors, each file checked against the lock), converts them with
 llama.cpp's own converter (convert_hf_to_gguf.py with --target-model-dir) and keeps the GGUF in
@@ -79,7 +81,7 @@ TARGET_FILES = frozenset(
     }
 )
 _TOKENIZERS = ("tokenizer.json", "tokenizer.model", "vocab.json", "tekken.json")
-CHECKPOINT_WHAT = "EAGLE-3 checkpoint (config.json and model*.safetensors or pytorch_model*.bin)"
+CHECKPOINT_FILES = "config.json and model*.safetensors or pytorch_model*.bin"
 TARGET_WHAT = "target config and tokenizer (config.json and tokenizer.json or tokenizer.model)"
 
 
@@ -89,17 +91,48 @@ class ConversionError(SpecrunError):
 
 
 @dataclass(frozen=True)
+class CheckpointKind:
+    """What a kind of checkpoint converts to, in llama.cpp's words and the user's."""
+
+    architecture: str  # general.architecture of the converted GGUF
+    checkpoint: str  # its checkpoint, named in a listing's refusal
+    converted: str  # what the GGUF must be, named in a refusal of the converter's output
+
+
+CHECKPOINT_KINDS = {
+    "eagle3": CheckpointKind(
+        "eagle3",
+        "EAGLE-3 checkpoint",
+        "an EAGLE-3 head (a checkpoint with draft_vocab_size and one layer in its config.json)",
+    ),
+    "dflash": CheckpointKind(
+        "dflash",
+        "DFlash or DSpark checkpoint",
+        "a DFlash or DSpark block draft (a checkpoint whose config.json names DFlashDraftModel "
+        "or a DSpark draft model)",
+    ),
+}
+
+
+@dataclass(frozen=True)
 class Checkpoint:
-    """An EAGLE-3 head's Hugging Face checkpoint and the repo of the target it was trained on,
-    whose config.json and tokenizer the converter reads. The names are checked when it is made,
-    so the paths built from them stay in the caches."""
+    """A head's or block draft's Hugging Face checkpoint (`kind`: "eagle3" or "dflash") and the
+    repo of the target it was made for, whose config.json and tokenizer the converter reads. The
+    names are checked when it is made, so the paths built from them stay in the caches."""
 
     repo: str
     target_repo: str
+    kind: str = "eagle3"
 
     def __post_init__(self) -> None:
         check_hub_names(self.repo)
         check_hub_names(self.target_repo)
+        if self.kind not in CHECKPOINT_KINDS:
+            raise ValueError(f"no checkpoint kind {self.kind!r}")
+
+    @property
+    def what(self) -> CheckpointKind:
+        return CHECKPOINT_KINDS[self.kind]
 
     @property
     def relative_path(self) -> str:
@@ -171,7 +204,13 @@ def plan_conversion(checkpoint: Checkpoint, label: str, *, network: bool) -> Con
         checkpoint,
         False,
         (
-            plan_picked(checkpoint.repo, pick_checkpoint, CHECKPOINT_WHAT, label, network=network),
+            plan_picked(
+                checkpoint.repo,
+                pick_checkpoint,
+                f"{checkpoint.what.checkpoint} ({CHECKPOINT_FILES})",
+                label,
+                network=network,
+            ),
             plan_picked(
                 checkpoint.target_repo, pick_target_files, TARGET_WHAT, label, network=network
             ),
@@ -385,7 +424,7 @@ def _last_line(text: str) -> str:
 
 
 def _check_output(path: Path, checkpoint: Checkpoint) -> None:
-    """The converter's file must be a whole GGUF of an EAGLE-3 head."""
+    """The converter's file must be a whole GGUF of the checkpoint's kind."""
     from specrun.llama.gguf import GGUFFileError, check_gguf_file, read_gguf_info
 
     try:
@@ -393,10 +432,11 @@ def _check_output(path: Path, checkpoint: Checkpoint) -> None:
         architecture = read_gguf_info(path).architecture
     except GGUFFileError as error:
         raise ConversionError(f"the converter's output for {checkpoint.repo}: {error}") from None
-    if architecture != "eagle3":
+    wanted = checkpoint.what
+    if architecture != wanted.architecture:
         raise ConversionError(
-            f"{checkpoint.repo} converted to a {architecture} model, not an EAGLE-3 head (a "
-            "checkpoint with draft_vocab_size and one layer in its config.json); it is not kept"
+            f"{checkpoint.repo} converted to a {architecture} model, not {wanted.converted}; it "
+            "is not kept"
         )
 
 

@@ -220,7 +220,7 @@ def test_syntax_error_names_file_and_line(hf_cache, tmp_path):
         ),
         (
             'alias = "a"\nfamily = "x"\nlocal = "/m.gguf"\nkind = "medusa"',
-            'kind must be "model" or "eagle3", not "medusa"',
+            'kind must be "model", "eagle3" or "dflash", not "medusa"',
         ),
         (
             'alias = "a"\nfamily = "llama3"\nlocal = "/h.gguf"\nkind = "eagle3"',
@@ -268,7 +268,7 @@ def test_syntax_error_names_file_and_line(hf_cache, tmp_path):
         ),
         (
             'alias = "a"\nfamily = "x"\nrepo = "o/n"\nformat = "hf"\ntarget_repo = "o/t"',
-            'format = "hf" .* is for EAGLE-3 heads only',
+            'format = "hf" .* is for EAGLE-3 heads and block drafts only',
         ),
         (
             'alias = "a"\nfamily = "llama3"\nrepo = "o/n"\nformat = "safetensors"',
