@@ -32,6 +32,7 @@ from specrun.models.demo import demo_paths
 from specrun.options import (
     MTP_LAYERS,
     PROMPT_LOOKUP,
+    BlockDraftFile,
     DraftChoice,
     DraftOptions,
     Eagle3Head,
@@ -44,6 +45,7 @@ from specrun.system.textio import argument_text, read_stdin
 if TYPE_CHECKING:
     from specrun.engine import Engine
     from specrun.llama.model import Model
+    from specrun.models.catalog import Catalog
     from specrun.system.busy import Contention
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,6 +55,8 @@ DEMO_TARGET, DEMO_DRAFT, DEMO_HEAD = "demo-target", "demo-draft", "demo-head"
 LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
 MTP = "mtp"  # the --draft value for the target's own MTP layers
 EAGLE3_PREFIX = "eagle3:"  # --draft eagle3:HEAD, an EAGLE-3 head (alias or file) for the target
+# --draft dflash:FILE or dspark:FILE, a block draft: either names it, the file says which it is.
+BLOCK_PREFIXES = ("dflash:", "dspark:")
 
 # The library names its options in backquotes (`n_ctx`); the command line shows its flags.
 FLAGS = {
@@ -144,8 +148,8 @@ class ModelChoice:
 
     @property
     def draft_label(self) -> str | None:
-        """The draft as a person reads it: the file's name, or `lookup`, `eagle3:FILE`, `mtp`
-        (several: separated by commas)."""
+        """The draft as a person reads it: the file's name, or `lookup`, `eagle3:FILE`, `mtp`,
+        `dflash:FILE` (several: separated by commas)."""
         return ",".join(map(_draft_label, self.drafts)) or None
 
     @property
@@ -154,13 +158,16 @@ class ModelChoice:
         return ",".join(str(d) if isinstance(d, Path) else d.spec for d in self.drafts) or None
 
 
-OneDraft = Path | DraftChoice  # a draft model's file, prompt lookup, an EAGLE-3 head, MTP layers
+# A draft model's file, prompt lookup, an EAGLE-3 head, MTP layers, a block draft.
+OneDraft = Path | DraftChoice
 
 
 def _draft_label(draft: OneDraft) -> str:
     if isinstance(draft, Path):
         return draft.name
-    return f"eagle3:{draft.path.name}" if isinstance(draft, Eagle3Head) else draft.spec
+    if isinstance(draft, Eagle3Head | BlockDraftFile):  # the file's name, after its kind
+        return f"{draft.spec.partition(':')[0]}:{draft.path.name}"
+    return draft.spec
 
 
 @dataclass(frozen=True)
@@ -176,8 +183,9 @@ class ModelRequest:
         `--draft lookup` is prompt lookup, which needs no file; `--draft mtp` the target's
         own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
         `--draft eagle3` the catalog's head for the target (a published checkpoint is
-        converted to GGUF on first use). Several, separated by commas (`-d MODEL,eagle3:HEAD`),
-        make the hybrid, whose auto picks among them per round."""
+        converted to GGUF on first use); `--draft dflash:FILE` (or `dspark:FILE`) a block
+        draft. Several, separated by commas (`-d MODEL,eagle3:HEAD`), make the hybrid, whose
+        auto picks among them per round."""
         from specrun.models.catalog import (
             load_catalog,
             resolve_head_pair,
@@ -217,8 +225,28 @@ class ModelRequest:
             head_name = draft.partition(":")[2]
             resolved, head = resolve_head_pair(target, head_name, catalog=models)
             return ModelChoice(resolved.path, Eagle3Head(head.path))
+        if draft.startswith(BLOCK_PREFIXES):
+            return _block_choice(target, draft.partition(":")[2], models)
         resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
         return ModelChoice(resolved_target.path, resolved_draft.path)
+
+
+def _block_choice(target: str, name: str, models: Catalog) -> ModelChoice:
+    """`--draft dflash:FILE` (or `dspark:FILE`): the target, and the block draft FILE, whose
+    kind and fit the loader reads from it (`open_block`)."""
+    from specrun.models.catalog import resolve_target
+    from specrun.models.hub import ModelNotFound
+    from specrun.system.files import MISSING, REGULAR_FILE, what_is
+
+    if not name:
+        raise OptionError("no block draft named: give it as dflash:FILE")
+    path = Path(name).expanduser()
+    kind = what_is(path)
+    if kind != REGULAR_FILE:
+        raise ModelNotFound(
+            f"no block draft {name}: " + ("no such file" if kind == MISSING else f"it is {kind}")
+        )
+    return ModelChoice(resolve_target(target, catalog=models).path, BlockDraftFile(path))
 
 
 def comma_list(text: str, option: str) -> list[str]:
@@ -236,7 +264,11 @@ def _check_distinct(drafts: tuple[OneDraft, ...]) -> None:
     """The hybrid picks among different drafts: the same one twice is a mistake."""
     seen: set[object] = set()
     for draft in drafts:
-        key = draft.resolve() if isinstance(draft, Path) else draft
+        key: object = draft
+        if isinstance(draft, Path):
+            key = draft.resolve()
+        elif isinstance(draft, BlockDraftFile):  # dflash: and dspark: name the same file
+            key = BlockDraftFile(draft.path.resolve())
         if key in seen:
             raise OptionError(f"--draft names {_draft_label(draft)} twice")
         seen.add(key)
@@ -597,7 +629,9 @@ MODELS = OptionGroup(
                 help="Draft model (alias, path, ...), `auto` for "
                 "the catalog's pick, `lookup` for prompt lookup, `eagle3:HEAD` for an EAGLE-3 "
                 "head (alias or path; `eagle3` alone: the catalog's head for the target), "
-                "`mtp` for the target's own MTP layers, or `none`.",
+                "`mtp` for the target's own MTP layers, `dflash:FILE` or `dspark:FILE` for a "
+                "block draft (DFlash or DSpark: the file says which), or `none`. Several, "
+                "separated by commas, make the hybrid.",
             ),
         ),
         "catalog": (
