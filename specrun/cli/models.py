@@ -16,6 +16,7 @@ import typer
 from specrun.errors import SpecrunError, report
 from specrun.llama.gguf import GGUFFileError, check_gguf_file, read_gguf_info
 from specrun.models.catalog import (
+    KIND_NOUNS,
     Catalog,
     CatalogEntry,
     ModelSpec,
@@ -81,7 +82,8 @@ def list_models(
     as_json: bool = typer.Option(False, "--json", help="One JSON array on stdout."),
 ) -> None:
     """Every alias with its family, size, whether it is already on disk, and how it drafts:
-    `auto` (a recommended draft), `eagle3` (an EAGLE-3 head), `mtp` (its own MTP layers)."""
+    `auto` (a recommended draft), `eagle3` (an EAGLE-3 head), `dflash` (a block draft), `mtp`
+    (its own MTP layers)."""
     with _reported_errors():
         catalog = _catalog(ctx)
         rows = []
@@ -92,7 +94,8 @@ def list_models(
             rows.append(
                 {
                     **fields,
-                    "heads": catalog.heads_for(entry) if not entry.is_head else [],
+                    "heads": catalog.heads_for(entry) if not entry.needs_target else [],
+                    "blocks": catalog.blocks_for(entry) if not entry.needs_target else [],
                     "cached": model is not None,
                     "path": str(model.path) if model else None,
                 }
@@ -119,14 +122,16 @@ def list_models(
 
 
 def _drafting(catalog: Catalog, entry: CatalogEntry) -> str:
-    """How the catalog drafts for a target (the --draft values it fills in), or a head's role."""
-    if entry.is_head:
-        return f"EAGLE-3 head for {', '.join(entry.targets)}"
+    """How the catalog drafts for a target (the --draft values it fills in), or a head's or a
+    block draft's role."""
+    if entry.needs_target:
+        return f"{KIND_NOUNS[entry.kind]} for {', '.join(entry.targets)}"
     ways = [
         way
         for way, offered in (
             ("auto", entry.drafts),
             ("eagle3", catalog.heads_for(entry)),
+            ("dflash", catalog.blocks_for(entry)),
             ("mtp", entry.mtp),
         )
         if offered
@@ -324,18 +329,25 @@ def _catalog_fields(catalog: Catalog, entry: CatalogEntry) -> list[tuple[str, st
             "yes" if entry.verified else "no (file name from public sources, not fetched to check)",
         ),
     ]
-    if entry.is_head:
-        target = entry.targets[0]
+    if entry.needs_target:
+        use = f"-t {entry.targets[0]} --draft {entry.kind}:{entry.alias}"
         return fields + [
-            ("kind", "EAGLE-3 head"),
-            ("head for", f"{', '.join(entry.targets)} (-t {target} --draft eagle3:{entry.alias})"),
+            ("kind", KIND_NOUNS[entry.kind]),
+            (
+                "head for" if entry.is_head else "block draft for",
+                f"{', '.join(entry.targets)} ({use})",
+            ),
         ]
-    heads = catalog.heads_for(entry)
+    heads, blocks = catalog.heads_for(entry), catalog.blocks_for(entry)
     return fields + [
         ("compatible drafts", ", ".join(catalog.compatible_drafts(entry)) or "none in the catalog"),
         (
             "EAGLE-3 heads",
             f"{', '.join(heads)} (--draft eagle3)" if heads else "none in the catalog",
+        ),
+        (
+            "block drafts",
+            f"{', '.join(blocks)} (--draft dflash)" if blocks else "none in the catalog",
         ),
         ("MTP layers", "yes (--draft mtp)" if entry.mtp else "not in the catalog"),
     ]

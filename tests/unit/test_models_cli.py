@@ -76,7 +76,7 @@ def test_list_shows_how_each_target_drafts_and_what_each_head_serves(hf_cache):
     lines = result.stdout.splitlines()
     column = lines[0].index("DRAFTING")
     drafting = {line.split()[0]: line[column:] for line in lines[1:]}
-    assert drafting["llama-8b-q4"] == "auto, eagle3"
+    assert drafting["llama-8b-q4"] == "auto, eagle3, dflash"
     assert drafting["llama-70b-q4"] == "auto, eagle3"
     assert drafting["qwen-7b-q4"] == "auto" and drafting["qwen-0.5b-q4"] == "-"
     assert drafting["glm-4.5-air-q4"] == "mtp"
