@@ -31,6 +31,7 @@ import numpy as np
 
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal
+from specrun.core.gamma import GammaShape
 from specrun.core.heads import SEAM_ROWS, HiddenRows
 from specrun.core.sampling import Draws, SamplingParams
 from specrun.core.sequence import Continuation, common_prefix_length
@@ -66,6 +67,7 @@ class BlockDraft:
         self.name = block.name
         self.kind: DraftKind = block.kind
         self.longest = block.longest
+        self.gamma_shape = GammaShape(block=block.longest)  # auto prices it per pass, by position
         self.target_vocab = target_vocab
         self.p_min = p_min
         self._tokens: list[int] = []  # the committed text whose positions the cache holds

@@ -44,7 +44,9 @@ class RoundLike(Protocol):
 
 # A measured cost: (value, samples).
 Measure = tuple[float, int]
-MEANS = ("draft", "overhead")  # the means a CostModel keeps besides its verify curve
+# The means a CostModel keeps besides its verify curve: drafting per token (or per pass, of a
+# block draft) and the loop's own time.
+MEANS = ("draft", "pass", "overhead")
 
 
 class CostState(TypedDict):
@@ -66,16 +68,18 @@ def is_plain_sample(event: RoundLike, last_drafted: int | None) -> bool:
 class CostModel:
     """Measured costs of a round.
 
-    t_draft: draft time per drafted token; t_verify(k): target time to evaluate k
+    t_draft: draft time per drafted token, or with `per_pass` (a block draft, which drafts
+    them all in one pass) t_pass, its time per pass; t_verify(k): target time to evaluate k
     positions in one call, per width (on CPU it is far from flat), counting the rows of
     other slots decoded in the same batch; t_overhead: the loop's own time per round. With
     `decay` the figures are exponentially weighted, so they follow the machine's state; with
     decay=None they are plain means.
     """
 
-    def __init__(self, decay: float | None = 0.8) -> None:
+    def __init__(self, decay: float | None = 0.8, *, per_pass: bool = False) -> None:
         self.decay = decay
-        self._means: dict[str, Measure] = {}  # "draft" or "overhead" -> (value, samples)
+        self.per_pass = per_pass
+        self._means: dict[str, Measure] = {}  # one of MEANS -> (value, samples)
         self._verify: dict[int, Measure] = {}  # width -> (value, samples)
         self._widths: dict[int, float] | None = None  # measured_widths, until the next update
         self._curve: list[float] | None = None  # verify_curve, until the next update
@@ -93,11 +97,25 @@ class CostModel:
         return self._means.get("draft", (None,))[0]
 
     @property
+    def t_pass(self) -> float | None:
+        return self._means.get("pass", (None,))[0]
+
+    @property
     def t_overhead(self) -> float | None:
         return self._means.get("overhead", (None,))[0]
 
+    def drafting_seconds(self, gamma: int) -> float | None:
+        """Drafting γ tokens: γ·t_draft, or one pass; None where nothing was drafted yet."""
+        if gamma == 0:
+            return 0.0
+        if self.per_pass:
+            return self.t_pass
+        return None if self.t_draft is None else gamma * self.t_draft
+
     def observe(self, event: RoundLike) -> None:
-        if event.drafted > 0:
+        if event.drafted > 0 and self.per_pass:
+            self._update(self._means, "pass", event.draft_seconds)
+        elif event.drafted > 0:
             self._update(self._means, "draft", event.draft_seconds / event.drafted)
         self._update(self._means, "overhead", event.overhead_seconds)
         if event.verify_first_of_shape:
@@ -206,6 +224,11 @@ def expected_rate(
     """Expected tokens per second of rounds at this γ (Leviathan et al. 2023, with measured
     costs), counting `shared_tokens` that other slots commit in the same rounds: their
     rounds wait for this one's rows."""
-    seconds = gamma * t_draft + t_verify + t_overhead
-    tokens = expected_tokens(alpha, gamma) + shared_tokens
+    return round_rate(
+        expected_tokens(alpha, gamma) + shared_tokens, gamma * t_draft + t_verify + t_overhead
+    )
+
+
+def round_rate(tokens: float, seconds: float) -> float:
+    """Tokens per second of rounds that yield `tokens` in `seconds` (inf where they cost none)."""
     return tokens / seconds if seconds > 0 else math.inf

@@ -8,7 +8,7 @@ verification treats as a point mass.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -16,7 +16,15 @@ import numpy as np
 
 from specrun.core.constraint import Constraint
 from specrun.core.costs import RoundLike
-from specrun.core.gamma import GAMMA_MAX, AdaptiveGamma, GammaPolicy, PlainSamples, parse_policy
+from specrun.core.gamma import (
+    GAMMA_MAX,
+    PER_TOKEN,
+    AdaptiveGamma,
+    GammaPolicy,
+    GammaShape,
+    PlainSamples,
+    parse_policy,
+)
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import (
     CandidateRows,
@@ -168,17 +176,34 @@ def top_probability(row: Row) -> float:
 LOOKUP = "lookup"  # the hybrid's name for its prompt lookup's policy
 
 
+def gamma_shape(source: DraftSource) -> GammaShape:
+    """How auto prices a source's drafts (GammaShape): a block draft declares its block
+    (`BlockDraft.gamma_shape`); every other source drafts token by token."""
+    shape: GammaShape = getattr(source, "gamma_shape", PER_TOKEN)
+    return shape
+
+
+def policy_for(source: DraftSource | None, spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
+    """The γ policy `spec` names (as `parse_policy` reads it) for a draft source: auto priced
+    by the source's shape, and the hybrid's auto choosing its source per round too."""
+    if isinstance(source, HybridDraft):
+        return source.policy(spec, gamma_max)
+    return parse_policy(spec, gamma_max, PER_TOKEN if source is None else gamma_shape(source))
+
+
 class SourceChoice:
-    """auto for the hybrid: an adaptive policy per source (by its name), each learning its
-    own α (on the rounds its source drafted) and its own cost per token, and the loop's
-    policy over them all (`next_gamma` the longest of their γ). A round is evidence for the
-    source that drafted it; a round that no source drafted, for all; the others only count
-    it as gone by (`AdaptiveGamma.pass_round`)."""
+    """auto for the hybrid: an adaptive policy per source (by its name), each of its source's
+    shape (`gamma_shape`), learning its own acceptance (on the rounds its source drafted) and
+    its own cost per token or per pass, and the loop's policy over them all (`next_gamma` the
+    longest of their γ). A round is evidence for the source that drafted it; a round that no
+    source drafted, for all; the others only count it as gone by (`AdaptiveGamma.pass_round`)."""
 
     name = "auto"
 
-    def __init__(self, names: Sequence[str], gamma_max: int) -> None:
-        self.policies = {name: AdaptiveGamma(gamma_max) for name in names}
+    def __init__(self, shapes: Mapping[str, GammaShape], gamma_max: int) -> None:
+        self.policies = {
+            name: AdaptiveGamma(gamma_max, shape=shape) for name, shape in shapes.items()
+        }
         self.asked: dict[str, int] = {}  # this round's γ of each source asked
         self.drafter: str | None = None  # this round's
 
@@ -210,7 +235,7 @@ class HybridDraft:
     Under a fixed γ or the heuristic, lookup first and the first draft where the text
     offers no match. Under auto (`policy("auto")`), each source has its own policy
     (SourceChoice), so a source that does not pay no longer drags the others' estimates
-    down: the draft (model or head) with the best expected rate at its own γ is the
+    down: the draft (model, head or block) with the best expected rate at its own γ is the
     candidate (one not yet measured, or probing, first); lookup is asked first, at no cost, and its
     match drafts where its expected rate beats the candidate's, where no draft would
     draft, or where lookup's policy probes (a probe a comparison could veto would never
@@ -228,8 +253,11 @@ class HybridDraft:
     def policy(self, spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
         """The γ policy to run the hybrid under: `spec` as `parse_policy` reads it."""
         policy = parse_policy(spec, gamma_max)
-        names = [*([LOOKUP] if self.lookup else []), *(d.name for d in self.drafts)]
-        self.choice = SourceChoice(names, gamma_max) if policy.name == "auto" else None
+        shapes = {
+            **({LOOKUP: gamma_shape(self.lookup)} if self.lookup else {}),
+            **{draft.name: gamma_shape(draft) for draft in self.drafts},
+        }
+        self.choice = SourceChoice(shapes, gamma_max) if policy.name == "auto" else None
         return PlainSamples(self.choice) if self.choice else policy
 
     def prefill(self, ctx: Sequence[int]) -> None:

@@ -7,9 +7,17 @@ tested without a model. What a round costs and yields is `costs`'s.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Protocol, TypedDict
 
-from specrun.core.costs import CostModel, CostState, RoundLike, expected_rate, is_plain_sample
+from specrun.core.costs import (
+    CostModel,
+    CostState,
+    RoundLike,
+    expected_tokens,
+    is_plain_sample,
+    round_rate,
+)
 from specrun.errors import OptionError
 from specrun.system.numerals import whole_number
 
@@ -31,14 +39,36 @@ PLAIN_SAMPLE_ROUNDS = 3
 PASSED_OVER_ROUNDS = 32
 
 
-class AdaptiveState(TypedDict):
+class AcceptanceState(TypedDict, total=False):
+    """What AdaptiveGamma learned of acceptance: one α's evidence, or a block's per position."""
+
+    accepted: float  # token by token: the evidence, in drafted tokens
+    rejected: float
+    positions: list[list[float]]  # a block: each position's [accepted, rejected, prior weight]
+
+
+class AdaptiveState(AcceptanceState):
     """What AdaptiveGamma learned (`state`), kept as JSON between runs (specrun.core.learned)."""
 
-    accepted: float  # the evidence, in drafted tokens
-    rejected: float
     gamma: int
     probe_interval: int
     costs: CostState
+
+
+@dataclass(frozen=True)
+class GammaShape:
+    """How a draft source's cost and yield grow with γ, which auto prices.
+
+    Token by token (a draft model, prompt lookup, a head): each drafted token costs t_draft
+    and sees the drafts before it, so one α, the per-token acceptance, prices every γ. A
+    block draft (DFlash, DSpark; `block`: the most tokens its one pass drafts) costs one
+    pass whatever γ, and guesses every position at once, so its acceptance falls with the
+    position: α per position (PositionAcceptance), γ at most the block."""
+
+    block: int | None = None
+
+
+PER_TOKEN = GammaShape()
 
 
 class GammaPolicy(Protocol):
@@ -81,6 +111,65 @@ class HeuristicGamma:
         self.gamma = max(1, min(self.gamma, self.gamma_max))
 
 
+class PositionAcceptance:
+    """A block draft's acceptance per position (GammaShape.block): α_k, the chance that its
+    k-th token is accepted where the k - 1 before it were, and E[N](γ) = 1 + Σ_{k≤γ} Π_{i≤k} α_i.
+
+    Each position keeps its evidence as AdaptiveGamma keeps α's: counts of its outcomes
+    weighted down by `decay` at each new one, capped at `max_evidence`, from a weak prior
+    (PRIOR accepted and PRIOR rejected) that fades as outcomes come and returns while the
+    policy decodes plainly (`fade`). A round that drafted d and had a accepted shows
+    positions 1..a accepted and a + 1 rejected where a < d; later positions went unseen.
+    A position's prior leans to the estimate of the one before it (the first's, to 0.5): a
+    position not yet seen is expected to do as its neighbour, so γ grows into it where that
+    would pay, and its own outcomes then show where acceptance falls off."""
+
+    def __init__(self, positions: int, decay: float, max_evidence: float) -> None:
+        self.decay = decay
+        self.max_evidence = max_evidence
+        # Per position: accepted, rejected, and the prior's weight.
+        self.evidence = [[0.0, 0.0, 2 * PRIOR] for _ in range(positions)]
+
+    def alphas(self) -> list[float]:
+        alphas, before = [], 0.5
+        for accepted, rejected, prior in self.evidence:
+            before = (accepted + prior * before) / (accepted + rejected + prior)
+            alphas.append(before)
+        return alphas
+
+    def expected_tokens(self, gamma: int) -> float:
+        tokens = reached = 1.0
+        for alpha in self.alphas()[:gamma]:
+            reached *= alpha
+            tokens += reached
+        return tokens
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        for k in range(min(drafted, accepted + 1, len(self.evidence))):
+            counts = self.evidence[k]
+            counts[:] = [self.decay * count for count in counts]
+            counts[0 if k < accepted else 1] += 1.0
+            total = sum(counts)
+            if total > self.max_evidence:
+                counts[:] = [count * self.max_evidence / total for count in counts]
+
+    def fade(self) -> None:
+        """Toward the prior, as AdaptiveGamma._fade_evidence."""
+        for counts in self.evidence:
+            accepted, rejected, prior = counts
+            counts[:] = [
+                self.decay * accepted,
+                self.decay * rejected,
+                2 * PRIOR + self.decay * (prior - 2 * PRIOR),
+            ]
+
+    def resume(self, evidence: list[list[float]], weight: float) -> None:
+        """Take over saved evidence, all of it together weighing at most `weight` outcomes."""
+        total = sum(sum(counts) for counts in evidence)
+        scale = weight / total if total > weight else 1.0
+        self.evidence = [[float(count) * scale for count in counts] for counts in evidence]
+
+
 class AdaptiveGamma:
     """Pick γ ∈ [0, γ_max] maximising E[N](α, γ) / (γ·t_d + t_v(γ+1) + t_o).
 
@@ -91,6 +180,9 @@ class AdaptiveGamma:
     come back, spacing the probes so that their extra cost stays within
     `probe_budget` of the time. A new γ must beat the current one by `hysteresis` to
     be taken, which stops oscillation.
+
+    A block draft (`shape`, GammaShape) drafts in one pass: t_d is that pass's cost, paid once
+    whatever γ, and E[N] comes from an α per position (PositionAcceptance), γ at most the block.
     """
 
     name = "auto"
@@ -99,6 +191,7 @@ class AdaptiveGamma:
         self,
         gamma_max: int = GAMMA_MAX,
         *,
+        shape: GammaShape = PER_TOKEN,
         decay: float = 0.9,
         max_evidence: float = 32.0,
         hysteresis: float = 0.05,
@@ -106,17 +199,20 @@ class AdaptiveGamma:
         first_probe_after: int = 8,
         max_probe_interval: int = 512,
     ) -> None:
-        self.gamma_max = gamma_max
+        self.gamma_max = gamma_max if shape.block is None else min(gamma_max, shape.block)
         self.decay = decay
         self.max_evidence = max_evidence
         self.hysteresis = hysteresis
         self.probe_budget = probe_budget
-        self.costs = CostModel()
-        self._accepted = self._rejected = PRIOR
+        self.costs = CostModel(per_pass=shape.block is not None)
+        self._accepted = self._rejected = PRIOR  # token by token
+        self.positions = (
+            None if shape.block is None else PositionAcceptance(self.gamma_max, decay, max_evidence)
+        )
         # Plain rounds, then a one-token draft: a first measure of every cost and of α.
         # The first round after the prompt pays one-time costs and is not measured; two
         # more give plain decoding's cost, which later rounds at γ > 0 no longer update.
-        self._warmup = [0, 0, 0, 1] if gamma_max > 0 else [0]
+        self._warmup = [0, 0, 0, 1] if self.gamma_max > 0 else [0]
         self._first_round = True
         self._pays: bool | None = None  # _could_pay's answer at the current costs
         self.gamma = 0
@@ -129,24 +225,34 @@ class AdaptiveGamma:
     def alpha(self) -> float:
         return self._accepted / (self._accepted + self._rejected)
 
-    def rates(self, alpha: float | None = None) -> dict[int, float]:
+    def expected_tokens(self, gamma: int, perfect: bool = False) -> float:
+        """E[N] of a round at γ: at the recent acceptance, or with every draft accepted."""
+        if perfect:
+            return gamma + 1.0
+        if self.positions is not None:
+            return self.positions.expected_tokens(gamma)
+        return expected_tokens(self.alpha, gamma)
+
+    def rates(self, perfect: bool = False) -> dict[int, float]:
         """Expected tokens per second of every γ whose costs are known (measured or
-        extrapolated), at the recent α or this one, from one verify curve.
+        extrapolated), at the recent acceptance or with every draft accepted, from one
+        verify curve.
 
         Where other slots share the verify's batch (as they did last round), a γ costs the
         verify of their rows and its own, and every slot's round waits for it: the rate counts
         the others' tokens too, a token each at least. So a full batch turns speculation down
         where its rows cost more than they bring, and a quiet server turns it back up."""
-        t_draft, t_overhead = self.costs.t_draft, self.costs.t_overhead or 0.0
-        alpha = self.alpha if alpha is None else alpha
+        t_overhead = self.costs.t_overhead or 0.0
         shared_rows, shared_with = self._shared
         curve = self.costs.verify_curve(shared_rows + self.gamma_max + 1)[shared_rows:]
         table: dict[int, float] = {}
         for gamma, t_verify in enumerate(curve):
-            if gamma > 0 and t_draft is None:
+            drafting = self.costs.drafting_seconds(gamma)
+            if drafting is None:
                 break
-            rate = expected_rate(
-                alpha, gamma, t_draft or 0.0, t_verify, t_overhead, shared_tokens=shared_with
+            rate = round_rate(
+                self.expected_tokens(gamma, perfect) + shared_with,
+                drafting + t_verify + t_overhead,
             )
             if math.isfinite(rate):
                 table[gamma] = rate
@@ -168,9 +274,9 @@ class AdaptiveGamma:
         If not (a draft as slow as its target), probing cannot bring speculation back.
         It depends on the costs alone: worked out once after each change of them."""
         if self._pays is None:
-            perfect = self.rates(alpha=1.0)
+            perfect = self.rates(perfect=True)
             plain = perfect.pop(0, None)
-            if plain is None or self.costs.t_draft is None:
+            if plain is None or self.costs.drafting_seconds(1) is None:
                 return True  # nothing known yet: find out
             self._pays = any(rate > plain * (1 + self.hysteresis) for rate in perfect.values())
         return self._pays
@@ -188,13 +294,13 @@ class AdaptiveGamma:
             self.costs.observe(event)
             self._pays = None
         if event.drafted > 0:
-            self._add_evidence(event.accepted, 1.0 if event.accepted < event.drafted else 0.0)
+            self._add_evidence(event.drafted, event.accepted)
         elif self.gamma == 0:
             self._fade_evidence()
         if self._warmup:
             self._warmup.pop(0)
             self.gamma = self._warmup[0] if self._warmup else self.best_gamma()
-            if not self._warmup and self.costs.t_draft is None:
+            if not self._warmup and self.costs.drafting_seconds(1) is None:
                 self._rounds_at_zero = self._probe_interval  # nothing drafted yet: probe at once
             return
         # At γ 0 where no γ ≥ 1 would win even were every draft accepted, none wins now: no
@@ -232,22 +338,35 @@ class AdaptiveGamma:
 
     def state(self) -> AdaptiveState:
         """What it learned, for a later run on the same pair and machine (specrun.core.learned)."""
-        return {
-            "accepted": self._accepted,
-            "rejected": self._rejected,
+        state: AdaptiveState = {
             "gamma": self.gamma,
             "probe_interval": self._probe_interval,
             "costs": self.costs.state(),
         }
+        if self.positions is not None:
+            state["positions"] = [list(counts) for counts in self.positions.evidence]
+        else:
+            state["accepted"], state["rejected"] = self._accepted, self._rejected
+        return state
+
+    def fits(self, state: AdaptiveState) -> bool:
+        """Whether a saved state is of this policy's shape: one α, or as many positions."""
+        if self.positions is None:
+            return "positions" not in state
+        return len(state.get("positions", ())) == len(self.positions.evidence)
 
     def resume(self, state: AdaptiveState, evidence: float = 8.0, samples: int = 3) -> None:
-        """Start from a saved state instead of the warm-up, trusting it as much as a few rounds
-        (`evidence` drafted tokens, `samples` measurements of each cost): a new text soon shows."""
+        """Start from a saved state of its shape (`fits`) instead of the warm-up, trusting it as
+        much as a few rounds (`evidence` drafted tokens, `samples` measurements of each cost):
+        a new text soon shows."""
         self.costs.resume(state["costs"], samples)
         self._pays = None
-        accepted, rejected = float(state["accepted"]), float(state["rejected"])
-        scale = min(1.0, evidence / (accepted + rejected))
-        self._accepted, self._rejected = accepted * scale, rejected * scale
+        if self.positions is not None:
+            self.positions.resume(state["positions"], evidence)
+        else:
+            accepted, rejected = float(state["accepted"]), float(state["rejected"])
+            scale = min(1.0, evidence / (accepted + rejected))
+            self._accepted, self._rejected = accepted * scale, rejected * scale
         self.gamma = max(0, min(int(state["gamma"]), self.gamma_max))
         self._probe_interval = max(1, min(int(state["probe_interval"]), self._max_probe_interval))
         self._rounds_at_zero = 0
@@ -255,9 +374,12 @@ class AdaptiveGamma:
         self._warmup = []
         self._first_round = True
 
-    def _add_evidence(self, accepted: float, rejected: float) -> None:
+    def _add_evidence(self, drafted: int, accepted: int) -> None:
+        if self.positions is not None:
+            self.positions.observe(drafted, accepted)
+            return
         self._accepted = self.decay * self._accepted + accepted
-        self._rejected = self.decay * self._rejected + rejected
+        self._rejected = self.decay * self._rejected + (accepted < drafted)
         # Long accepted drafts pile up evidence fast; cap it so a change of text
         # shows within a few rounds whatever γ was.
         evidence = self._accepted + self._rejected
@@ -272,6 +394,9 @@ class AdaptiveGamma:
         prose that matched nothing, reaching an extraction that copies its input). Not
         while drafting: a lookup round that found no match, or a plain sample, says
         nothing about the text drafts are judged on."""
+        if self.positions is not None:
+            self.positions.fade()
+            return
         self._accepted = PRIOR + self.decay * (self._accepted - PRIOR)
         self._rejected = PRIOR + self.decay * (self._rejected - PRIOR)
 
@@ -382,14 +507,16 @@ class PlainSamples:
         return max(sum(forced) - len(forced) * self._drafting_seconds / self._drafting_tokens, 0.0)
 
 
-def parse_policy(spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
+def parse_policy(
+    spec: str, gamma_max: int = GAMMA_MAX, shape: GammaShape = PER_TOKEN
+) -> GammaPolicy:
     """`auto`, `heuristic` or a fixed number N (0 = plain decoding); each with plain
-    samples, except plain decoding itself."""
+    samples, except plain decoding itself. auto prices γ by the draft's `shape`."""
     if not 0 <= gamma_max <= GAMMA_LIMIT:
         raise OptionError(f"`gamma_max` must be between 0 and {GAMMA_LIMIT}, got {gamma_max}")
     spec = spec.strip().lower()
     if spec == "auto":
-        return PlainSamples(AdaptiveGamma(gamma_max))
+        return PlainSamples(AdaptiveGamma(gamma_max, shape=shape))
     if spec == "heuristic":
         return PlainSamples(HeuristicGamma(gamma_max))
     gamma = whole_number(spec.removeprefix("fixed:"))

@@ -79,15 +79,41 @@ def _measures(table: object, known: Callable[[str], bool]) -> bool:
     )
 
 
+def _evidence(counts: object, size: int) -> bool:
+    """`size` finite non-negative numbers, not all zero (an estimate divides by their sum)."""
+    return (
+        isinstance(counts, list)
+        and len(counts) == size
+        and all(_amount(count) and count >= 0 for count in counts)
+        and sum(counts) > 0
+    )
+
+
+def _acceptance(state: dict[str, object]) -> bool:
+    """One α's evidence (accepted, rejected), or a block draft's per position (GammaShape):
+    [accepted, rejected, prior weight] each."""
+    if "positions" in state:
+        positions = state["positions"]
+        return (
+            "accepted" not in state
+            and "rejected" not in state
+            and isinstance(positions, list)
+            and all(_evidence(counts, 3) for counts in positions)
+        )
+    return "accepted" in state and _evidence([state["accepted"], state.get("rejected")], 2)
+
+
 def is_valid_state(state: object) -> TypeGuard[AdaptiveState]:
     """Every key known and every number finite and in range: a state that a bug, a disk
-    error or a hand edit left with NaN would otherwise steer auto, and be saved back."""
-    if not isinstance(state, dict) or set(state) != set(AdaptiveState.__annotations__):
+    error or a hand edit left with NaN would otherwise steer auto, and be saved back.
+    A state saved before block drafts (one α, no positions) is still one."""
+    if not isinstance(state, dict) or not (
+        AdaptiveState.__required_keys__ <= set(state) <= set(AdaptiveState.__annotations__)
+    ):
         return False
     costs = state["costs"]
     return (
-        all(_amount(state[k]) and state[k] >= 0 for k in ("accepted", "rejected"))
-        and state["accepted"] + state["rejected"] > 0
+        _acceptance(state)
         and _count(state["gamma"])
         and _count(state["probe_interval"])
         and state["probe_interval"] >= 1
@@ -109,9 +135,10 @@ def load(policy: GammaPolicy, path: Path) -> bool:
         return False  # none yet, or unreadable: the warm-up measures afresh
     if not isinstance(saved, dict) or saved.get("version") != VERSION:
         return False
-    if not is_valid_state(saved.get("state")):
-        return False
-    auto.resume(saved["state"])
+    state = saved.get("state")
+    if not is_valid_state(state) or not auto.fits(state):
+        return False  # a damaged state, or one of another shape (GammaShape)
+    auto.resume(state)
     return True
 
 
