@@ -19,13 +19,20 @@ Besides a plain llama target or draft, for drafting from the target's hidden sta
   output over a 32000-token draft vocabulary mapped to the target's by `d2t`, and the
   target's token embeddings borrowed (the 8B head) or its own (the 70B head);
 - `--mtp`: the target's trunk as a `glm4moe` model (every trunk layer dense) with one MTP
-  block after it, MoE whose active experts cost one dense FFN: a dense target plus one layer.
+  block after it, MoE whose active experts cost one dense FFN: a dense target plus one layer;
+- `--block dflash` (or `dspark`): a block draft for a target of SHAPE, as z-lab's DFlash
+  drafts are made (Qwen3-8B-DFlash-b16): `fc` fusing the inputs of 5 target layers spread as
+  DFlash's `build_target_layer_ids` spreads them, `--block-layers` non-causal decoder layers
+  (5) at the target's width with q/k norms, a block of 16, a mask token, and the target's
+  token embeddings and output borrowed; DSpark adds its Markov head (rank 256) and a
+  confidence projection, anchor-first.
 SHAPE may also be a llama GGUF (the demo's SmolLM2): its shape and its tokenizer are taken,
 so the head or MTP model serves that file.
 
     python bench/gpu/synthetic.py SHAPE TYPE OUT.gguf     # e.g. llama3-8b q4_k_m
     python bench/gpu/synthetic.py llama3-8b f16 head.gguf --head eagle3
     python bench/gpu/synthetic.py llama3-8b q4_k_m mtp.gguf --mtp
+    python bench/gpu/synthetic.py llama3-8b f16 dflash.gguf --block dflash
     python bench/gpu/synthetic.py ~/.cache/specrun/demo/smollm2-135m-f16.gguf f16 OUT.gguf --mtp
 """
 
@@ -67,6 +74,8 @@ SHAPES = {  # the published configs
     "llama3-8b": Shape(4096, 32, 32, 8, 14336, LLAMA3_VOCAB, 8192),
     "llama3.2-1b": Shape(2048, 16, 32, 8, 8192, LLAMA3_VOCAB, 8192, tied_output=True),
     # The CPU mode: the same code on shapes a 2-core machine runs in seconds.
+    # A few hundred MB at F16, for what a 2-core machine measures in minutes (bench/block_cost.py).
+    "mini-target": Shape(1024, 16, 16, 4, 2816, 32000, 4096),
     "tiny-target": Shape(256, 4, 4, 2, 768, 8192, 2048),
     "tiny-draft": Shape(
         256, 2, 4, 2, 512, 8192, 2048, tied_output=True
@@ -91,6 +100,9 @@ SCALES = {
     Q.Q4_K: {0: 1e-4, 2: 1e-4},
     Q.Q6_K: {208: 3e-5},
 }
+# z-lab's DFlash drafts (Qwen3-8B-DFlash-b16 and its kin): 5 target layers, 5 decoder
+# layers, blocks of 16. DSpark's Markov head rank is not published for these shapes: 256.
+BLOCK_TARGET_LAYERS, BLOCK_LAYERS, BLOCK_SIZE, MARKOV_RANK = 5, 5, 16, 256
 FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q6_K: Q.Q8_0}  # llama-quant.cpp's, for rows of 32k+ values
 POOL_BLOCKS = 1 << 16
 
@@ -233,6 +245,41 @@ def mtp_tensors(shape: Shape, file_type: str) -> Layout:
         (f"blk.{i}.nextn.hnorm.weight", (n,), Q.F32),
     ]
     return out + block + output(shape, file_type)
+
+
+def block_target_layers(n_layer: int, count: int = BLOCK_TARGET_LAYERS) -> list[int]:
+    """The target layers a DFlash draft reads, as DFlash's `build_target_layer_ids` spreads
+    them: from layer 1 to n - 3 in equal steps (Qwen3-8B's 36 layers: 1, 9, 17, 25, 33)."""
+    start, end = 1, n_layer - 3
+    return [round(start + i * (end - start) / (count - 1)) for i in range(count)]
+
+
+def block_tensors(shape: Shape, file_type: str, layers: int, dspark: bool = False) -> Layout:
+    """A DFlash draft for a target of `shape` (src/models/dflash.cpp): `fc` over the target
+    layers' inputs side by side, its norm, `layers` decoder layers with q/k norms, the final
+    norm; no token embeddings or output (the target's are borrowed). DSpark adds the Markov
+    head (markov_w1 over the vocabulary, markov_w2 over the draft's) and the confidence head."""
+    n, head_dim = shape.n_embd, shape.n_embd // shape.n_head
+    out: Layout = [
+        ("fc.weight", (n, BLOCK_TARGET_LAYERS * n), weight_type("fc", None, 0, file_type)),
+        ("enc.output_norm.weight", (n,), Q.F32),
+    ]
+    for i in range(layers):
+        layer = layer_tensors(shape, i, file_type)
+        out += layer[:5] + [
+            (f"blk.{i}.attn_q_norm.weight", (head_dim,), Q.F32),
+            (f"blk.{i}.attn_k_norm.weight", (head_dim,), Q.F32),
+        ]
+        out += layer[5:]
+    out.append(("output_norm.weight", (n,), Q.F32))
+    if dspark:
+        out += [
+            ("markov_w1.weight", (shape.n_vocab, MARKOV_RANK), Q.F16),
+            ("markov_w2.weight", (shape.n_vocab, MARKOV_RANK), Q.F16),
+            ("conf_proj.weight", (1, n + MARKOV_RANK), Q.F32),
+            ("conf_proj.bias", (1,), Q.F32),
+        ]
+    return out
 
 
 def expert_width(shape: Shape) -> int:
@@ -452,14 +499,52 @@ def write_mtp_model(
     )
 
 
+def write_block_draft(
+    path: Path,
+    shape: Shape,
+    file_type: str,
+    layers: int = BLOCK_LAYERS,
+    dspark: bool = False,
+    seed: int = 0,
+    tokenizer: Keys | None = None,
+) -> Path:
+    """A DFlash (or DSpark) draft for a target of `shape` (see block_tensors); its mask token
+    is the vocabulary's last id, a spare one as in the published drafts."""
+    tokenizer = tokenizer or synthetic_tokenizer(shape.n_vocab)
+    n_vocab = next(len(v) for k, v, *_ in tokenizer if k == "tokenizer.ggml.tokens")
+    mask = [("tokenizer.ggml.mask_token_id", n_vocab - 1, V.UINT32, None)]
+
+    def keys(writer: gguf.GGUFWriter) -> None:
+        writer.add_array("dflash.target_layers", block_target_layers(shape.n_layer))
+        writer.add_uint32("dflash.block_size", BLOCK_SIZE)
+        if dspark:
+            writer.add_bool("dflash.sample_from_anchor", True)
+            writer.add_bool("dflash.has_confidence_head", True)
+        common_keys(writer, shape, layers, file_type)
+
+    layout = block_tensors(shape, file_type, layers, dspark)
+    tokens = [key for key in tokenizer if key[0] != mask[0][0]] + mask
+    return write_gguf(path, "dflash", layout, keys, tokens, seed)
+
+
 def write(
-    out: Path, shape: str, file_type: str, head: str | None = None, mtp: bool = False
+    out: Path,
+    shape: str,
+    file_type: str,
+    head: str | None = None,
+    mtp: bool = False,
+    block: str | None = None,
+    block_layers: int = BLOCK_LAYERS,
 ) -> Path:
     """What the command line asks for: SHAPE is a name in SHAPES or a llama GGUF."""
     if shape in SHAPES:
         dims, tokenizer = SHAPES[shape], None
     else:
         dims, tokenizer = like(Path(shape).expanduser())
+    if block is not None:
+        return write_block_draft(
+            out, dims, file_type, block_layers, block == "dspark", tokenizer=tokenizer
+        )
     if head == "eagle3":
         own = shape in OWN_EMBEDDINGS
         return write_eagle3_head(out, dims, file_type, own, tokenizer=tokenizer)
@@ -484,10 +569,21 @@ def main() -> None:
     what.add_argument(
         "--mtp", action="store_true", help="SHAPE as a glm4moe target with one MTP block"
     )
+    what.add_argument(
+        "--block", choices=["dflash", "dspark"], help="a block draft for a target of SHAPE"
+    )
+    parser.add_argument(
+        "--block-layers",
+        type=int,
+        default=BLOCK_LAYERS,
+        help=f"the block draft's decoder layers ({BLOCK_LAYERS})",
+    )
     args = parser.parse_args()
     if args.shape not in SHAPES and not Path(args.shape).expanduser().is_file():
         parser.error(f"SHAPE: {args.shape} is neither a shape ({', '.join(SHAPES)}) nor a file")
-    out = write(args.out, args.shape, args.type, args.head, args.mtp)
+    if args.block_layers < 1:
+        parser.error("--block-layers: at least 1")
+    out = write(args.out, args.shape, args.type, args.head, args.mtp, args.block, args.block_layers)
     print(f"{out}: {out.stat().st_size / 2**30:.2f} GiB")
 
 
