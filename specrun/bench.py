@@ -18,9 +18,9 @@ from types import ModuleType
 from typing import Literal, TypedDict
 
 from specrun.core.costs import expected_rate
-from specrun.core.drafting import DraftSource, HybridDraft
+from specrun.core.drafting import DraftSource, HybridDraft, policy_for
 from specrun.core.exactness import first_divergence
-from specrun.core.gamma import GAMMA_MAX, parse_policy
+from specrun.core.gamma import GAMMA_MAX
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import NEAR_TIE, SamplingParams, candidate_width
 from specrun.core.stats import Stats, StatsRecord
@@ -260,10 +260,7 @@ def run_bench(
     # Each mode's source lives as long too (the hybrid's auto is its policy and its source).
     sources = {mode.name: _draft_source(mode, draft, lookup) for mode in modes}
     policies = {
-        name: source.policy(mode.gamma, gamma_max)
-        if isinstance(source := sources[name], HybridDraft)
-        else parse_policy(mode.gamma, gamma_max)
-        for name, mode in zip(sources, modes)
+        name: policy_for(sources[name], mode.gamma, gamma_max) for name, mode in zip(sources, modes)
     }
 
     # The draft's time per drafted token, as the rounds of the fixed-γ modes measured it

@@ -19,8 +19,8 @@ import llama_cpp
 
 from specrun.core import learned
 from specrun.core.blocks import BlockDraft
-from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
-from specrun.core.gamma import GAMMA_MAX, GammaPolicy, parse_policy
+from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft, policy_for
+from specrun.core.gamma import GAMMA_MAX, GammaPolicy
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, GenerationSettings, generate_with
 from specrun.core.sampling import Draws, SamplingParams
@@ -184,11 +184,8 @@ class Engine:
         }
 
     def _policy(self, spec: str, draft: DraftSource | None) -> GammaPolicy:
-        """The γ policy `spec` names for a draft source; the hybrid's auto chooses its source
-        per round too."""
-        if isinstance(draft, HybridDraft):
-            return draft.policy(spec, self.gamma_max)
-        return parse_policy(spec, self.gamma_max)
+        """The γ policy `spec` names for a draft source, of its shape (`policy_for`)."""
+        return policy_for(draft, spec, self.gamma_max)
 
     def set_gamma(self, spec: str) -> None:
         """Between generations (no slot busy)."""
