@@ -225,28 +225,33 @@ class ModelRequest:
             head_name = draft.partition(":")[2]
             resolved, head = resolve_head_pair(target, head_name, catalog=models)
             return ModelChoice(resolved.path, Eagle3Head(head.path))
-        if draft.startswith(BLOCK_PREFIXES):
+        if draft.startswith(BLOCK_PREFIXES) or f"{draft}:" in BLOCK_PREFIXES:
             return _block_choice(target, draft.partition(":")[2], models)
         resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
         return ModelChoice(resolved_target.path, resolved_draft.path)
 
 
 def _block_choice(target: str, name: str, models: Catalog) -> ModelChoice:
-    """`--draft dflash:FILE` (or `dspark:FILE`): the target, and the block draft FILE, whose
-    kind and fit the loader reads from it (`open_block`)."""
-    from specrun.models.catalog import resolve_target
+    """`--draft dflash:NAME` (or `dspark:NAME`): the target, and the block draft NAME, a catalog
+    alias (a published checkpoint converted on first use) or a file; without NAME the catalog's
+    block draft for the target. The loader reads its kind and fit from the file (`open_block`)."""
+    from specrun.models.catalog import resolve_block_pair
     from specrun.models.hub import ModelNotFound
     from specrun.system.files import MISSING, REGULAR_FILE, what_is
 
-    if not name:
-        raise OptionError("no block draft named: give it as dflash:FILE")
-    path = Path(name).expanduser()
-    kind = what_is(path)
-    if kind != REGULAR_FILE:
-        raise ModelNotFound(
-            f"no block draft {name}: " + ("no such file" if kind == MISSING else f"it is {kind}")
-        )
-    return ModelChoice(resolve_target(target, catalog=models).path, BlockDraftFile(path))
+    if name and models.get(name) is None:  # not an alias: a file
+        kind = what_is(Path(name).expanduser())
+        if kind == MISSING:
+            raise ModelNotFound(
+                f"no block draft {name}: no such file, nor a catalog alias "
+                "(`specrun models list` shows the block drafts)"
+            )
+        if kind != REGULAR_FILE:
+            raise ModelNotFound(f"no block draft {name}: it is {kind}")
+    # The block draft is fetched (or converted) first: the smaller download, so a problem
+    # with it shows sooner.
+    resolved, block = resolve_block_pair(target, name, catalog=models)
+    return ModelChoice(resolved.path, BlockDraftFile(block.path))
 
 
 def comma_list(text: str, option: str) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specrun.cli.models import app
+from specrun.cli.options import ModelRequest
 from specrun.models.catalog import (
     Catalog,
     CatalogError,
@@ -26,6 +27,7 @@ from specrun.models.catalog import (
 )
 from specrun.models.convert import Checkpoint
 from specrun.models.hub import ModelNotFound, NotCached
+from specrun.options import PROMPT_LOOKUP, BlockDraftFile
 from tests.support.hfcache import add_cached_file, write_tiny_gguf
 
 QWEN3_8B = ("Qwen/Qwen3-8B-GGUF", "Qwen3-8B-Q4_K_M.gguf")  # the catalog's qwen3-8b-q4
@@ -386,3 +388,30 @@ def test_show_of_a_block_draft_and_of_its_target(hf_cache):
     fields = shown_fields(invoke("show", "llama-8b-q4").stdout)
     assert fields["block drafts"] == "llama-8b-dflash (--draft dflash)"
     assert fields["EAGLE-3 heads"] == "llama-8b-eagle3 (--draft eagle3)"
+
+
+# --- --draft dflash as run, chat, serve and bench resolve it -----------------------------------
+
+
+def test_run_options_resolve_dflash_and_dspark_through_the_catalog(hf_cache, tmp_path):
+    target = add_cached_file(hf_cache, *QWEN3_8B)
+    block = converted("qwen3-8b-dflash")
+    for draft in ("dflash", "dflash:", "dflash:qwen3-8b-dflash", f"dflash:{block}", "dspark"):
+        choice = ModelRequest("qwen3-8b-q4", draft, None).resolve()
+        assert (choice.target, choice.draft) == (target, BlockDraftFile(block)), draft
+    hybrid = ModelRequest("qwen3-8b-q4", "lookup,dflash", None).resolve()
+    assert hybrid.drafts == (PROMPT_LOOKUP, BlockDraftFile(block))
+    with pytest.raises(IncompatibleModels, match="not for qwen3-4b-q4"):
+        ModelRequest("qwen3-4b-q4", "dflash:qwen3-8b-dflash", None).resolve()
+    with pytest.raises(ModelNotFound, match="the catalog has no block draft for qwen3-32b-q4"):
+        ModelRequest("qwen3-32b-q4", "dflash", None).resolve()
+    with pytest.raises(IncompatibleModels, match="not a block draft but an EAGLE-3 head"):
+        ModelRequest("llama-8b-q4", "dspark:llama-8b-eagle3", None).resolve()
+    with pytest.raises(ModelNotFound) as raised:
+        ModelRequest("qwen3-8b-q4", "dflash:qwen3-8b-dflsh", None).resolve()
+    assert str(raised.value) == (
+        "no block draft qwen3-8b-dflsh: no such file, nor a catalog alias "
+        "(`specrun models list` shows the block drafts)"
+    )
+    with pytest.raises(ModelNotFound, match=f"no block draft {tmp_path}: it is a directory"):
+        ModelRequest("qwen3-8b-q4", f"dflash:{tmp_path}", None).resolve()
