@@ -274,9 +274,9 @@ def test_the_hybrid_drafts_with_whichever_of_a_block_and_a_model_pays_more(
     assert throughput(history[300:]) >= 0.95 * alone[better]
 
 
-def test_lookup_beside_a_block_keeps_the_better_of_the_two():
+def test_lookup_beside_a_block_beats_both_alone():
     """`lookup,dflash:X` on text that copies a passage in two: lookup where it matches and its
-    expected rate is higher, the block elsewhere."""
+    expected rate is higher, the block elsewhere, faster than either alone."""
 
     def rate(kind: str) -> float:
         lookup = SimLookup(COPY_TEXT, 0.95)
@@ -285,8 +285,7 @@ def test_lookup_beside_a_block_keeps_the_better_of_the_two():
         history, _ = simulate_hybrid(source, policy_for(source, "auto"), GOOD_BLOCK, lookup)
         return throughput(history)
 
-    assert rate("hybrid") >= 0.97 * max(rate("lookup"), rate("block"))
-    assert rate("hybrid") >= 1.05 * min(rate("lookup"), rate("block"))  # not trivially either
+    assert rate("hybrid") >= 1.15 * max(rate("lookup"), rate("block"))
 
 
 # --- the learned state ------------------------------------------------------------------------
