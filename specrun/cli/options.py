@@ -82,6 +82,7 @@ FLAGS = {
     "gpu_layers": "--gpu-layers",
     "draft_gpu_layers": "--draft-gpu-layers",
     "rpc": "--rpc",
+    "draft": "--draft",
 }
 
 
