@@ -227,7 +227,7 @@ def _draft_source(
 
 def draft_label(source: DraftSource | None) -> str:
     """Which draft a mode runs, by the kind `--stats` names: - (none), lookup, model, eagle3,
-    mtp, or the hybrid's sources in the order it tries them (lookup+model)."""
+    mtp, dflash, dspark, or the hybrid's sources in the order it tries them (lookup+model)."""
     if source is None:
         return "-"
     if isinstance(source, HybridDraft):
@@ -249,8 +249,8 @@ def run_bench(
     placement: Placement | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> BenchResult:
-    """Every mode on every prompt, interleaved; `draft` is the draft model's or the head's
-    source (its p_min is the bench's) and `placement` where the models run."""
+    """Every mode on every prompt, interleaved; `draft` is the draft model's, the head's or the
+    block draft's source (its p_min is the bench's) and `placement` where the models run."""
     watch = Watch()  # all of it is timed, the warm-up and the cost curve included
     encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
     classes = list(dict.fromkeys(p["class"] for p in prompts))
