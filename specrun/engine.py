@@ -110,9 +110,11 @@ class Engine:
         """Load the target and the draft and check that the draft can serve the target.
 
         `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup, an
-        `Eagle3Head` made for the target, `MTP_LAYERS` for the target's own MTP layers, or
-        several of them: several sources (or one with `drafting.hybrid`, which adds prompt
-        lookup) make the hybrid, whose auto picks the source that pays each round.
+        `Eagle3Head` made for the target, `MTP_LAYERS` for the target's own MTP layers, a
+        `BlockDraftFile` (a DFlash or DSpark draft made for the target), or several of them
+        (one fed by the target's hidden states at most): several sources (or one with
+        `drafting.hybrid`, which adds prompt lookup) make the hybrid, whose auto picks the
+        source that pays each round.
         With GPUs, the layers are placed by free memory first (`specrun.llama.placement`), and
         `announce` hears the one line that says where they went. `options.rpc` adds RPC
         servers' devices for the target, ahead of this machine's GPUs (specrun.llama.rpc).
