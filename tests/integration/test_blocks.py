@@ -17,8 +17,8 @@ import pytest
 
 from specrun.core.blocks import BlockDraft
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import Proposal
-from specrun.core.gamma import FixedGamma, parse_policy
+from specrun.core.drafting import Proposal, policy_for
+from specrun.core.gamma import FixedGamma
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import Draws, SamplingParams, probabilities
 from specrun.llama.blocks import open_block
@@ -61,9 +61,11 @@ def two_turns(
     """A first answer, then a second turn that continues the first's text: the draft's cache
     and the target's carry over from one to the next."""
     first = target.tokenize(prompt)
-    answer, rounds = greedy_tokens(target, first, source, parse_policy(gamma), max_tokens=32)
+    # auto as the engine builds it: priced per pass and by position for a block draft
+    policy = policy_for(source, gamma, gamma_max=16)
+    answer, rounds = greedy_tokens(target, first, source, policy, max_tokens=32)
     second = first + answer + target.tokenize(FOLLOW_UP, add_special=False)
-    more, more_rounds = greedy_tokens(target, second, source, parse_policy(gamma), max_tokens=32)
+    more, more_rounds = greedy_tokens(target, second, source, policy, max_tokens=32)
     return answer + more, rounds + more_rounds
 
 
