@@ -64,7 +64,7 @@ _DEMO_ROLES = ("target", "draft", "head")  # the order of specrun.models.demo's 
 # The kinds of entry: a model, an EAGLE-3 head, or a block draft (DFlash or DSpark: which one
 # the file says); the last two are fed with a target's hidden states, never run alone.
 MODEL, EAGLE3, DFLASH = "model", "eagle3", "dflash"
-_KIND_NOUNS = {MODEL: "model", EAGLE3: "EAGLE-3 head", DFLASH: "block draft"}
+KIND_NOUNS = {MODEL: "model", EAGLE3: "EAGLE-3 head", DFLASH: "block draft"}
 GGUF, HF_CHECKPOINT = "gguf", "hf"  # formats: a GGUF, or a checkpoint converted on pull
 
 
@@ -81,7 +81,7 @@ class _FedWay:
 
     @property
     def noun(self) -> str:
-        return _KIND_NOUNS[self.kind]
+        return KIND_NOUNS[self.kind]
 
 
 _FED_WAYS = {
@@ -255,10 +255,10 @@ def _pairing_problem(other: CatalogEntry | None, family: str, wanted: str) -> st
         return None
     if wanted == MODEL:
         return (
-            f'{_an(_KIND_NOUNS[other.kind])} (kind = "{other.kind}"): a target lists its '
+            f'{_an(KIND_NOUNS[other.kind])} (kind = "{other.kind}"): a target lists its '
             f"{_FED_WAYS[other.kind].plural} in `{_FED_WAYS[other.kind].key}`"
         )
-    return f'not {_an(_KIND_NOUNS[wanted])} (kind = "{wanted}")'
+    return f'not {_an(KIND_NOUNS[wanted])} (kind = "{wanted}")'
 
 
 def _read_entries(path: Path) -> dict[str, CatalogEntry]:
@@ -362,7 +362,7 @@ def _check_kind(table: Mapping[str, Any], where: str) -> None:
     """`kind`, and the keys that belong to a model or to a draft fed by its target (a head, a
     block draft); a checkpoint's `format`."""
     kind, form = table.get("kind", MODEL), table.get("format", GGUF)
-    if kind not in _KIND_NOUNS:
+    if kind not in KIND_NOUNS:
         raise CatalogError(
             f'{where}: kind must be "{MODEL}", "{EAGLE3}" or "{DFLASH}", not "{kind}"'
         )
@@ -383,7 +383,7 @@ def _check_kind(table: Mapping[str, Any], where: str) -> None:
         raise CatalogError(f"{where}: '{wrong[0]}' belongs to {role}, which this entry is not")
     if kind != MODEL and not table.get("for"):
         raise CatalogError(
-            f"{where}: {_an(_KIND_NOUNS[kind])} needs 'for', the aliases of the targets it was "
+            f"{where}: {_an(KIND_NOUNS[kind])} needs 'for', the aliases of the targets it was "
             f"{_FED_WAYS[kind].made}"
         )
     if form == HF_CHECKPOINT:
