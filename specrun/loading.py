@@ -62,7 +62,6 @@ def load_models(
     """`Engine.load`'s models: its documentation says what each argument does."""
     choices = draft_choices(draft)
     check_parallel(options)
-    check_hidden_fed(choices)
     remotes = rpc.connect(options.rpc) if options.rpc else []
     placed = place_layers(Path(target_path), choices, options, remotes)
     # `gpu_layers` and `draft_gpu_layers` win over the fit: its line is said where it holds.
@@ -99,17 +98,6 @@ def check_parallel(options: LoadOptions) -> None:
     """`parallel`: at least one slot."""
     if options.parallel < 1:
         raise OptionError(f"`parallel` must be at least 1, got {options.parallel}")
-
-
-def check_hidden_fed(choices: Sequence[DraftSpec]) -> None:
-    """At most one draft fed by the target's hidden states (a head, MTP layers, a block draft):
-    the target keeps one set of rows per sequence, the layers that draft reads."""
-    fed = [c.spec for c in choices if isinstance(c, Eagle3Head | MtpLayers | BlockDraftFile)]
-    if len(fed) > 1:
-        raise OptionError(
-            f"`draft` names {len(fed)} drafts fed by the target's hidden states "
-            f"({', '.join(fed)}): the target keeps them for one"
-        )
 
 
 def place_layers(
@@ -238,8 +226,7 @@ def _head_of(
         return loaded
     assert isinstance(loaded.head, NativeHead)  # as open_eagle3 and open_mtp made it
     head = loaded.head if seq_id == 0 else loaded.head.twin()
-    rows = target.caches[seq_id].hidden
-    assert rows is not None  # kept for every sequence since the head was opened
+    rows = target.sequence_rows(seq_id, loaded.rows)
     return HeadDraft(HeadView(head, gather), rows, loaded.target_vocab, p_min=loaded.p_min)
 
 
@@ -252,8 +239,7 @@ def _block_of(
         return loaded
     assert isinstance(loaded.block, NativeBlock)  # as open_block made it
     block = loaded.block if seq_id == 0 else loaded.block.twin()
-    rows = target.caches[seq_id].hidden
-    assert rows is not None  # kept for every sequence since the block draft was opened
+    rows = target.sequence_rows(seq_id, loaded.rows)
     return BlockDraft(BlockView(block, gather), rows, loaded.target_vocab, p_min=loaded.p_min)
 
 

@@ -54,6 +54,15 @@ class DecodeFailed(SpecrunError):
     """llama_decode returned an error status."""
 
 
+LAST_STATE = -1  # a hidden-state source: the last layer's output (what MTP layers read)
+
+
+def hidden_sources(layers: Sequence[int]) -> tuple[int, ...]:
+    """What a draft reads of each position's hidden state, in its order: the inputs of
+    `layers` (repeats and all: EAGLE-3 may read one layer twice), or the last state."""
+    return tuple(layers) or (LAST_STATE,)
+
+
 class Batch:
     """The native batch of `context` (`n_batch` positions at most), its output buffers read
     as rows of `n_vocab` logits and, once `keep_hidden` asked, of `n_embd` hidden states."""
@@ -82,21 +91,24 @@ class Batch:
         self._at: list[int] = []
         self._rows_at: list[int] = []
         self.n_tokens = self.n_outputs = self.runs_with_rows = 0
-        # The layers whose inputs are kept, side by side (EAGLE-3); () the last hidden state
-        # (MTP); None: no hidden states kept.
-        self.hidden_layers: tuple[int, ...] | None = None
+        # What is kept of every position's hidden state: the inputs of these layers, and
+        # LAST_STATE the last hidden state (MTP), for each draft that reads them.
+        self.hidden_sources: list[int] = []
         # Views of llama.cpp's output buffers, by what they view (`_view`).
         self._views: dict[tuple[int, int, type], np.ndarray] = {}
 
     def keep_hidden(self, layers: Sequence[int] = ()) -> None:
-        """From the next decode on, keep every position's hidden state: the inputs of
-        `layers`, or with none given, the last hidden state. llama.cpp then computes every
-        position of a pass through the last layer, not only those with logits."""
-        self.hidden_layers = tuple(layers)
-        for layer in dict.fromkeys(layers):
-            ext.function("llama_set_embeddings_layer_inp")(self.context, layer, True)
-        if not layers:
-            ext.function("llama_set_embeddings_nextn")(self.context, True, False)
+        """From the next decode on, keep every position's hidden state also as a draft reads
+        it: the inputs of `layers`, or with none given, the last hidden state. llama.cpp then
+        computes every position of a pass through the last layer, not only those with logits."""
+        for source in hidden_sources(layers):
+            if source in self.hidden_sources:
+                continue
+            self.hidden_sources.append(source)
+            if source == LAST_STATE:
+                ext.function("llama_set_embeddings_nextn")(self.context, True, False)
+            else:
+                ext.function("llama_set_embeddings_layer_inp")(self.context, source, True)
 
     def fill(self, runs: Sequence[Positions]) -> None:
         """Put the runs' positions in the batch, one after another."""
@@ -182,14 +194,14 @@ class Batch:
         first, count = self._rows_at[run], self.outputs_of(run)
         return self._candidates(count, width, after=self.n_outputs - first - count)
 
-    def hidden(self, run: int) -> list[np.ndarray]:
-        """Run `run`'s hidden rows [positions, n_embd], one block per kept layer (views)."""
+    def hidden(self, run: int) -> dict[int, np.ndarray]:
+        """Run `run`'s hidden rows [positions, n_embd] of each kept source (views)."""
         first = self._at[run]
         end = self._at[run + 1] if run + 1 < len(self._at) else self.n_tokens
-        return [rows[first:end] for rows in self.all_hidden()]
+        return {source: rows[first:end] for source, rows in self.all_hidden().items()}
 
-    def all_hidden(self) -> list[np.ndarray]:
-        """Every position's hidden rows, one block per kept layer, in batch order (views)."""
+    def all_hidden(self) -> dict[int, np.ndarray]:
+        """Every position's hidden rows of each kept source, in batch order (views)."""
         return self._hidden(self.n_tokens)
 
     def outputs_of(self, run: int) -> int:
@@ -223,14 +235,16 @@ class Batch:
         rows = slice(count), slice(width)
         return self._view(ids, self.n_vocab)[rows], self._view(values, self.n_vocab)[rows]
 
-    def _hidden(self, count: int) -> list[np.ndarray]:
-        """The last decode's hidden rows [count, n_embd] per kept layer, in batch order."""
-        if not self.hidden_layers:
-            pointers = [ext.function("llama_get_embeddings_nextn")(self.context)]
-        else:
-            get = ext.function("llama_get_embeddings_layer_inp")
-            pointers = [get(self.context, layer) for layer in self.hidden_layers]
-        return [self._view(pointer, self.n_embd)[:count] for pointer in pointers]
+    def _hidden(self, count: int) -> dict[int, np.ndarray]:
+        """The last decode's hidden rows [count, n_embd] of each kept source, in batch order."""
+        layer_input = ext.function("llama_get_embeddings_layer_inp")
+        pointers = {
+            source: ext.function("llama_get_embeddings_nextn")(self.context)
+            if source == LAST_STATE
+            else layer_input(self.context, source)
+            for source in self.hidden_sources
+        }
+        return {source: self._view(p, self.n_embd)[:count] for source, p in pointers.items()}
 
     def _view(self, pointer: ctypes._Pointer[Any], columns: int) -> np.ndarray:
         """A [n_batch, columns] view of one of llama.cpp's output buffers from `pointer` on.

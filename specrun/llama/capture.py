@@ -171,7 +171,9 @@ class Capture:
             self.batch.decode(runs)
         finally:
             raise_pending()
-        return np.concatenate(self.batch.all_hidden(), axis=1), self.batch.all_logits()
+        kept = self.batch.all_hidden()
+        rows = np.concatenate([kept[layer] for layer in self.layers], axis=1)
+        return rows, self.batch.all_logits()
 
     def close(self) -> None:
         batch, ctx = getattr(self, "batch", None), getattr(self, "_ctx", None)

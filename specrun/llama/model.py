@@ -26,7 +26,7 @@ from specrun.core.model import BackendSampling
 from specrun.core.sampling import CandidateRows, Rows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
 from specrun.errors import SpecrunError
-from specrun.llama.batch import Batch, DecodeFailed
+from specrun.llama.batch import Batch, DecodeFailed, hidden_sources
 from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
 from specrun.llama.diagnose import load_failure
 from specrun.llama.gguf import check_gguf_header, tensor_table
@@ -55,7 +55,9 @@ class SequenceCache:
     base: Tokens | None = None
     seen: int = 0
     n_evaluated: int = 0  # tokens decoded for it so far
-    hidden: HiddenRows | None = None  # its hidden rows, kept for a head (`keep_hidden`)
+    # Its hidden rows kept for each draft that reads them (`keep_hidden`), with what that
+    # draft reads (`batch.hidden_sources`): each draft its own, released as it takes them in.
+    hidden: list[tuple[tuple[int, ...], HiddenRows]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -228,11 +230,6 @@ class Model(Vocabulary):
         return self._seq.tokens
 
     @property
-    def hidden_rows(self) -> HiddenRows | None:
-        """The hidden rows kept for a head of `logits`' sequence (`keep_hidden`)."""
-        return self._seq.hidden
-
-    @property
     def model(self) -> llama.llama_model_p:
         """The native `llama_model *` (an MTP head makes its context on it)."""
         model: llama.llama_model_p = self._model
@@ -378,8 +375,8 @@ class Model(Vocabulary):
         llama.llama_memory_seq_cp(self._memory, donor.seq_id, cache.seq_id, keep, most)
         cache.tokens.extend(seq[keep:most])
         cache.held = most
-        if cache.hidden is not None:  # no rows for the borrowed positions: a head starts there
-            cache.hidden.truncate(most)
+        for _, rows in cache.hidden:  # no rows for the borrowed positions: a head starts there
+            rows.truncate(most)
         return most
 
     def _decode_parts(self, parts: Sequence[Part], *, last: bool) -> None:
@@ -397,10 +394,10 @@ class Model(Vocabulary):
         first_of_shape = self._first_decode_of(self.batch.n_tokens, n_out)
         for i, part in enumerate(parts):
             call, cache = part.call, part.call.cache
-            if cache.hidden is not None:
-                cache.hidden.write(
-                    part.start, *(rows[: len(part.tokens)] for rows in self.batch.hidden(i))
-                )
+            if cache.hidden:
+                kept, n = self.batch.hidden(i), len(part.tokens)
+                for sources, kept_rows in cache.hidden:
+                    kept_rows.write(part.start, *(kept[source][:n] for source in sources))
             cache.tokens.extend(part.tokens)
             if not part.padding or self._drop(cache, part.end):  # padding kept where it stays
                 cache.held = part.end
@@ -468,16 +465,16 @@ class Model(Vocabulary):
             return
         del cache.tokens[keep:]
         cache.held = keep
-        if cache.hidden is not None:
-            cache.hidden.truncate(keep)
+        for _, rows in cache.hidden:
+            rows.truncate(keep)
 
     def reset(self) -> None:
         self._clear()
         for cache in self.caches:
             del cache.tokens[:]
             cache.held = 0
-            if cache.hidden is not None:
-                cache.hidden.truncate(0)
+            for _, rows in cache.hidden:
+                rows.truncate(0)
 
     # --- hidden states for a head ---------------------------------------------------
 
@@ -486,16 +483,25 @@ class Model(Vocabulary):
         return bool(layers) and 0 <= min(layers) and max(layers) < self.n_layer
 
     def keep_hidden(self, layers: Sequence[int] = ()) -> list[HiddenRows]:
-        """Keep, from each decode on, every position's hidden state for a head, each sequence
-        its own rows: the inputs of `layers`, side by side (EAGLE-3), or with none given, the
-        last hidden state (what an MTP layer reads). Returns each sequence's rows."""
-        width = self.n_embd * (len(layers) or 1)
+        """Keep, from each decode on, every position's hidden state for one more draft (a
+        head, a block draft), each sequence its own rows: the inputs of `layers`, side by side
+        (EAGLE-3, DFlash), or with none given, the last hidden state (what an MTP layer reads).
+        Returns each sequence's rows; each draft's are its own, released as it takes them in."""
+        sources = hidden_sources(layers)
+        width = self.n_embd * len(sources)
         budget = HIDDEN_ROWS_BYTES // (width * 4 * len(self.caches))
+        capacity = max(2 * self.n_batch, min(self.n_ctx, budget))
         for cache in self.caches:
-            cache.hidden = HiddenRows(width, max(2 * self.n_batch, min(self.n_ctx, budget)))
+            cache.hidden.append((sources, HiddenRows(width, capacity)))
         self.batch.keep_hidden(layers)
         self.reset()  # what the cache held has no rows
-        return [cache.hidden for cache in self.caches if cache.hidden is not None]
+        return [cache.hidden[-1][1] for cache in self.caches]
+
+    def sequence_rows(self, seq_id: int, first: HiddenRows) -> HiddenRows:
+        """Sequence `seq_id`'s rows kept for the draft whose first sequence's rows are `first`
+        (`keep_hidden`'s first): a slot's head or block draft reads its own sequence's."""
+        index = next(i for i, (_, rows) in enumerate(self.caches[0].hidden) if rows is first)
+        return self.caches[seq_id].hidden[index][1]
 
     # --- metadata ----------------------------------------------------------------------
 

@@ -150,17 +150,3 @@ def test_the_same_block_draft_twice_is_a_usage_error(tiny_target, blocks):
     assert result.returncode == 2 and result.stdout == ""
     name = blocks["dflash"].name
     assert result.stderr.splitlines() == [f"specrun: error: --draft names dflash:{name} twice"]
-
-
-def test_a_block_draft_beside_a_head_is_a_usage_error(tiny_target, tiny_dir, blocks):
-    """The target keeps the hidden rows of one draft's layers: a head and a block draft
-    together would leave one of them without rows, drafting nothing."""
-    head = write_tiny_eagle3_head(tiny_dir / "cli-block-head.gguf")
-    drafts = f"eagle3:{head},dflash:{blocks['dflash']}"
-    result = specrun(*run(tiny_target, "-d", drafts), "hi")
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.splitlines() == [
-        "specrun: error: --draft names 2 drafts fed by the target's hidden states "
-        f"({drafts.replace(',', ', ')}): "
-        "the target keeps them for one"
-    ]

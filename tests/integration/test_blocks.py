@@ -21,12 +21,14 @@ from specrun.core.drafting import Proposal, policy_for
 from specrun.core.gamma import FixedGamma
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import Draws, SamplingParams, probabilities
+from specrun.engine import Engine
 from specrun.llama.blocks import open_block
 from specrun.llama.grammar import Grammar
 from specrun.llama.model import Model
+from specrun.options import BlockDraftFile, DraftOptions, Eagle3Head
 from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, committed, greedy_tokens
-from tests.support.tinymodels import write_tiny_block_draft
+from tests.support.tinymodels import write_tiny_block_draft, write_tiny_eagle3_head
 
 PROMPTS = ["the cat and the dog in the big red road", "hello world, code and edit a line", "I"]
 FOLLOW_UP = " and the sun is small"
@@ -245,3 +247,21 @@ def answer(
         constraint=Grammar(model, grammar) if grammar else None,
     )
     return committed(events)
+
+
+def test_a_block_draft_beside_a_head_drafts_from_rows_of_its_own(tiny_target, tiny_dir, drafts):
+    """A head and a block draft in one engine read different layers: the target keeps each its
+    own rows, so whichever the hybrid asks first drafts (the other's rows were opened after
+    or before it), and greedy output is plain decoding's over two turns."""
+    head = Eagle3Head(write_tiny_eagle3_head(tiny_dir / "beside-head.gguf"))
+    block = BlockDraftFile(drafts["dspark"])
+    with Model(tiny_target, n_ctx=512) as plain:
+        expected = {prompt: two_turns(plain, None, prompt, "0")[0] for prompt in PROMPTS}
+    for order in ([head, block], [block, head]):
+        drafting = DraftOptions(gamma="4", gamma_max=16)
+        with Engine.load(tiny_target, order, params=GREEDY, drafting=drafting) as engine:
+            for prompt in PROMPTS:
+                first = engine.target.tokenize(prompt)
+                rounds = [e for e in engine.stream(first, max_tokens=32) if isinstance(e, Round)]
+                assert [t for r in rounds for t in r.tokens] == expected[prompt][:32]
+                assert sum(r.drafted for r in rounds) > 0, order  # the first drafted
