@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.head_cost import Sample, decode_timer, interleaved
@@ -65,9 +66,16 @@ def write_pair(shape: str) -> tuple[str, str]:
     return str(target), str(draft)
 
 
+@dataclass(frozen=True)
+class BlockTimers:
+    draft: Sample  # the pass over [anchor, γ masks]
+    take_in_one: Sample  # the rows of the one position a round with nothing accepted commits
+    take_in_all: Sample  # the rows of the γ+1 a round with everything accepted commits
+
+
 def block_timers(
     block: NativeBlock, rows: HiddenRows, target: Model, context: list[int], gamma: int
-) -> dict[str, Sample]:
+) -> BlockTimers:
     """The draft's pass over a block of γ drafts at the end of `context`, and its taking in
     of 1 and of γ+1 committed positions' rows, each after rolling its cache back."""
     anchor = len(context) - 1  # the last committed token: the target has not decoded it
@@ -91,11 +99,7 @@ def block_timers(
 
         return sample
 
-    return {
-        f"block pass γ={gamma}": draft,
-        "take in 1": take_in(1),
-        f"take in {gamma + 1}": take_in(gamma + 1),
-    }
+    return BlockTimers(draft, take_in(1), take_in(gamma + 1))
 
 
 def loop_round(
@@ -152,7 +156,12 @@ def main() -> None:
             "target token": decode_timer(target, context, 1),
             f"target verify {gamma + 1}": decode_timer(target, context, gamma + 1),
         }
-        timers |= block_timers(block, rows, target, context, gamma)
+        block_samples = block_timers(block, rows, target, context, gamma)
+        timers |= {
+            f"block pass γ={gamma}": block_samples.draft,
+            "take in 1": block_samples.take_in_one,
+            f"take in {gamma + 1}": block_samples.take_in_all,
+        }
         times = interleaved(timers, args.repeat)
         token = statistics.median(times["target token"])
         verify = statistics.median(times[f"target verify {gamma + 1}"])

@@ -111,10 +111,10 @@ build() {  # llama.cpp's libraries for llama-cpp-python, and the native peers, f
     NATIVE=$BUILD/bin
 }
 
-model() {  # model SHAPE TYPE [--head eagle3 | --mtp] -> path, written once
+model() {  # model SHAPE TYPE [--head eagle3 | --mtp | --block dflash] -> path, written once
     local variant=""
     case ${3:-} in
-        --head) variant=-$4 ;;  # an EAGLE-3 head for a target of SHAPE
+        --head | --block) variant=-$4 ;;  # an EAGLE-3 head or a block draft for a target of SHAPE
         --mtp) variant=-mtp ;;  # SHAPE as glm4moe with one MTP layer
     esac
     local path=$WORK/models/$1$variant-$2.gguf
@@ -122,16 +122,16 @@ model() {  # model SHAPE TYPE [--head eagle3 | --mtp] -> path, written once
     echo "$path"
 }
 
-measure() {  # measure NAME=PATH... (with the heads in HEADS: --head NAME=HEAD ...)
+measure() {  # measure NAME=PATH... (heads in HEADS: --head NAME=HEAD ..., block drafts in BLOCKS)
     local targets=()
     for spec in "$@"; do targets+=(--target "$spec"); done
-    $PY $KIT/measure.py --draft "$DRAFT" "${targets[@]}" "${HEADS[@]}" ${NATIVE:+--native "$NATIVE"} \
+    $PY $KIT/measure.py --draft "$DRAFT" "${targets[@]}" "${HEADS[@]}" "${BLOCKS[@]}" ${NATIVE:+--native "$NATIVE"} \
         --out "$OUT" --append --deadline $((DEADLINE - 60)) --build "$BUILD_RECORD" \
         --models-seconds "$MODELS_SECONDS" "${MEASURE_ARGS[@]}"
 }
 
 run() {
-    CPU=0 INSTALLED=0 OFFLOAD=0 NATIVE="" BUILD_RECORD="installed llama-cpp-python, not built" MEASURE_ARGS=() HEADS=()
+    CPU=0 INSTALLED=0 OFFLOAD=0 NATIVE="" BUILD_RECORD="installed llama-cpp-python, not built" MEASURE_ARGS=() HEADS=() BLOCKS=()
     local given_native=""
     while [ $# -gt 0 ]; do
         case $1 in
@@ -150,32 +150,37 @@ run() {
     python_env
     [ "$INSTALLED" = 1 ] || build
     NATIVE=${given_native:-$NATIVE}
-    local t0 head targets
+    local t0 head block targets
     t0=$(date +%s)
-    # Each target beside the draft model, and beside an EAGLE-3 head at F16 (as published);
-    # its MTP twin (glm4moe, one MTP layer) drafting with its own layer, before the F16 target.
+    # Each target beside the draft model, an EAGLE-3 head at F16 (as published) and a DFlash
+    # draft at F16 (as z-lab's: 5 target layers, 5 layers, blocks of 16); its MTP twin (glm4moe,
+    # one MTP layer) drafting with its own layer, before the F16 target.
     if [ "$CPU" = 1 ]; then
         DRAFT=$(model tiny-draft q4_0)
         head=$(model tiny-target f16 --head eagle3)
+        block=$(model tiny-target f16 --block dflash)
         targets=("tiny-q4_k_m=$(model tiny-target q4_k_m)" "tiny-mtp-q4_k_m=$(model tiny-target q4_k_m --mtp)"
             "tiny-f16=$(model tiny-target f16)")
         HEADS=(--head "tiny-q4_k_m=$head" --head "tiny-f16=$head")
+        BLOCKS=(--block "tiny-q4_k_m=$block" --block "tiny-f16=$block")
         MEASURE_ARGS=(--tokens 32 --prompt-words 8 --context 128 --widths 8)
         # The tiny shapes on the CPU, or with --offload every layer on the build's GPU. There the
         # EAGLE-3 head and the F16 target are left out: on lavapipe the head's stage corrupted
         # memory in ggml-vulkan (DESIGN.md, "Vulkan: what the device tier found").
         if [ "$OFFLOAD" = 1 ]; then
             targets=("${targets[@]:0:2}")
-            HEADS=()
+            HEADS=() BLOCKS=()
         else
             MEASURE_ARGS+=(--gpu-layers 0)
         fi
     else
         DRAFT=$(model llama3.2-1b q4_0)
         head=$(model llama3-8b f16 --head eagle3)
+        block=$(model llama3-8b f16 --block dflash)
         targets=("8b-q4_k_m=$(model llama3-8b q4_k_m)" "8b-mtp-q4_k_m=$(model llama3-8b q4_k_m --mtp)"
             "8b-f16=$(model llama3-8b f16)")
         HEADS=(--head "8b-q4_k_m=$head" --head "8b-f16=$head")
+        BLOCKS=(--block "8b-q4_k_m=$block" --block "8b-f16=$block")
     fi
     MODELS_SECONDS=$(($(date +%s) - t0))
     say "models ready in ${MODELS_SECONDS} s; measuring"
@@ -189,12 +194,13 @@ run() {
         say "no torch here: the training rate is not measured"
     fi
     # The 70B-shaped target (42 GB) and its head (with its own token embeddings, as published:
-    # 4.9 GB) only with time to spare, in place of the 8B F16 and MTP targets (disk is 64 GiB).
+    # 4.9 GB) only with time to spare, in place of the 8B F16 and MTP targets and the 8B's
+    # DFlash draft (disk is 64 GiB).
     if [ "$CPU" = 0 ] && [ "$(left)" -gt 300 ]; then
-        rm -f "$WORK/models/llama3-8b-f16.gguf" "$WORK/models/llama3-8b-mtp-q4_k_m.gguf"
+        rm -f "$WORK/models/llama3-8b-f16.gguf" "$WORK/models/llama3-8b-mtp-q4_k_m.gguf" "$WORK/models/llama3-8b-dflash-f16.gguf"
         t0=$(date +%s)
         targets=("70b-q4_k_m=$(model llama3-70b q4_k_m)")
-        HEADS=(--head "70b-q4_k_m=$(model llama3-70b f16 --head eagle3)")
+        HEADS=(--head "70b-q4_k_m=$(model llama3-70b f16 --head eagle3)") BLOCKS=()
         MODELS_SECONDS=$(($(date +%s) - t0))
         measure "${targets[@]}"
     elif [ "$CPU" = 0 ]; then

@@ -12,8 +12,12 @@ For each target, with the draft beside it, in one process:
   round's first draft, which takes in the committed pair through its `fc` encoder, and the
   next ones) and specrun at the same fixed γ with the head; a target whose file has MTP
   layers (glm4moe: synthetic.py --mtp) is drafted by them instead of the draft model;
+- with a block draft for the target (--block NAME=DFLASH: synthetic.py --block), its time
+  per pass at every γ up to its block (or the widths timed), and specrun at the same fixed
+  γ with it (`-d dflash:` as the CLI loads it: open_block, BlockDraft);
 - the native peers on the same files and prompt: `llama-completion` (plain) and
-  `llama-speculative-simple` at the same fixed γ (draft-simple, draft-eagle3, draft-mtp);
+  `llama-speculative-simple` at the same fixed γ (draft-simple, draft-eagle3, draft-mtp,
+  draft-dflash or draft-dspark);
 - what `auto` would choose and gain for α = 0.5..0.9: the cost model's expected rate
   (specrun.core.costs.expected_rate) over the measured costs. Random weights make acceptance
   meaningless, so α comes from real pairs measured elsewhere, and says where from.
@@ -22,7 +26,7 @@ Results are written after every target (JSON and Markdown), so a run cut short b
 time limit still leaves what it measured.
 
     python bench/gpu/measure.py --draft D.gguf --target NAME=T.gguf [--target ...] \
-        [--head NAME=HEAD.gguf ...] --out DIR
+        [--head NAME=HEAD.gguf ...] [--block NAME=DFLASH.gguf ...] --out DIR
 """
 
 from __future__ import annotations
@@ -41,8 +45,11 @@ from pathlib import Path
 
 import llama_cpp as llama
 
+from bench.block_cost import block_timers
 from bench.head_cost import decode_timer, head_timers
 from specrun.bench import CostCurve, measure_verify
+from specrun.core.blocks import BlockDraft
+from specrun.core.costs import expected_rate
 from specrun.core.drafting import DraftSource, ModelDraft
 from specrun.core.gamma import GAMMA_MAX, FixedGamma
 from specrun.core.heads import HeadDraft
@@ -50,6 +57,7 @@ from specrun.core.loop import Round, generate
 from specrun.core.sampling import SamplingParams, candidate_width, compiled
 from specrun.core.stats import Stats
 from specrun.llama.batch import Batch
+from specrun.llama.blocks import open_block
 from specrun.llama.devices import accelerator_name, build_info, gpu_devices
 from specrun.llama.gguf import read_gguf_info
 from specrun.llama.heads import MTP_ARCHITECTURES, open_eagle3, open_mtp
@@ -328,7 +336,10 @@ DRAFTS = {  # kind -> (as the report names it, llama-speculative-simple's --spec
     "model": ("draft model", "draft-simple"),
     "eagle3": ("EAGLE-3 head", "draft-eagle3"),
     "mtp": ("MTP layer", "draft-mtp"),
+    "dflash": ("DFlash draft", "draft-dflash"),
+    "dspark": ("DSpark draft", "draft-dspark"),
 }
+BLOCK_KINDS = ("dflash", "dspark")
 
 
 def median_of(sample: Callable[[], float], repeats: int = 5) -> float:
@@ -350,11 +361,38 @@ def drafted(
     }
 
 
+def block_prediction(
+    passes: dict[int, float], verify: dict[int, float], overhead: float
+) -> list[dict[str, float]]:
+    """As `prediction`, for a block draft: a round at γ costs one pass of γ, as measured,
+    not γ times a token."""
+    rows = []
+    for alpha in ALPHAS:
+        rates = {0: expected_rate(alpha, 0, 0.0, verify[1], overhead)}
+        for g, seconds in passes.items():
+            rates[g] = expected_rate(alpha, g, seconds / g, verify[g + 1], overhead)
+        best = max(rates, key=rates.__getitem__)
+        rows.append(
+            {
+                "alpha": alpha,
+                "gamma": best,
+                "tokens_per_second": rates[best],
+                "speedup": rates[best] / rates[0],
+            }
+        )
+    return rows
+
+
 def measure_target(
-    name: str, path: Path, draft: Model, head: Path | None, args: argparse.Namespace
+    name: str,
+    path: Path,
+    draft: Model,
+    head: Path | None,
+    block: Path | None,
+    args: argparse.Namespace,
 ) -> dict[str, object]:
     """A target's costs and generations with the draft model, or with its MTP layers where
-    its file has them, and with an EAGLE-3 head where one is given."""
+    its file has them, with an EAGLE-3 head and with a block draft where they are given."""
     mtp = read_gguf_info(path).architecture in MTP_ARCHITECTURES
     started = time.perf_counter()
     target = TimedModel(path, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers, load_mtp=mtp)
@@ -395,7 +433,7 @@ def measure_target(
                 args.tokens,
                 SAMPLED,
             ).__dict__
-        if mtp or head is not None:  # last: the target keeps the head's rows from here on
+        if mtp or head is not None:  # the target keeps the head's rows from here on
             native_head, rows = open_eagle3(head, target) if head and not mtp else open_mtp(target)
             try:
                 first, following = head_timers(native_head, rows, target, context)
@@ -410,6 +448,23 @@ def measure_target(
                 curve(per_token, run),
                 first_s,
             )
+        if block is not None:  # last: the target keeps the block's rows from here on
+            native_block, rows = open_block(block, target)
+            try:
+                longest = min(native_block.longest, GAMMA_MAX, args.widths - 1)
+                passes = {
+                    g: median_of(block_timers(native_block, rows, target, context, g).draft)
+                    for g in range(1, longest + 1)
+                }
+                run = fixed(BlockDraft(native_block, rows, target.n_vocab))
+            finally:
+                native_block.close()
+            drafts[native_block.kind] = {
+                "file": block.name,
+                "pass_ms_by_gamma": {g: 1e3 * s for g, s in passes.items()},
+                "specrun_fixed": run.__dict__,
+                "prediction": block_prediction(passes, verify, plain.overhead_ms_per_round / 1e3),
+            }
         result: dict[str, object] = {
             "file": path.name,
             "size_gib": path.stat().st_size / 2**30,
@@ -429,7 +484,7 @@ def measure_target(
         result["native_plain"] = attempt(
             lambda: native_plain(args.native, path, prompt, args.tokens, gpu_layers)
         )
-        files = {"model": args.draft, "eagle3": head, "mtp": None}
+        files = {"model": args.draft, "eagle3": head, "mtp": None, "dflash": block, "dspark": block}
         for kind, figures in drafts.items():
             spec = spec_args(DRAFTS[kind][1], files[kind], gpu_layers)
             figures["native"] = attempt(
@@ -472,6 +527,19 @@ def draft_lines(r: dict) -> list[str]:
     token = next(iter(r["verify_ms_by_width"].values()))  # width 1: a plain token
     for kind, d in r["drafts"].items():
         inside = d["specrun_fixed"]["draft_ms_per_token"]
+        if kind in BLOCK_KINDS:
+            # The keys are numbers, or text where the results were read back from JSON.
+            verify = {int(width): ms for width, ms in r["verify_ms_by_width"].items()}
+            per_pass = ", ".join(
+                f"γ={gamma}: {ms:.2f} ms ({ms / verify[int(gamma) + 1]:.2f}×)"
+                for gamma, ms in d["pass_ms_by_gamma"].items()
+            )
+            lines.append(
+                f"- {DRAFTS[kind][0]} {d['file']}: one pass of γ drafts (beside the target's "
+                f"verify of γ+1): {per_pass}; {inside:.2f} ms a drafted token inside the loop "
+                f"(γ={g})."
+            )
+            continue
         first = (
             ""
             if d["first_ms"] is None
@@ -595,6 +663,12 @@ def main() -> None:
         help="NAME=HEAD.gguf: an EAGLE-3 head for the target NAME, measured beside the draft",
     )
     parser.add_argument(
+        "--block",
+        action="append",
+        default=[],
+        help="NAME=DFLASH.gguf: a DFlash or DSpark draft for the target NAME, measured last",
+    )
+    parser.add_argument(
         "--native", type=Path, help="folder with llama-completion and llama-speculative-simple"
     )
     parser.add_argument(
@@ -644,6 +718,7 @@ def main() -> None:
         "alpha_sources": [s for s in [measured_alpha(), *ALPHA_SOURCES] if s],
     }
     heads = {name: Path(path) for name, _, path in (h.partition("=") for h in args.head)}
+    blocks = {name: Path(path) for name, _, path in (b.partition("=") for b in args.block)}
     draft = TimedModel(args.draft, n_ctx=args.n_ctx, gpu_layers=args.gpu_layers)
     for spec in args.target:
         name, _, path = spec.partition("=")
@@ -653,8 +728,8 @@ def main() -> None:
         if time.time() > args.deadline:
             results["targets"][name] = {"skipped": "out of time"}
         else:
-            head = heads.get(name)
-            results["targets"][name] = measure_target(name, Path(path), draft, head, args)
+            head, block = heads.get(name), blocks.get(name)
+            results["targets"][name] = measure_target(name, Path(path), draft, head, block, args)
             results["targets"][name]["models_seconds"] = args.models_seconds
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         (args.out / "results.md").write_text(render(results))

@@ -76,6 +76,21 @@ def test_heads_are_shaped_as_the_published_ones() -> None:
     assert width * (synthetic.EXPERTS_USED + 1) == dims.n_ff  # routed and shared: one dense FFN
 
 
+def test_block_drafts_are_shaped_as_the_published_ones() -> None:
+    """DFlash drafts as z-lab's (Qwen3-8B-DFlash-b16): fc over 5 target layers spread from
+    layer 1 to n - 3 (Qwen3-8B's 36: 1, 9, 17, 25, 33), decoder layers at the target's width
+    with q/k norms, no token embeddings or output of their own; DSpark adds a Markov head."""
+    assert synthetic.block_target_layers(36) == [1, 9, 17, 25, 33]
+    dims = synthetic.SHAPES["llama3-8b"]
+    layout = {name: d for name, d, _ in synthetic.block_tensors(dims, "f16", 5)}
+    assert layout["fc.weight"] == (dims.n_embd, 5 * dims.n_embd)
+    assert layout["blk.0.attn_q_norm.weight"] == (dims.n_embd // dims.n_head,)
+    assert "blk.4.ffn_down.weight" in layout and "blk.5.attn_q.weight" not in layout
+    assert not {"token_embd.weight", "output.weight", "markov_w1.weight"} & set(layout)
+    dspark = {name for name, _, _ in synthetic.block_tensors(dims, "f16", 5, dspark=True)}
+    assert {"markov_w1.weight", "markov_w2.weight", "conf_proj.weight"} < dspark
+
+
 def test_trim_keeps_what_the_build_needs(tmp_path: Path) -> None:
     files = [
         "llama_cpp/llama.py",
@@ -140,9 +155,9 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
     targets = results["targets"]
     assert list(targets) == ["tiny-q4_k_m", "tiny-mtp-q4_k_m", "tiny-f16"]
     assert [list(t["drafts"]) for t in targets.values()] == [
-        ["model", "eagle3"],
+        ["model", "eagle3", "dflash"],
         ["mtp"],
-        ["model", "eagle3"],
+        ["model", "eagle3", "dflash"],
     ]
     for target in targets.values():
         widths = target["verify_ms_by_width"]
@@ -156,8 +171,13 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
         assert plain["overhead_ms_per_round"] > 0
         assert (target.get("native_plain", {}).get("tokens_per_second", 0) > 0) == native
         for kind, draft in target["drafts"].items():
-            assert draft["ms_per_token"] > 0
-            assert (draft["first_ms"] is None) == (kind == "model")  # a head's first takes in
+            if kind == "dflash":  # one pass a round, timed at every γ its block and widths allow
+                passes = draft["pass_ms_by_gamma"]
+                assert list(passes) == [str(g) for g in range(1, 8)]
+                assert all(ms > 0 for ms in passes.values())
+            else:
+                assert draft["ms_per_token"] > 0
+                assert (draft["first_ms"] is None) == (kind == "model")  # a head's takes in
             fixed = draft["specrun_fixed"]
             assert fixed["generated"] == 32 and fixed["tokens_per_second"] > 0
             assert fixed["overhead_ms_per_round"] > 0 and fixed["draft_ms_per_token"] > 0
@@ -183,11 +203,13 @@ def test_cpu_mode_measures_end_to_end(tmp_path: Path) -> None:
         "| specrun γ=4 T=0.8 |",
         "| specrun eagle3 γ=4 |",
         "| specrun mtp γ=4 |",
+        "| specrun dflash γ=4 |",
     ):
         assert row in report
     if native:
         assert "| native llama-speculative-simple draft-eagle3 γ=4 | " in report
         assert "| native llama-speculative-simple draft-mtp γ=4 | " in report
+        assert "| native llama-speculative-simple draft-dflash γ=4 | " in report
 
     # A second call keeps what the first measured.
     again = subprocess.run(
