@@ -370,7 +370,8 @@ def block_prediction(
     for alpha in ALPHAS:
         rates = {0: expected_rate(alpha, 0, 0.0, verify[1], overhead)}
         for g, seconds in passes.items():
-            rates[g] = expected_rate(alpha, g, seconds / g, verify[g + 1], overhead)
+            if g <= GAMMA_MAX:  # as far as auto goes by default
+                rates[g] = expected_rate(alpha, g, seconds / g, verify[g + 1], overhead)
         best = max(rates, key=rates.__getitem__)
         rows.append(
             {
@@ -451,7 +452,7 @@ def measure_target(
         if block is not None:  # last: the target keeps the block's rows from here on
             native_block, rows = open_block(block, target)
             try:
-                longest = min(native_block.longest, GAMMA_MAX, args.widths - 1)
+                longest = min(native_block.longest, args.widths - 1)
                 passes = {
                     g: median_of(block_timers(native_block, rows, target, context, g).draft)
                     for g in range(1, longest + 1)
