@@ -19,7 +19,13 @@ import llama_cpp
 
 from specrun.core import learned
 from specrun.core.blocks import BlockDraft
-from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft, policy_for
+from specrun.core.drafting import (
+    DraftSource,
+    HybridDraft,
+    ModelDraft,
+    gamma_max_for,
+    policy_for,
+)
 from specrun.core.gamma import GAMMA_MAX, GammaPolicy
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, GenerationSettings, generate_with
@@ -111,8 +117,8 @@ class Engine:
 
         `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup, an
         `Eagle3Head` made for the target, `MTP_LAYERS` for the target's own MTP layers, a
-        `BlockDraftFile` (a DFlash or DSpark draft made for the target), or several of them
-        (one fed by the target's hidden states at most): several sources (or one with
+        `BlockDraftFile` (a DFlash or DSpark draft made for the target), or several of them:
+        several sources (or one with
         `drafting.hybrid`, which adds prompt lookup) make the hybrid, whose auto picks the
         source that pays each round.
         With GPUs, the layers are placed by free memory first (`specrun.llama.placement`), and
@@ -127,7 +133,7 @@ class Engine:
             loaded.sources[0],
             params=params,
             gamma=drafting.gamma,
-            gamma_max=drafting.gamma_max,
+            gamma_max=gamma_max_for(loaded.sources[0], drafting.gamma_max),
             slot_drafts=loaded.sources[1:],
             gather=loaded.gather,
             layer_plan=loaded.layer_plan,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specrun.core.gamma import GAMMA_MAX
 from specrun.core.lookup import LookupDraft
 from specrun.core.model import BackendSampling
 
@@ -57,7 +56,9 @@ class DraftOptions:
     """How drafts are made and how long they get."""
 
     gamma: str = "auto"  # "auto", "heuristic" or a number (0: plain decoding)
-    gamma_max: int = GAMMA_MAX
+    # None: GAMMA_MAX, or a block draft's block where that is longer (one pass drafts it
+    # whole, and auto prices each position of it: `Engine.load`).
+    gamma_max: int | None = None
     p_min: float = 0.0  # stop drafting when the draft's confidence falls below this
     lookup: LookupOptions = LookupOptions()  # prompt lookup, alone or in the hybrid
     hybrid: bool = False  # with a draft model: prompt lookup first, the model where nothing matches

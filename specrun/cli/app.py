@@ -274,12 +274,14 @@ def bench(
         0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."
     ),
     seed: int | None = typer.Option(0, "--seed", help="Seed for sampled runs."),
-    gamma_max: int = typer.Option(
+    gamma_max: int | None = typer.Option(
         DraftOptions.gamma_max,
         "--gamma-max",
         min=1,
         max=32,
-        help="Upper bound of γ for auto/heuristic.",
+        show_default=False,
+        help="Upper bound of γ for auto/heuristic [default: 8, or a block draft's block where "
+        "longer].",
     ),
     p_min: float = P_MIN,
     json_path: Path | None = typer.Option(
@@ -303,8 +305,8 @@ def bench(
     gamma_values = [g for g in numbers if g is not None]
     if len(gamma_values) < len(numbers):
         raise OptionError(f"--gammas must be numbers separated by commas, got {gammas!r}")
-    if any(not 1 <= g <= gamma_max for g in gamma_values):
-        raise OptionError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
+    if gamma_max is not None:  # else the draft's decides, once it is loaded
+        _check_gammas(gamma_values, gamma_max)
     params = SamplingParams(temperature=temp, seed=seed)
     # Before the benchmark runs, not after: its results must have somewhere to go.
     json_file = check_output_file(json_path, "--json") if json_path else None
@@ -325,7 +327,9 @@ def bench(
                 f"available: {', '.join(m.name for m in chosen)}"
             )
         chosen = [m for m in chosen if m.name == "plain" or m.name in wanted]
-    with load_engine(choice, load, drafting=DraftOptions(p_min=p_min)) as engine:
+    drafting = DraftOptions(p_min=p_min, gamma_max=gamma_max)
+    with load_engine(choice, load, drafting=drafting) as engine:
+        _check_gammas(gamma_values, engine.gamma_max)
         load_notes(engine.target, load)
         note(
             f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
@@ -339,7 +343,7 @@ def bench(
             params=params,
             max_tokens=max_tokens,
             repeat=repeat,
-            gamma_max=gamma_max,
+            gamma_max=engine.gamma_max,
             lookup=lookup,
             placement=engine.placement(),
             progress=lambda line: note(f"bench: {line}"),
@@ -391,6 +395,11 @@ app.add_typer(heads_app, name="heads", help="Train EAGLE-3 heads for a target (n
 
 
 # --- the command line, in the supervised child (specrun.__main__) ----------------------------
+
+
+def _check_gammas(gammas: list[int], gamma_max: int) -> None:
+    if any(not 1 <= g <= gamma_max for g in gammas):
+        raise OptionError(f"--gammas must lie in 1..--gamma-max ({gamma_max})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -320,16 +320,17 @@ def _lookup(lookup_ngram: int, lookup_min: int, lookup_max: int) -> LookupOption
 
 def _drafting(
     gamma: str,
-    gamma_max: int,
+    gamma_max: int | None,
     p_min: float,
     lookup: bool,
     lookup_ngram: int,
     lookup_min: int,
     lookup_max: int,
 ) -> DraftOptions:
-    from specrun.core.gamma import parse_policy
+    from specrun.core.gamma import GAMMA_MAX, parse_policy
 
-    parse_policy(gamma, gamma_max)  # checked now, before any work; the engine makes its own
+    # Checked now, before any work; the engine makes its own.
+    parse_policy(gamma, GAMMA_MAX if gamma_max is None else gamma_max)
     return DraftOptions(
         gamma=gamma,
         gamma_max=gamma_max,
@@ -435,13 +436,15 @@ DRAFTING = OptionGroup(
             ),
         ),
         "gamma_max": (
-            int,
+            int | None,
             typer.Option(
                 DraftOptions.gamma_max,
                 "--gamma-max",
                 min=0,
                 max=32,
-                help="Upper bound of γ for auto/heuristic.",
+                show_default=False,
+                help="Upper bound of γ for auto/heuristic [default: 8, or a block draft's "
+                "block where longer].",
             ),
         ),
         "p_min": (float, P_MIN),

@@ -183,6 +183,15 @@ def gamma_shape(source: DraftSource) -> GammaShape:
     return shape
 
 
+def gamma_max_for(source: DraftSource | None, asked: int | None) -> int:
+    """γ's upper bound: as asked; by default GAMMA_MAX, or a block draft's block where that is
+    longer (one pass drafts the whole block, and auto prices each position of it)."""
+    if asked is not None:
+        return asked
+    sources = source.drafts if isinstance(source, HybridDraft) else [source] if source else []
+    return max([GAMMA_MAX, *(gamma_shape(s).block or 0 for s in sources)])
+
+
 def policy_for(source: DraftSource | None, spec: str, gamma_max: int = GAMMA_MAX) -> GammaPolicy:
     """The γ policy `spec` names (as `parse_policy` reads it) for a draft source: auto priced
     by the source's shape, and the hybrid's auto choosing its source per round too."""

@@ -18,14 +18,14 @@ import pytest
 from specrun.core.blocks import BlockDraft
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import Proposal, policy_for
-from specrun.core.gamma import FixedGamma
+from specrun.core.gamma import GAMMA_MAX, FixedGamma
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import Draws, SamplingParams, probabilities
 from specrun.engine import Engine
 from specrun.llama.blocks import open_block
 from specrun.llama.grammar import Grammar
 from specrun.llama.model import Model
-from specrun.options import BlockDraftFile, DraftOptions, Eagle3Head
+from specrun.options import PROMPT_LOOKUP, BlockDraftFile, DraftOptions, Eagle3Head
 from tests.support.distribution import assert_distributed, first_marginals
 from tests.support.identity import GREEDY, committed, greedy_tokens
 from tests.support.tinymodels import write_tiny_block_draft, write_tiny_eagle3_head
@@ -258,10 +258,25 @@ def test_a_block_draft_beside_a_head_drafts_from_rows_of_its_own(tiny_target, ti
     with Model(tiny_target, n_ctx=512) as plain:
         expected = {prompt: two_turns(plain, None, prompt, "0")[0] for prompt in PROMPTS}
     for order in ([head, block], [block, head]):
-        drafting = DraftOptions(gamma="4", gamma_max=16)
+        drafting = DraftOptions(gamma="4")
         with Engine.load(tiny_target, order, params=GREEDY, drafting=drafting) as engine:
             for prompt in PROMPTS:
                 first = engine.target.tokenize(prompt)
                 rounds = [e for e in engine.stream(first, max_tokens=32) if isinstance(e, Round)]
                 assert [t for r in rounds for t in r.tokens] == expected[prompt][:32]
                 assert sum(r.drafted for r in rounds) > 0, order  # the first drafted
+
+
+def test_gamma_reaches_the_whole_block_unless_bounded(tiny_target, drafts):
+    """By default γ may reach a block draft's whole block where it is longer than GAMMA_MAX
+    (auto prices each position of it); `gamma_max` given bounds it, and without a block
+    draft the default is GAMMA_MAX."""
+    block = BlockDraftFile(drafts["dflash-b16"])
+    with Engine.load(tiny_target, block, drafting=DraftOptions()) as engine:
+        assert engine.gamma_max == 15
+    with Engine.load(tiny_target, [PROMPT_LOOKUP, block], drafting=DraftOptions()) as engine:
+        assert engine.gamma_max == 15
+    with Engine.load(tiny_target, block, drafting=DraftOptions(gamma_max=4)) as engine:
+        assert engine.gamma_max == 4
+    with Engine.load(tiny_target, BlockDraftFile(drafts["dflash-b4"])) as engine:
+        assert engine.gamma_max == GAMMA_MAX
