@@ -39,6 +39,12 @@ from specrun.system.cpus import physical_cores
 from specrun.system.interrupts import raise_pending
 
 DEFAULT_CTX = 4096  # tokens; less where the model was trained for less
+# The drafts whose graphs read a target's hidden states, by architecture: what each is, and
+# how --draft names it.
+FED_BY_HIDDEN_STATES = {
+    "eagle3": ("an EAGLE-3 head", "eagle3"),
+    "dflash": ("a DFlash or DSpark block draft", "dflash"),
+}
 HIDDEN_ROWS_BYTES = 256 << 20  # at most this much of a head's pending hidden rows is kept
 
 
@@ -159,11 +165,13 @@ class Model(Vocabulary):
         self.n_embd = llama.llama_model_n_embd(self._model)
         self.n_layer_nextn = llama.llama_model_n_layer_nextn(self._model)
         self.architecture = model_architecture(self._model)
-        if self.architecture == "eagle3":  # its graph needs the target's hidden states
+        fed = FED_BY_HIDDEN_STATES.get(self.architecture)
+        if fed is not None:  # its graph needs the target's hidden states
+            what, spec = fed
             self.close()
             raise SpecrunError(
-                f"{self.name} is an EAGLE-3 head: it drafts for the target it was made for "
-                f"(as an eagle3:{self.name} draft) and cannot run as a model"
+                f"{self.name} is {what}: it drafts for the target it was made for "
+                f"(as the draft {spec}:{self.name}) and cannot run as a model"
             )
 
         threads = threads or physical_cores()

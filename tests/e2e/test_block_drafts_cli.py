@@ -150,3 +150,16 @@ def test_the_same_block_draft_twice_is_a_usage_error(tiny_target, blocks):
     assert result.returncode == 2 and result.stdout == ""
     name = blocks["dflash"].name
     assert result.stderr.splitlines() == [f"specrun: error: --draft names dflash:{name} twice"]
+
+
+@pytest.mark.parametrize("role", ["-t", "-d"])
+def test_a_block_draft_run_as_a_model_says_how_to_use_it(tiny_target, blocks, role):
+    """A block draft's graph needs its target's hidden states: as a target or a draft model it
+    is refused in one line naming the --draft form, not llama.cpp's own assertion."""
+    block = blocks["dflash"]
+    args = ("-t", str(block)) if role == "-t" else ("-t", str(tiny_target), "-d", str(block))
+    result = specrun("run", *args, "--threads", "1", "hi")
+    assert one_error(result) == (
+        f"{block.name} is a DFlash or DSpark block draft: it drafts for the target "
+        f"it was made for (as the draft dflash:{block.name}) and cannot run as a model"
+    )
