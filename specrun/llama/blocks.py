@@ -122,8 +122,9 @@ class NativeBlock(Vocabulary):
         for i in range(n + first):
             index = llama.llama_batch_ext_add_token(self._batch, 0, anchor if i == 0 else self.mask)
             self._set_pos(index, position + i)
-            if i >= first:
-                llama.llama_batch_ext_set_output_logits(self._batch, index, True)
+            # Every row: the dflash graph computes them all and skips none for the flags, so
+            # the k-th flagged token would get the graph's k-th row (the anchor's, for k = 0).
+            llama.llama_batch_ext_set_output_logits(self._batch, index, True)
         self._process()
         for i in range(n):
             row = llama.llama_get_logits_ith(self._ctx, first + i)  # by its index in the batch

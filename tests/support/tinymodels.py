@@ -328,6 +328,7 @@ def write_tiny_block_draft(
     mask: bool = True,
     variant: str = "",
     made_for: tuple[str, str, int] | None = None,
+    guessing: bool = False,
 ) -> Path:
     """Write a tiny DFlash draft (arch `dflash`) for the tiny target: `fc` fuses the target's
     layer inputs at `target_layers` (each N_EMBD wide) into n_embd, one non-causal decoder
@@ -336,7 +337,14 @@ def write_tiny_block_draft(
     Markov head (markov_w1/w2, a confidence projection) and writes `anchor_first` as
     `dflash.sample_from_anchor`. `n_embd`, `target_layers`, `variant` and `made_for` (the
     target's name, architecture and layer count, as specrun records them) let a test write a
-    draft that does not fit its target; without `mask` the vocabulary names no mask token."""
+    draft that does not fit its target; without `mask` the vocabulary names no mask token.
+
+    Random weights guess nothing at the mask rows. A `guessing` draft (for the tiny target of
+    the same `seed`) guesses at every row what the target says after the anchor: its own copy
+    of the target's embeddings (the mask's row zero, so the masks' queries are zero and every
+    row attends to the block's rows alike, and `fc` zero, so the cache's keys and values are
+    too) and output, identity value and output projections, no FFN: each row's state is the
+    anchor's embedding, and its logits those of the target's output layer over it."""
     tokens, scores, types = vocabulary(0, variant)
     n_vocab, n_ff, rank = len(tokens), 2 * n_embd, 8
     head_dim = n_embd // N_HEAD
@@ -365,6 +373,20 @@ def write_tiny_block_draft(
     if own_embeddings:
         tensors["token_embd.weight"] = w(n_vocab, n_embd, std=1.0)
         tensors["output.weight"] = w(n_vocab, n_embd, std=1.0)
+    if guessing:
+        assert n_embd == N_EMBD and not variant, "a guessing draft has its target's shape"
+        target = random_weights(n_vocab, seed)
+        embeddings = target["token_embd.weight"].copy()
+        embeddings[MASK_ID] = 0.0
+        identity = np.eye(n_embd, dtype=np.float32)
+        tensors |= {
+            "token_embd.weight": embeddings,
+            "output.weight": target["output.weight"],
+            "fc.weight": np.zeros_like(tensors["fc.weight"]),
+            "blk.0.attn_v.weight": identity,
+            "blk.0.attn_output.weight": identity,
+            "blk.0.ffn_down.weight": np.zeros_like(tensors["blk.0.ffn_down.weight"]),
+        }
     if dspark:
         tensors["markov_w1.weight"] = w(n_vocab, rank, std=0.5)
         tensors["markov_w2.weight"] = w(n_vocab, rank, std=0.5)
