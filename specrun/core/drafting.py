@@ -43,8 +43,9 @@ from specrun.core.sequence import Tokens
 P_MIN_CANDIDATES = 10
 
 # Where proposals come from: a draft model, prompt lookup, lookup then a model or head,
-# an EAGLE-3 head, the target's own MTP layers, or a block draft (DFlash, DSpark).
-DraftKind = Literal["model", "lookup", "hybrid", "eagle3", "mtp", "dflash", "dspark"]
+# an EAGLE-3 head, the target's own MTP layers, a block draft (DFlash, DSpark), or suffix
+# drafts (the request's text and earlier answers).
+DraftKind = Literal["model", "lookup", "hybrid", "eagle3", "mtp", "dflash", "dspark", "suffix"]
 
 
 @dataclass
