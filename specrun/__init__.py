@@ -23,12 +23,13 @@ if TYPE_CHECKING:
     from specrun.core.loop import Event, Prefill, Round, generate
     from specrun.core.sampling import SamplingParams
     from specrun.core.stats import Stats
+    from specrun.core.suffix import SuffixDraft, SuffixStore
     from specrun.engine import Engine
     from specrun.errors import SpecrunError
     from specrun.llama.compat import check_compatible
     from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
     from specrun.llama.model import Model
-    from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, LookupOptions
+    from specrun.options import PROMPT_LOOKUP, SUFFIX, DraftOptions, LoadOptions, LookupOptions
 
 # Imported when first used, not with the package: the `specrun` command installs its signal
 # policy before llama.cpp and numpy load, so that a Ctrl-C in its first moments is no
@@ -39,18 +40,20 @@ _HOMES = {
     "specrun.core.loop": ("Event", "Prefill", "Round", "generate"),
     "specrun.core.sampling": ("SamplingParams",),
     "specrun.core.stats": ("Stats",),
+    "specrun.core.suffix": ("SuffixDraft", "SuffixStore"),
     "specrun.engine": ("Engine",),
     "specrun.errors": ("SpecrunError",),
     "specrun.llama.compat": ("check_compatible",),
     "specrun.llama.grammar": ("JSON_GRAMMAR", "schema_grammar"),
     "specrun.llama.model": ("Model",),
-    "specrun.options": ("PROMPT_LOOKUP", "DraftOptions", "LoadOptions", "LookupOptions"),
+    "specrun.options": ("PROMPT_LOOKUP", "SUFFIX", "DraftOptions", "LoadOptions", "LookupOptions"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "JSON_GRAMMAR",
     "PROMPT_LOOKUP",
+    "SUFFIX",
     "AdaptiveGamma",
     "DraftOptions",
     "DraftSource",
@@ -68,6 +71,8 @@ __all__ = [
     "SamplingParams",
     "SpecrunError",
     "Stats",
+    "SuffixDraft",
+    "SuffixStore",
     "check_compatible",
     "generate",
     "parse_policy",

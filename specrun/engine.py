@@ -30,6 +30,15 @@ from specrun.core.gamma import GAMMA_MAX, GammaPolicy
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, GenerationSettings, generate_with
 from specrun.core.sampling import Draws, SamplingParams
+from specrun.core.suffix import (
+    MAX_DEPTH,
+    MIN_PROBABILITY,
+    SPEC_FACTOR,
+    SuffixDraft,
+    SuffixStore,
+    remembering,
+    suffix_part,
+)
 from specrun.llama import rpc
 from specrun.llama.grammar import Grammar
 from specrun.llama.heads import NativeHead
@@ -115,7 +124,8 @@ class Engine:
     ) -> Engine:
         """Load the target and the draft and check that the draft can serve the target.
 
-        `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup, an
+        `draft` is a draft model's GGUF file, `PROMPT_LOOKUP` for prompt lookup, `SUFFIX` for
+        suffix drafts (the request's text and earlier answers, specrun.core.suffix), an
         `Eagle3Head` made for the target, `MTP_LAYERS` for the target's own MTP layers, a
         `BlockDraftFile` (a DFlash or DSpark draft made for the target), or several of them:
         several sources (or one with
@@ -220,6 +230,7 @@ class Engine:
         grammar: str | None = None,
         logprobs: int | None = None,
         rng: Draws | None = None,
+        tenant: str | None = None,
     ) -> Generator[Event, None, None]:
         """Generate from a text prompt (one user turn through the chat template) or token ids.
 
@@ -233,6 +244,10 @@ class Engine:
         free slot when it starts (waiting for one), and its rounds are decoded together with
         the others'. Every stream must then be consumed or closed promptly: the others' rounds
         wait for its next model call.
+
+        `tenant`: whose earlier answers suffix drafts may draft from, and whose this answer
+        joins when it ends (`specrun.core.suffix.remembering`); None is the process's default
+        tenant. It changes only the speed, never the answer.
         """
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
         settings = GenerationSettings(
@@ -244,12 +259,11 @@ class Engine:
             logprobs=logprobs,
         )
         if self.slots:
-            return self._watched(self._in_slot(self.slots, tokens, settings, rng))
-        return self._watched(
-            generate_with(
-                self.target, tokens, settings, draft=self.draft, policy=self.policy, rng=rng
-            )
+            return self._watched(self._in_slot(self.slots, tokens, settings, rng, tenant))
+        events = generate_with(
+            self.target, tokens, settings, draft=self.draft, policy=self.policy, rng=rng
         )
+        return self._watched(remembering(events, self.draft, tenant))
 
     def _watched(self, events: Generator[Event, None, None]) -> Generator[Event, None, None]:
         """The generation, with other programs' CPU use measured while it ran."""
@@ -260,12 +274,21 @@ class Engine:
         self._slowed = self._slowed or (self.contention is not None and self.contention.slowed)
 
     def _in_slot(
-        self, slots: Slots, tokens: list[int], settings: GenerationSettings, rng: Draws | None
+        self,
+        slots: Slots,
+        tokens: list[int],
+        settings: GenerationSettings,
+        rng: Draws | None,
+        tenant: str | None,
     ) -> Generator[Event, None, None]:
         """A generation in the next free slot, a member of the gather while it runs."""
         with slots.held(tokens) as (slot, member):
-            events = generate_with(
-                slot.target, tokens, settings, draft=slot.draft, policy=slot.policy, rng=rng
+            events = remembering(
+                generate_with(
+                    slot.target, tokens, settings, draft=slot.draft, policy=slot.policy, rng=rng
+                ),
+                slot.draft,
+                tenant,
             )
             with closing(events):
                 for event in events:
@@ -282,6 +305,12 @@ class Engine:
         if isinstance(self.draft, HybridDraft):
             return list(self.draft.drafts)
         return [self.draft] if isinstance(self.draft, ModelDraft | HeadDraft | BlockDraft) else []
+
+    @property
+    def suffix_store(self) -> SuffixStore | None:
+        """The earlier answers suffix drafts draft from, every slot's; None without them."""
+        suffix = suffix_part(self.draft)
+        return suffix.store if suffix is not None else None
 
     @property
     def draft_models(self) -> list[Model]:
@@ -333,4 +362,6 @@ def _draft_settings(source: DraftSource) -> list[object]:
         return [setting for part in sources for setting in _draft_settings(part)]
     if isinstance(source, ModelDraft | HeadDraft | BlockDraft):
         return [source.p_min]
+    if isinstance(source, SuffixDraft):
+        return [MAX_DEPTH, SPEC_FACTOR, MIN_PROBABILITY]
     return [getattr(source, name, None) for name in ("ngram_min", "ngram_max", "max_tokens")]

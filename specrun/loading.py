@@ -13,6 +13,7 @@ from pathlib import Path
 from specrun.core.blocks import BlockDraft
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.heads import HeadDraft
+from specrun.core.suffix import SuffixDraft, SuffixStore
 from specrun.errors import OptionError
 from specrun.llama import rpc
 from specrun.llama.blocks import NativeBlock, open_block
@@ -30,6 +31,7 @@ from specrun.options import (
     LoadOptions,
     MtpLayers,
     PromptLookup,
+    SuffixDecoding,
 )
 
 # A loaded draft with a native half, as `load_drafts` made it; each slot's source is made of it.
@@ -62,6 +64,7 @@ def load_models(
     """`Engine.load`'s models: its documentation says what each argument does."""
     choices = draft_choices(draft)
     check_parallel(options)
+    check_free_sources(choices)
     remotes = rpc.connect(options.rpc) if options.rpc else []
     placed = place_layers(Path(target_path), choices, options, remotes)
     # `gpu_layers` and `draft_gpu_layers` win over the fit: its line is said where it holds.
@@ -74,9 +77,13 @@ def load_models(
     target = load_target(target_path, choices, options, placed, remotes)
     natives = load_drafts(target, choices, options, drafting, placed)
     gather = Gather()
+    # One store of earlier answers for the engine's lifetime, shared by every slot's source.
+    store = SuffixStore() if any(isinstance(c, SuffixDecoding) for c in choices) else None
     try:
         sources = [
-            draft_source(target, natives, drafting, choices, options.parallel, seq_id, gather)
+            draft_source(
+                target, natives, drafting, choices, options.parallel, seq_id, gather, store
+            )
             for seq_id in range(options.parallel)
         ]
     except BaseException:  # a slot's head context that could not be made: free everything
@@ -89,9 +96,23 @@ def load_models(
 def draft_choices(draft: DraftSpec | Sequence[DraftSpec] | None) -> list[DraftSpec]:
     if draft is None:
         return []
-    if isinstance(draft, str | Path | PromptLookup | Eagle3Head | MtpLayers | BlockDraftFile):
+    if isinstance(
+        draft, str | Path | PromptLookup | SuffixDecoding | Eagle3Head | MtpLayers | BlockDraftFile
+    ):
         return [draft]
     return list(draft)
+
+
+def check_free_sources(choices: Sequence[DraftSpec]) -> None:
+    """Prompt lookup or suffix drafts, not both: suffix drafts match the request's own text as
+    lookup does, and earlier answers besides."""
+    if any(isinstance(c, PromptLookup) for c in choices) and any(
+        isinstance(c, SuffixDecoding) for c in choices
+    ):
+        raise OptionError(
+            "suffix drafts match the request's own text as prompt lookup does: give `suffix` "
+            "or `lookup`, not both"
+        )
 
 
 def check_parallel(options: LoadOptions) -> None:
@@ -158,7 +179,7 @@ def load_drafts(
             elif isinstance(choice, BlockDraftFile):
                 block, rows = open_block(choice.path, target)
                 loaded.append(BlockDraft(block, rows, target.n_vocab, p_min=drafting.p_min))
-            elif not isinstance(choice, PromptLookup):
+            elif not isinstance(choice, PromptLookup | SuffixDecoding):
                 draft_model = Model(
                     choice,
                     n_ctx=target.n_ctx,
@@ -193,10 +214,13 @@ def draft_source(
     parallel: int,
     seq_id: int,
     gather: Gather,
+    store: SuffixStore | None = None,
 ) -> DraftSource | None:
-    """The draft source of one sequence: its own prompt lookup, its views of the draft models
-    (the models themselves where there is one sequence), its own head or block draft over its
-    own hidden rows (slot 0 the one loaded, the others its twins); several make the hybrid."""
+    """The draft source of one sequence: its own prompt lookup or suffix drafts (over `store`,
+    every slot's), its views of the draft models (the models themselves where there is one
+    sequence), its own head or block draft over its own hidden rows (slot 0 the one loaded,
+    the others its twins); several make the hybrid, the free source (lookup or suffix) asked
+    first."""
     drafts = [
         ModelDraft(
             native if parallel == 1 else SequenceView(native, seq_id, gather),
@@ -210,10 +234,16 @@ def draft_source(
         for native in natives
     ]
     uses_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
-    lookup = drafting.lookup.draft() if uses_lookup else None
-    if drafts and (lookup or len(drafts) > 1):
-        return HybridDraft(lookup, drafts)
-    return drafts[0] if drafts else lookup
+    free: DraftSource | None = (
+        SuffixDraft(store)  # it matches the text as lookup does: `hybrid` asks for no more
+        if store is not None
+        else drafting.lookup.draft()
+        if uses_lookup
+        else None
+    )
+    if drafts and (free or len(drafts) > 1):
+        return HybridDraft(free, drafts)
+    return drafts[0] if drafts else free
 
 
 def _head_of(

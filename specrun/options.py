@@ -76,6 +76,19 @@ class PromptLookup:
 PROMPT_LOOKUP = PromptLookup()
 
 
+class SuffixDecoding:
+    """Suffix drafts: the request's own text and this process's earlier answers
+    (specrun.core.suffix). A sentinel, as `PROMPT_LOOKUP`."""
+
+    spec = "suffix"  # as --draft names it
+
+    def __repr__(self) -> str:
+        return "SUFFIX"
+
+
+SUFFIX = SuffixDecoding()
+
+
 @dataclass(frozen=True)
 class Eagle3Head:
     """An EAGLE-3 head: one decoder layer fed with three of the target's hidden states."""
@@ -112,5 +125,5 @@ class BlockDraftFile:
 
 
 # What `Engine.load` takes for a draft besides a draft model's GGUF, and with it.
-DraftChoice = PromptLookup | Eagle3Head | MtpLayers | BlockDraftFile
+DraftChoice = PromptLookup | SuffixDecoding | Eagle3Head | MtpLayers | BlockDraftFile
 DraftSpec = str | Path | DraftChoice

@@ -32,6 +32,7 @@ from specrun.models.demo import demo_paths
 from specrun.options import (
     MTP_LAYERS,
     PROMPT_LOOKUP,
+    SUFFIX,
     BlockDraftFile,
     DraftChoice,
     DraftOptions,
@@ -53,6 +54,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Catalog aliases of the embedded pair and of the head `make head` trains for its target.
 DEMO_TARGET, DEMO_DRAFT, DEMO_HEAD = "demo-target", "demo-draft", "demo-head"
 LOOKUP = "lookup"  # the --draft value for prompt lookup without a draft model
+SUFFIX_DRAFTS = "suffix"  # the --draft value for suffix drafts (the text and earlier answers)
 MTP = "mtp"  # the --draft value for the target's own MTP layers
 EAGLE3_PREFIX = "eagle3:"  # --draft eagle3:HEAD, an EAGLE-3 head (alias or file) for the target
 # --draft dflash:FILE or dspark:FILE, a block draft: either names it, the file says which it is.
@@ -149,8 +151,8 @@ class ModelChoice:
 
     @property
     def draft_label(self) -> str | None:
-        """The draft as a person reads it: the file's name, or `lookup`, `eagle3:FILE`, `mtp`,
-        `dflash:FILE` (several: separated by commas)."""
+        """The draft as a person reads it: the file's name, or `lookup`, `suffix`, `eagle3:FILE`,
+        `mtp`, `dflash:FILE` (several: separated by commas)."""
         return ",".join(map(_draft_label, self.drafts)) or None
 
     @property
@@ -159,7 +161,7 @@ class ModelChoice:
         return ",".join(str(d) if isinstance(d, Path) else d.spec for d in self.drafts) or None
 
 
-# A draft model's file, prompt lookup, an EAGLE-3 head, MTP layers, a block draft.
+# A draft model's file, prompt lookup, suffix drafts, an EAGLE-3 head, MTP layers, a block draft.
 OneDraft = Path | DraftChoice
 
 
@@ -181,7 +183,8 @@ class ModelRequest:
 
     def resolve(self) -> ModelChoice:
         """Without --target: the embedded demo pair. Without --draft: the target alone.
-        `--draft lookup` is prompt lookup, which needs no file; `--draft mtp` the target's
+        `--draft lookup` is prompt lookup, which needs no file, and `--draft suffix` suffix
+        drafts (the request's text and this process's earlier answers); `--draft mtp` the target's
         own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
         `--draft eagle3` the catalog's head for the target (a published checkpoint is
         converted to GGUF on first use); `--draft dflash:FILE` (or `dspark:FILE`) a block
@@ -216,9 +219,13 @@ class ModelRequest:
                 ),
             }.get(draft, "target (SmolLM2-135M-Instruct, F16)")
             note(f"no --target given: using the demo {using}")
-        if draft in (None, "none", LOOKUP, MTP):
+        if draft in (None, "none", LOOKUP, SUFFIX_DRAFTS, MTP):
             resolved = resolve_target(target, catalog=models)
-            choices: dict[str | None, DraftChoice] = {LOOKUP: PROMPT_LOOKUP, MTP: MTP_LAYERS}
+            choices: dict[str | None, DraftChoice] = {
+                LOOKUP: PROMPT_LOOKUP,
+                SUFFIX_DRAFTS: SUFFIX,
+                MTP: MTP_LAYERS,
+            }
             return ModelChoice(resolved.path, choices.get(draft))
         if draft == EAGLE3_PREFIX.rstrip(":") or draft.startswith(EAGLE3_PREFIX):
             # No HEAD (`eagle3`, `eagle3:`) is the catalog's head for the target. The head is
@@ -636,8 +643,9 @@ MODELS = OptionGroup(
                 "--draft",
                 "-d",
                 help="Draft model (alias, path, ...), `auto` for "
-                "the catalog's pick, `lookup` for prompt lookup, `eagle3:HEAD` for an EAGLE-3 "
-                "head (alias or path; `eagle3` alone: the catalog's head for the target), "
+                "the catalog's pick, `lookup` for prompt lookup, `suffix` for suffix drafts "
+                "(the request's text and this process's earlier answers), `eagle3:HEAD` for an "
+                "EAGLE-3 head (alias or path; `eagle3` alone: the catalog's head for the target), "
                 "`mtp` for the target's own MTP layers, `dflash:FILE` or `dspark:FILE` for a "
                 "block draft (DFlash or DSpark: the file says which), or `none`. Several, "
                 "separated by commas, make the hybrid.",
