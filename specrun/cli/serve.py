@@ -48,7 +48,7 @@ class ServerOptions:
 
     host: str
     port: int
-    api_key: str | None
+    api_keys: tuple[str, ...]  # each its own tenant; none: no key needed
     allowed_hosts: tuple[str, ...]  # Host names answered besides localhost, --host and IPs
     cors: tuple[str, ...]  # origins whose pages may call the API
     read_timeout: float
@@ -74,15 +74,16 @@ class SlotOptions:
 def _server(
     host: str,
     port: int,
-    api_key: str | None,
+    api_keys: list[str],
     allowed_hosts: list[str],
     cors: list[str],
     read_timeout: float,
 ) -> ServerOptions:
-    # click reads an empty variable as unset; an empty key is a mistake either way, not "no key"
-    if api_key is None and os.environ.get(API_KEY_ENV) == "":
-        api_key = ""
-    if api_key is not None and not api_key.strip():
+    # The variable read here, whole: click would split a repeatable option's value at spaces,
+    # and read an empty one as unset; an empty key is a mistake either way, not "no key".
+    if not api_keys and API_KEY_ENV in os.environ:
+        api_keys = [os.environ[API_KEY_ENV]]
+    if any(not key.strip() for key in api_keys):
         raise OptionError(f"--api-key (or ${API_KEY_ENV}) is empty")
     if not read_timeout > 0:
         raise OptionError(f"--read-timeout must be more than 0 seconds, got {read_timeout:g}")
@@ -94,7 +95,8 @@ def _server(
                 f"--cors takes an origin, a scheme and a host with its port if any "
                 f"(http://localhost:3000), or *; got {origin!r}"
             )
-    return ServerOptions(host, port, api_key, tuple(allowed_hosts), tuple(cors), read_timeout)
+    keys = tuple(dict.fromkeys(api_keys))  # a key given twice is one tenant
+    return ServerOptions(host, port, keys, tuple(allowed_hosts), tuple(cors), read_timeout)
 
 
 def _pool(more_models: list[str], keep_alive: float | None, max_models: int) -> PoolOptions:
@@ -120,14 +122,15 @@ SERVER = OptionGroup(
                 8080, "--port", min=0, max=65535, help="Port (0: a free one, printed at start)."
             ),
         ),
-        "api_key": (
-            str | None,
+        "api_keys": (
+            list[str],
             typer.Option(
-                None,
+                [],
                 "--api-key",
-                envvar=API_KEY_ENV,
-                show_envvar=True,
-                help="Require `Authorization: Bearer KEY` (all but /health).",
+                metavar="KEY",
+                help="Require `Authorization: Bearer KEY` (all but /health); repeatable, each key"
+                f" a tenant of its own (suffix drafts never use one's answers for another's)."
+                f" Without it: ${API_KEY_ENV}, one key.",
             ),
         ),
         "allowed_hosts": (
@@ -254,7 +257,7 @@ def serve(
         if not ipaddress.ip_address(address).is_loopback:
             note(
                 f"warning: listening on {server.host}, reachable from other machines"
-                + ("" if server.api_key else f", with no API key (--api-key or ${API_KEY_ENV})")
+                + ("" if server.api_keys else f", with no API key (--api-key or ${API_KEY_ENV})")
             )
         choice = models.resolve()
         # Every name checked before anything loads; a request names a model by its file's
@@ -275,7 +278,7 @@ def serve(
                 model_pool,
                 listener,
                 defaults=sampling,
-                api_key=server.api_key,
+                api_keys=server.api_keys,
                 hosts=AllowedHosts.of(server.host, server.allowed_hosts),
                 cors=server.cors,
                 queue=slots.queue,

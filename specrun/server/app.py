@@ -56,6 +56,7 @@ MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
 LOOPBACK = AllowedHosts.of("127.0.0.1")
 LOG = logging.getLogger("uvicorn.error")  # where uvicorn logs the tracebacks of failed requests
+TENANT = "specrun.tenant"  # the scope state's entry of a request's tenant, where keys are set
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
@@ -203,10 +204,15 @@ class Api:
     read_timeout: float = READ_TIMEOUT_SECONDS  # for a request's body, once its headers are in
 
     def app(
-        self, api_key: str | None, hosts: AllowedHosts = LOOPBACK, cors: tuple[str, ...] = ()
+        self,
+        api_keys: tuple[str, ...],
+        hosts: AllowedHosts = LOOPBACK,
+        cors: tuple[str, ...] = (),
     ) -> Starlette:
-        """`cors`: the origins whose pages may call the API (`*`: any); outermost, so that a
-        browser's preflight, which carries no key, is answered, and errors carry the headers."""
+        """`api_keys`: those a request may carry, each its own tenant (none: no key needed, one
+        tenant). `cors`: the origins whose pages may call the API (`*`: any); outermost, so
+        that a browser's preflight, which carries no key, is answered, and errors carry the
+        headers."""
         routes = [
             Route("/health", self.health),
             Route("/metrics", self.metrics),
@@ -233,7 +239,7 @@ class Api:
                     else []
                 ),
                 Middleware(Gate, hosts=hosts),
-                *([Middleware(BearerAuth, key=api_key)] if api_key else []),
+                *([Middleware(BearerAuth, keys=api_keys)] if api_keys else []),
             ],
             exception_handlers={
                 ApiError: _api_error,
@@ -292,7 +298,9 @@ class Api:
         generation = await asyncio.to_thread(
             endpoint.request, body, self.worker.pool.names, self.worker.defaults
         )
-        jobs = self.worker.submit(generation, endpoint.id_prefix, request.receive)
+        # The key's tenant (BearerAuth's): whose earlier answers the drafts may come from.
+        tenant = request.scope.get("state", {}).get(TENANT)
+        jobs = self.worker.submit(generation, endpoint.id_prefix, request.receive, tenant)
         for job in jobs:  # the Prefills: the prompt is in, or the request's error comes
             await job.next()  # before any header is sent
         if generation.stream:
@@ -498,23 +506,24 @@ class Gate:
 
 
 class BearerAuth:
-    """Every path but /health needs `Authorization: Bearer <key>`: the scheme in any case, as
-    RFC 7235 has it, and the key compared as bytes (UTF-8, as a client sends it) in constant
-    time."""
+    """Every path but /health needs `Authorization: Bearer <key>`, one of `keys`: the scheme in
+    any case, as RFC 7235 has it, and the key compared as bytes (UTF-8, as a client sends it)
+    with every key, in constant time. The request's tenant (scope state TENANT) is the key's
+    place in the list: never the key itself, which nothing keeps or logs."""
 
-    def __init__(self, app: ASGIApp, key: str) -> None:
-        # The bytes the key was given as: a command line's or environment's undecodable ones too.
-        self.app, self.expected = app, key.encode("utf-8", "surrogateescape")
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        # The bytes each key was given as: a command line's or environment's undecodable ones too.
+        self.app = app
+        self.expected = [key.encode("utf-8", "surrogateescape") for key in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
             # Starlette decodes header values as Latin-1: encoded back, they are the bytes sent.
             given = Headers(scope=scope).get("authorization", "").encode("latin-1")
             scheme, _, key = given.partition(b" ")
-            if (
-                not hmac.compare_digest(key.lstrip(b" "), self.expected)
-                or scheme.lower() != b"bearer"
-            ):
+            # Every key compared, not only those up to the match: the time tells no place.
+            matched = [hmac.compare_digest(key.lstrip(b" "), one) for one in self.expected]
+            if True not in matched or scheme.lower() != b"bearer":
                 error = ApiError(
                     401,
                     "a valid API key is required: `Authorization: Bearer <key>`",
@@ -522,6 +531,7 @@ class BearerAuth:
                 )
                 await error.response()(scope, receive, send)
                 return
+            scope.setdefault("state", {})[TENANT] = f"api-key-{matched.index(True)}"
         await self.app(scope, receive, send)
 
 
@@ -587,7 +597,7 @@ def serve(
     listener: socket.socket,
     *,
     defaults: SamplingParams,
-    api_key: str | None,
+    api_keys: tuple[str, ...],
     hosts: AllowedHosts,
     cors: tuple[str, ...] = (),
     queue: int,
@@ -599,7 +609,7 @@ def serve(
     are taken. Return once the engines are free to close."""
     worker = Worker(pool, queue=queue, defaults=defaults, slots=slots)
     config = uvicorn.Config(
-        Api(worker, read_timeout=read_timeout).app(api_key, hosts, cors),
+        Api(worker, read_timeout=read_timeout).app(api_keys, hosts, cors),
         http=connection_type(read_timeout),
         lifespan="off",
         ws="none",

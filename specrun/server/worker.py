@@ -75,6 +75,7 @@ class Job:
 
     request: GenerationRequest
     id: str
+    tenant: str | None = None  # whose earlier answers its drafts may use (its API key's)
     created: int = field(default_factory=lambda: int(time.time()))
     cancel: threading.Event = field(default_factory=threading.Event)
     stats: Stats = field(default_factory=Stats)
@@ -139,9 +140,16 @@ class Worker:
         # One thread a slot: requests start in the order they came, as threads free up.
         self._threads = ThreadPoolExecutor(slots, thread_name_prefix="specrun-generation")
 
-    def submit(self, request: GenerationRequest, id_prefix: str, receive: Receive) -> list[Job]:
+    def submit(
+        self,
+        request: GenerationRequest,
+        id_prefix: str,
+        receive: Receive,
+        tenant: str | None = None,
+    ) -> list[Job]:
         """The request's generations, one for each answer it asks for (`n`), all admitted or
-        none; a client that leaves cancels them all."""
+        none; a client that leaves cancels them all. `tenant`: the API key's (`BearerAuth`),
+        None where the server has no keys: suffix drafts use only its own earlier answers."""
         if self.stopping:
             raise shutting_down()
         if request.n > self.capacity:
@@ -162,7 +170,7 @@ class Worker:
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         request_id = id_prefix + secrets.token_hex(12)
-        jobs = [Job(request.choice(index), request_id) for index in range(request.n)]
+        jobs = [Job(request.choice(index), request_id, tenant) for index in range(request.n)]
         watcher = asyncio.create_task(self._watch(jobs, receive))
         tasks = []
         for job in jobs:
@@ -242,6 +250,7 @@ class Worker:
                     params=job.request.params,  # its own: the engine's stay the command line's
                     grammar=job.request.constraint(engine.target.chat_template),
                     logprobs=job.request.logprobs,
+                    tenant=job.tenant,
                 )
                 with closing(events):  # its slot is free the moment it ends, however it ends
                     for event in events:

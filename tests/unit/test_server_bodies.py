@@ -65,7 +65,7 @@ def serving(api_key: str | None = None, cors: tuple[str, ...] = ()) -> Iterator[
     answered, or refused, before it would."""
     worker = Worker(ModelPool([Served("target", no_model)]), queue=1, defaults=DEFAULTS)
     try:
-        app = Api(worker).app(api_key, cors=cors)
+        app = Api(worker).app((api_key,) if api_key else (), cors=cors)
         with TestClient(app, base_url="http://127.0.0.1") as test_client:
             yield test_client
     finally:
