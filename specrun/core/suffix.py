@@ -37,7 +37,8 @@ MAX_TOKENS = MAX_DEPTH  # the longest proposal, whatever the match (γ bounds it
 # wrong, and a rejected draft still widens the verify.
 KEY_LENGTHS = (16, 8, 4, 2)
 CANDIDATES = 64  # occurrences of a key weighed per round (the most recent ones)
-# The store's default bound: about 64 MiB of answers and their index (~500 bytes a token).
+# The store's default bound: its answers and their index take 700 to 800 bytes a token
+# (measured), so at most about 100 MiB.
 STORE_BUDGET = 131_072
 
 _SHIFT = 32  # an occurrence is one int: its sequence's number above, its position below
