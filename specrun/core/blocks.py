@@ -34,7 +34,7 @@ from specrun.core.drafting import DraftKind, Proposal
 from specrun.core.gamma import GammaShape
 from specrun.core.heads import SEAM_ROWS, HiddenRows
 from specrun.core.sampling import Draws, SamplingParams
-from specrun.core.sequence import Continuation, common_prefix_length
+from specrun.core.sequence import common_prefix_length, extends, origin
 
 
 class Block(Protocol):
@@ -106,22 +106,13 @@ class BlockDraft:
         self._expected += len(proposal.tokens)
         return proposal
 
-    def _continues(self, ctx: Sequence[int]) -> bool:
-        """Whether ctx extends the text whose positions the cache holds. The loop passes views
-        of one sequence that only grows, so the seam is checked; any other is compared in full."""
-        seen = len(self._tokens)
-        source = ctx.base if isinstance(ctx, Continuation) else ctx
-        if len(ctx) < seen or source is not self._source:
-            return len(ctx) >= seen and list(ctx[:seen]) == self._tokens
-        return seen == 0 or ctx[seen - 1] == self._tokens[-1]
-
     def _take_in(self, ctx: Sequence[int], stop: int) -> bool:
         """Put the target's rows of positions [held, stop) in the cache, after dropping those
         of text ctx no longer shares (a position's row depends on the text up to it); False
         where the target has no rows up to `stop`."""
-        if not self._continues(ctx):
+        if not extends(ctx, self._tokens, self._source):
             del self._tokens[common_prefix_length(self._tokens, ctx) :]
-        self._source = ctx.base if isinstance(ctx, Continuation) else ctx
+        self._source = origin(ctx)
         held = len(self._tokens)
         first = max(held, self.rows.start)
         self.block.truncate(held)

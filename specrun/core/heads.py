@@ -24,7 +24,7 @@ import numpy as np
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal
 from specrun.core.sampling import Draws, SamplingParams
-from specrun.core.sequence import Continuation, common_prefix_length
+from specrun.core.sequence import common_prefix_length, extends, origin
 
 # Rows kept behind the last taken in: a new turn or an edited text that leaves the old one
 # within them needs the row before the first new token, which the target does not decode again.
@@ -125,15 +125,6 @@ class HeadDraft:
         self._start = 0  # the first pair in the head's cache: [start, held) are
         self._expected = 0  # the new pairs a round leaves: more are a catch-up, timed apart
 
-    def _continues(self, ctx: Sequence[int]) -> bool:
-        """Whether ctx extends the tokens taken in. The loop passes views of one sequence
-        that only grows, so the seam is checked; any other sequence is compared in full."""
-        seen = len(self._tokens)
-        source = ctx.base if isinstance(ctx, Continuation) else ctx
-        if len(ctx) < seen or source is not self._source:
-            return len(ctx) >= seen and list(ctx[:seen]) == self._tokens
-        return seen == 0 or ctx[seen - 1] == self._tokens[-1]
-
     @property
     def held(self) -> int:
         return max(len(self._tokens) - 1, 0)
@@ -183,9 +174,11 @@ class HeadDraft:
         completes, the last being its last token's); with `output`, the last pair's
         logits and state, or None where the target has no rows for them."""
         stop = len(ctx) - 1 if stop is None else stop
-        if not self._continues(ctx):  # another text: keep the pairs it still shares
+        if not extends(
+            ctx, self._tokens, self._source
+        ):  # another text: keep the pairs it still shares
             del self._tokens[common_prefix_length(self._tokens, ctx) :]
-        self._source = ctx.base if isinstance(ctx, Continuation) else ctx
+        self._source = origin(ctx)
         first = max(self.held, self.rows.start)
         self.head.truncate(self.held + self.head.offset)  # the last round's drafts go
         if first > self.held:

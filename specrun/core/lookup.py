@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, Proposal, allowed_prefix
 from specrun.core.sampling import Draws, SamplingParams
-from specrun.core.sequence import Continuation
+from specrun.core.sequence import extends, origin
 from specrun.errors import OptionError
 
 CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
@@ -66,21 +66,12 @@ class LookupDraft:
     def prefill(self, ctx: Sequence[int]) -> None:
         self._update(ctx)
 
-    def _continues(self, ctx: Sequence[int]) -> bool:
-        """Whether ctx extends the sequence indexed so far. The loop passes the same list
-        each round and only appends to it, so the seam is checked; any other sequence is
-        compared in full, once, when it is first passed."""
-        seen = len(self._tokens)
-        if len(ctx) < seen:
-            return False
-        if ctx is self._source:
-            return seen == 0 or ctx[seen - 1] == self._tokens[-1]
-        return list(ctx[:seen]) == self._tokens
-
     def _update(self, ctx: Sequence[int]) -> int:
         """Index every n-gram of ctx that has a continuation (all but the last position);
         return how many tokens were new."""
-        if not self._continues(ctx):  # a new conversation or an edited one: start over
+        if not extends(
+            ctx, self._tokens, self._source
+        ):  # a new conversation or an edited one: start over
             self._restart()
         seen = len(self._tokens)
         new = list(ctx[seen:])
@@ -88,7 +79,7 @@ class LookupDraft:
         self._tokens.extend(new)
         # A prefix view of an append-only sequence (the prompt but its last token) stands
         # for that sequence: the rounds that pass it in full then check only the seam.
-        self._source = ctx.base if isinstance(ctx, Continuation) and not ctx.tail else ctx
+        self._source = origin(ctx)
         tokens = self._tokens
         for end in range(max(seen - 1, 0), len(tokens) - 1):  # n-grams ending at `end`
             for n in range(self.ngram_min, self.ngram_max + 1):

@@ -84,3 +84,21 @@ class Continuation(Sequence[int]):
             return head + self.tail[max(start - self.n, 0) : max(stop - self.n, 0)]
         i = range(len(self))[index]  # negative indices, and IndexError past the end
         return self.base[i] if i < self.n else self.tail[i - self.n]
+
+
+def origin(ctx: Sequence[int]) -> Sequence[int]:
+    """The sequence a draft source remembers having read ctx from: a view with nothing of its
+    own (a prefix of `Tokens`) is its base's, anything else is itself."""
+    return ctx.base if isinstance(ctx, Continuation) and not ctx.tail else ctx
+
+
+def extends(ctx: Sequence[int], seen: list[int], source: Sequence[int] | None) -> bool:
+    """Whether ctx begins with `seen`, the tokens a draft source read from `source` (`origin`).
+    The loop passes one sequence that only grows, so where ctx comes from it only the seam is
+    checked; any other sequence is compared in full, once, when it is first passed."""
+    n = len(seen)
+    if len(ctx) < n:
+        return False
+    if origin(ctx) is source:
+        return n == 0 or ctx[n - 1] == seen[-1]
+    return list(ctx[:n]) == seen

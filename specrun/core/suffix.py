@@ -20,7 +20,7 @@ from specrun.core.constraint import Constraint
 from specrun.core.drafting import DraftKind, DraftSource, HybridDraft, Proposal, allowed_prefix
 from specrun.core.loop import Event, Round
 from specrun.core.sampling import Draws, SamplingParams
-from specrun.core.sequence import Continuation
+from specrun.core.sequence import extends, origin
 from specrun.errors import OptionError
 
 # SuffixDecoding's defaults (Arctic Inference's `max_tree_depth`, `max_spec_factor`,
@@ -250,26 +250,16 @@ class SuffixDraft:
     def prefill(self, ctx: Sequence[int]) -> None:
         self._update(ctx)
 
-    def _continues(self, ctx: Sequence[int]) -> bool:
-        """Whether ctx extends the text indexed so far: the loop passes its one append-only
-        sequence each round, so only the seam is checked; another sequence in full, once."""
-        seen = len(self._tokens)
-        if len(ctx) < seen:
-            return False
-        if ctx is self._source:
-            return seen == 0 or ctx[seen - 1] == self._tokens[-1]
-        return list(ctx[:seen]) == self._tokens
-
     def _update(self, ctx: Sequence[int]) -> int:
         """Index what ctx adds to the text (a new conversation or an edited one: all of it
         afresh); return how many tokens were new."""
-        if not self._continues(ctx):
+        if not extends(ctx, self._tokens, self._source):
             self._restart()
         new = list(ctx[len(self._tokens) :])
         self._own.extend(0, new)
         # A prefix view of an append-only sequence (the prompt but its last token, as the
         # loop prefills) stands for that sequence: the rounds that pass it then check the seam.
-        self._source = ctx.base if isinstance(ctx, Continuation) and not ctx.tail else ctx
+        self._source = origin(ctx)
         return len(new)
 
     def propose(
