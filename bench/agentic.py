@@ -118,6 +118,7 @@ class Answer:
     decode: float  # seconds, the server's own decode time (after the prompt)
     drafted: int
     accepted: int
+    rounds: int | None  # target passes of its decode (specrun's; llama-server says not)
 
 
 Render = Callable[[list[tuple[str, str]]], str]  # (role, content) turns -> raw prompt text
@@ -143,6 +144,7 @@ def complete(client: httpx.Client, url: str, prompt: str, tokens: int) -> Answer
             figures["decode_seconds"],
             figures["drafted"],
             figures["accepted"],
+            figures["rounds"],
         )
     timings = answer["timings"]  # llama-server's
     return Answer(
@@ -152,6 +154,7 @@ def complete(client: httpx.Client, url: str, prompt: str, tokens: int) -> Answer
         timings["predicted_ms"] / 1000,
         timings.get("draft_n", 0),
         timings.get("draft_n_accepted", 0),
+        None,
     )
 
 
@@ -234,6 +237,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=Path("/tmp/specrun-native/build/bin"),
         help="folder of llama-server (default: /tmp/specrun-native/build/bin)",
     )
+    parser.add_argument("--json", type=Path, help="also write every answer and figure here")
     parser.add_argument("--target", type=Path, help="the target GGUF (default: the demo pair's)")
     parser.add_argument("--draft", type=Path, help="the draft GGUF (default: the demo pair's)")
     args = parser.parse_args(argv)
@@ -280,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
                 wall = sum(a.wall for episode in done for a in episode)
                 print(f"{rep} {mode}: {tokens / wall:.1f} tok/s", file=sys.stderr, flush=True)
     report(args, episodes, answers)
+    if args.json:
+        args.json.write_text(json.dumps({m: runs for m, runs in answers.items()}, default=vars))
 
 
 def rate(episodes: list[list[Answer]], decode: bool, only: int | None = None) -> float:
@@ -340,6 +346,10 @@ def report(
         flat = [a for run in answers[mode] for episode in run for a in episode]
         drafted, accepted = sum(a.drafted for a in flat), sum(a.accepted for a in flat)
         tokens = sum(a.tokens for a in flat) // len(answers[mode])
+        rounds = [a.rounds for a in flat if a.rounds is not None]
+        per_round = (
+            f", {sum(a.tokens for a in flat) / sum(rounds):.2f} tokens a round" if rounds else ""
+        )
         # native plain's against specrun plain's: whether both servers answered alike
         reference = (
             "native plain" if mode.startswith("native ") and mode != "native plain" else PLAIN
@@ -349,12 +359,19 @@ def report(
             texts = [a.text for run in answers[mode] for episode in run for a in episode]
             base = [a.text for run in answers[reference] for episode in run for a in episode]
             differ = sum(x != y for x, y in zip(texts, base))
-            verdict = f"{differ} differ from" if differ else "identical to"
+            verdict = f"{differ} of {len(texts)} differ from" if differ else "identical to"
             same = f", answers {verdict} {reference}'s"
+            first = [
+                f"{episode.name}:{turn}"
+                for episode, mine, theirs in zip(episodes, answers[mode][0], answers[reference][0])
+                for turn, (x, y) in enumerate(zip(mine, theirs))
+                if x.text != y.text
+            ]
+            same += f" (first repetition: {', '.join(first)})" if first else ""
         share = f"{accepted / drafted:.2f}" if drafted else "-"
         print(
             f"  {mode:20} {tokens} tokens a repetition, drafted {drafted}, accepted {accepted} "
-            f"({share}){same}"
+            f"({share}){per_round}{same}"
         )
 
 
