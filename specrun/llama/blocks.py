@@ -16,7 +16,6 @@ refuses a mismatch in one line.
 
 from __future__ import annotations
 
-import ctypes
 import os
 from pathlib import Path
 from typing import Literal
@@ -30,24 +29,21 @@ from specrun.llama import ext
 from specrun.llama.compat import check_compatible
 from specrun.llama.devices import amx_allowed, build_info
 from specrun.llama.diagnose import load_failure
+from specrun.llama.draft_context import DraftContext, embedding_row
 from specrun.llama.gguf import check_gguf_header, read_gguf_info, tensor_table
-from specrun.llama.heads import (
-    check_recorded_target,
-    embedding_row,
-    head_context_params,
-    metadata,
-)
+from specrun.llama.heads import check_recorded_target, head_context_params, metadata
 from specrun.llama.model import Model
 from specrun.llama.native import clear_log
 from specrun.llama.params import load_params
-from specrun.llama.vocab import Vocabulary
 from specrun.system.interrupts import raise_pending
 
 DEFAULT_BLOCK_SIZE = 16  # what llama.cpp assumes where a file names none
 
 
-class NativeBlock(Vocabulary):
+class NativeBlock(DraftContext):
     """A block draft's context and batch."""
+
+    what = "block draft"
 
     def __init__(
         self,
@@ -62,7 +58,6 @@ class NativeBlock(Vocabulary):
         owns_model: bool,
     ) -> None:
         self.kind = kind
-        self.name = f"{kind}:{file.name}"  # as --draft names it
         self.path = file
         self.block_size = block_size
         self.anchor_first = anchor_first
@@ -70,19 +65,9 @@ class NativeBlock(Vocabulary):
         # anchor-first DSpark reads B rows from the anchor's on.
         self.longest = block_size if anchor_first else block_size - 1
         self._made = (kind, file, model, ctx_params, causal)  # what a twin is made of
-        self._twins: list[NativeBlock] = []  # closed before this one, whose model they use
-        self._model = model if owns_model else None
-        self._ctx = llama.llama_init_from_model(model, ctx_params)
-        if not self._ctx:
-            self._model = None  # the caller that loaded it frees it
-            self.close()
-            raise load_failure(f"cannot create a context for the block draft {self.name}")
+        super().__init__(f"{kind}:{file.name}", model, ctx_params, owns_model=owns_model)
         llama.llama_set_causal_attn(self._ctx, causal)
-        self._bind_vocabulary(llama.llama_model_get_vocab(model))
-        self.mask = llama.llama_vocab_mask(llama.llama_model_get_vocab(model))
-        self.n_ubatch = llama.llama_n_ubatch(self._ctx)
-        self._memory = llama.llama_get_memory(self._ctx)
-        self._batch = llama.llama_batch_ext_init(self._ctx)
+        self.mask = llama.llama_vocab_mask(self.vocab)
         self._logits = np.empty((self.longest, self.n_vocab), np.float32)
 
     def twin(self) -> NativeBlock:
@@ -99,11 +84,8 @@ class NativeBlock(Vocabulary):
             causal=causal,
             owns_model=False,
         )
-        self._twins.append(twin)
+        self._twinned(twin)
         return twin
-
-    def truncate(self, position: int) -> None:
-        llama.llama_memory_seq_rm(self._memory, 0, position, -1)
 
     def inject(self, position: int, states: np.ndarray) -> None:
         states = np.ascontiguousarray(states, dtype=np.float32)
@@ -131,34 +113,6 @@ class NativeBlock(Vocabulary):
             self._logits[i] = np.ctypeslib.as_array(row, (self.n_vocab,))
         self.truncate(position)  # the block's own entries: the next pass's are the target's
         return self._logits[:n]
-
-    def _set_pos(self, index: int, position: int) -> None:
-        # Up to four coordinates (M-RoPE); a text position is the first.
-        llama.llama_batch_ext_set_pos(self._batch, index, (ctypes.c_int32 * 4)(position))
-
-    def _process(self) -> None:
-        status = llama.llama_process(self._ctx, llama.LLAMA_PROCESS_TYPE_DECODE, self._batch)
-        if status != 0:
-            raise_pending()
-            raise SpecrunError(f"the block draft {self.name} failed to decode (status {status})")
-
-    def close(self) -> None:
-        twins, self._twins = getattr(self, "_twins", []), []
-        for twin in twins:
-            twin.close()
-        handles = getattr(self, "_batch", None), getattr(self, "_ctx", None), self._model
-        self._batch = self._ctx = self._model = None
-        batch, ctx, model = handles
-        if batch:
-            llama.llama_batch_ext_free(batch)
-        if ctx:
-            llama.llama_synchronize(ctx)  # as Model.close
-            llama.llama_free(ctx)
-        if model:
-            llama.llama_model_free(model)
-
-    def __del__(self) -> None:
-        self.close()
 
 
 def open_block(path: str | os.PathLike[str], target: Model) -> tuple[NativeBlock, HiddenRows]:

@@ -29,11 +29,11 @@ from specrun.llama import ext
 from specrun.llama.compat import check_compatible
 from specrun.llama.devices import amx_allowed, build_info
 from specrun.llama.diagnose import load_failure
+from specrun.llama.draft_context import DraftContext, embedding_row
 from specrun.llama.gguf import check_gguf_header, read_gguf_info, tensor_table
 from specrun.llama.model import Model
 from specrun.llama.native import clear_log
 from specrun.llama.params import load_params
-from specrun.llama.vocab import Vocabulary
 from specrun.system.interrupts import raise_pending
 
 # The architectures whose llama.cpp graph runs MTP layers (LLM_GRAPH_TYPE_DECODER_MTP).
@@ -67,8 +67,10 @@ TRAINED_FOR_KEYS = (
 )
 
 
-class NativeHead(Vocabulary):
+class NativeHead(DraftContext):
     """A head's context and batch; `encode` projects the target's rows first (EAGLE-3)."""
+
+    what = "head"
 
     def __init__(
         self,
@@ -82,24 +84,13 @@ class NativeHead(Vocabulary):
         owns_model: bool,
     ) -> None:
         self.kind = kind
-        self.name = f"{kind}:{file.name}"  # as --draft names it
         self.path = file if kind == "eagle3" else None  # MTP layers are in the target's file
         self.offset = offset
         self._encode = encode
         self._made = (kind, file, model, ctx_params)  # what a twin is made of
-        self._twins: list[NativeHead] = []  # closed before this head, whose model they use
-        self._model = model if owns_model else None  # freed with the head where it is its own
-        self._ctx = llama.llama_init_from_model(model, ctx_params)
-        if not self._ctx:
-            self._model = None  # the caller that loaded it frees it
-            self.close()
-            raise load_failure(f"cannot create a context for the head {self.name}")
+        super().__init__(f"{kind}:{file.name}", model, ctx_params, owns_model=owns_model)
         ext.function("llama_set_embeddings_nextn")(self._ctx, True, True)
-        self._bind_vocabulary(llama.llama_model_get_vocab(model))
         self.n_embd = llama.llama_model_n_embd(model)
-        self.n_ubatch = llama.llama_n_ubatch(self._ctx)
-        self._memory = llama.llama_get_memory(self._ctx)
-        self._batch = llama.llama_batch_ext_init(self._ctx)
         self._state = np.empty(self.n_embd, np.float32)  # the last output's, a copy
 
     def twin(self) -> NativeHead:
@@ -109,11 +100,8 @@ class NativeHead(Vocabulary):
         twin = NativeHead(
             kind, file, model, ctx_params, offset=self.offset, encode=self._encode, owns_model=False
         )
-        self._twins.append(twin)
+        self._twinned(twin)
         return twin
-
-    def truncate(self, position: int) -> None:
-        llama.llama_memory_seq_rm(self._memory, 0, position, -1)
 
     def feed(
         self, position: int, tokens: Sequence[int], states: np.ndarray, *, own: bool, output: bool
@@ -135,7 +123,7 @@ class NativeHead(Vocabulary):
                 llama.llama_batch_ext_set_embd_token(self._batch, index, embedding_row(states, i))
             if output and end == len(tokens):
                 llama.llama_batch_ext_set_output_logits(self._batch, 0, True)
-            self._process(llama.LLAMA_PROCESS_TYPE_DECODE)
+            self._process()
         if not output:
             return None
         logits = np.ctypeslib.as_array(llama.llama_get_logits_ith(self._ctx, -1), (self.n_vocab,))
@@ -162,40 +150,6 @@ class NativeHead(Vocabulary):
             projected = ext.function("llama_get_embeddings_nextn")(self._ctx)
             out[start:end] = np.ctypeslib.as_array(projected, (end - start, self.n_embd))
         return out
-
-    def _set_pos(self, index: int, position: int) -> None:
-        # Up to four coordinates (M-RoPE); a text position is the first.
-        llama.llama_batch_ext_set_pos(self._batch, index, (ctypes.c_int32 * 4)(position))
-
-    def _process(self, kind: int) -> None:
-        status = llama.llama_process(self._ctx, kind, self._batch)
-        if status != 0:
-            raise_pending()
-            raise SpecrunError(f"the head {self.name} failed to decode (status {status})")
-
-    def close(self) -> None:
-        twins, self._twins = getattr(self, "_twins", []), []
-        for twin in twins:
-            twin.close()
-        handles = getattr(self, "_batch", None), getattr(self, "_ctx", None), self._model
-        self._batch = self._ctx = self._model = None
-        batch, ctx, model = handles
-        if batch:
-            llama.llama_batch_ext_free(batch)
-        if ctx:
-            llama.llama_synchronize(ctx)  # as Model.close
-            llama.llama_free(ctx)
-        if model:
-            llama.llama_model_free(model)
-
-    def __del__(self) -> None:
-        self.close()
-
-
-def embedding_row(array: np.ndarray, i: int) -> llama.llama_embd:
-    """Row i of a C-contiguous float32 array as llama.cpp's embedding view (not a copy)."""
-    pointer = array[i].ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-    return llama.llama_embd(pointer, 1, array.shape[1])
 
 
 def head_context_params(target: Model) -> llama.llama_context_params:
