@@ -321,15 +321,18 @@ def prediction(curve: CostCurve) -> list[dict[str, float]]:
     rows = []
     for alpha in ALPHAS:
         best, rates = curve.predicted_best(alpha, min(GAMMA_MAX, len(curve.verify_by_width) - 1))
-        rows.append(
-            {
-                "alpha": alpha,
-                "gamma": best,
-                "tokens_per_second": rates[best],
-                "speedup": rates[best] / rates[0],
-            }
-        )
+        rows.append(prediction_row(alpha, best, rates))
     return rows
+
+
+def prediction_row(alpha: float, best: int, rates: dict[int, float]) -> dict[str, float]:
+    """The best γ at α and its rate, against plain decoding's (γ 0)."""
+    return {
+        "alpha": alpha,
+        "gamma": best,
+        "tokens_per_second": rates[best],
+        "speedup": rates[best] / rates[0],
+    }
 
 
 DRAFTS = {  # kind -> (as the report names it, llama-speculative-simple's --spec-type)
@@ -372,15 +375,7 @@ def block_prediction(
         for g, seconds in passes.items():
             if g <= GAMMA_MAX:  # as far as auto goes by default
                 rates[g] = expected_rate(alpha, g, seconds / g, verify[g + 1], overhead)
-        best = max(rates, key=rates.__getitem__)
-        rows.append(
-            {
-                "alpha": alpha,
-                "gamma": best,
-                "tokens_per_second": rates[best],
-                "speedup": rates[best] / rates[0],
-            }
-        )
+        rows.append(prediction_row(alpha, max(rates, key=rates.__getitem__), rates))
     return rows
 
 

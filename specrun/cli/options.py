@@ -84,7 +84,6 @@ FLAGS = {
     "gpu_layers": "--gpu-layers",
     "draft_gpu_layers": "--draft-gpu-layers",
     "rpc": "--rpc",
-    "draft": "--draft",
 }
 
 
