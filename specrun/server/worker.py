@@ -83,6 +83,7 @@ class Job:
     task: asyncio.Task[None] | None = None
     turn: Future[None] | None = None  # its place in the generation threads' queue, then its run
     ended: bool = False  # its error or its end was delivered
+    failed: bool = False  # what ended it was an error
     engine: Engine | None = None  # its model's, once it runs
 
     def deliver(self, item: Event | Exception | None) -> None:
@@ -90,6 +91,7 @@ class Job:
         if isinstance(item, (Prefill, Round)):
             self.stats.add(item)
         self.ended = not isinstance(item, (Prefill, Round))
+        self.failed = isinstance(item, Exception)
         self.events.put_nowait(item)
 
     async def next(self) -> Event | None:
@@ -108,7 +110,9 @@ class Job:
         """stop, length, cancelled (the client left, or the server stopped) or failed."""
         reason = self.stats.finish_reason
         if reason is None:
-            return "cancelled" if self.cancel.is_set() else "failed"
+            # A client that leaves once its error has come (a stream read to its error event)
+            # sets `cancel` too, maybe before the job is counted: the error decides.
+            return "cancelled" if self.cancel.is_set() and not self.failed else "failed"
         # The loop's stop, length or cancelled, or context; a str until specrun.core types it.
         return "length" if reason == "context" else cast(Outcome, reason)
 
