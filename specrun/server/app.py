@@ -33,9 +33,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specrun import __version__
 from specrun.core.sampling import SamplingParams, TokenLogprob
 from specrun.core.stats import Stats
-from specrun.server import metrics, openapi
+from specrun.server import answers, anthropic, metrics, ollama, openapi, responses
 from specrun.server.bodies import ChatCompletionRequest, CompletionRequest, GenerationBody
 from specrun.server.connection import connection_type, late
+from specrun.server.family import Family, error_body_for
 from specrun.server.pool import ModelPool
 from specrun.server.requests import (
     AllowedHosts,
@@ -50,7 +51,7 @@ from specrun.server.requests import (
 )
 from specrun.server.worker import Job, Worker
 from specrun.system import interrupts
-from specrun.tools import CallStream, ToolCall, parse_calls, tool_format
+from specrun.tools import ToolCall
 
 MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
@@ -61,6 +62,8 @@ SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when t
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
 Body = TypeVar("Body", bound=GenerationBody)
+# The API families served beside OpenAI's, each under its own paths.
+FAMILIES: tuple[Family, ...] = (anthropic.FAMILY, responses.FAMILY, ollama.FAMILY)
 
 
 Piece = Callable[[int], bytes]  # a token's bytes in text
@@ -221,6 +224,7 @@ class Api:
             Route(CHAT.path, self.chat, methods=["POST"]),
             Route(COMPLETION.path, self.completions, methods=["POST"]),
             Route("/openapi.json", self.openapi),
+            *(route for family in FAMILIES for route in family.routes(self)),
         ]
         return Starlette(
             routes=routes,
@@ -231,7 +235,12 @@ class Api:
                             Cors,
                             allow_origins=list(cors),
                             allow_methods=["GET", "POST"],
-                            allow_headers=["Authorization", "Content-Type"],
+                            allow_headers=[
+                                "Authorization",
+                                "Content-Type",
+                                "X-Api-Key",
+                                "Anthropic-Version",
+                            ],
                             max_age=600,
                         )
                     ]
@@ -292,17 +301,29 @@ class Api:
         bodies = {endpoint.path: endpoint.body for endpoint in (CHAT, COMPLETION)}
         return JSONResponse(openapi.document(request.app.routes, bodies, __version__))
 
+    async def body(self, request: Request) -> dict[str, Any]:
+        """The request's body, read within the deadline, as checked JSON (any family's)."""
+        return await _json_body(request, self.read_timeout)
+
+    async def start(
+        self, request: Request, generation: GenerationRequest, id_prefix: str
+    ) -> list[Job]:
+        """Submit a checked request's generations with its key's tenant (BearerAuth's: whose
+        earlier answers the drafts may come from); its jobs once each prompt is in. The
+        request's error comes from here, before any header is sent (any family's)."""
+        tenant = request.scope.get("state", {}).get(TENANT)
+        jobs = self.worker.submit(generation, id_prefix, request.receive, tenant)
+        for job in jobs:  # the Prefills
+            await job.next()
+        return jobs
+
     async def _generation(self, request: Request, endpoint: Endpoint[Body]) -> Response:
-        body = checked(endpoint.body, await _json_body(request, self.read_timeout))
+        body = checked(endpoint.body, await self.body(request))
         # Off the event loop: a schema's conversion to a grammar takes up to half a second.
         generation = await asyncio.to_thread(
             endpoint.request, body, self.worker.pool.names, self.worker.defaults
         )
-        # The key's tenant (BearerAuth's): whose earlier answers the drafts may come from.
-        tenant = request.scope.get("state", {}).get(TENANT)
-        jobs = self.worker.submit(generation, endpoint.id_prefix, request.receive, tenant)
-        for job in jobs:  # the Prefills: the prompt is in, or the request's error comes
-            await job.next()  # before any header is sent
+        jobs = await self.start(request, generation, endpoint.id_prefix)
         if generation.stream:
             return StreamingResponse(
                 self._chunks(jobs, endpoint),
@@ -330,14 +351,6 @@ class Api:
         assert job.engine is not None, "a job with rounds ran on its engine"
         return endpoint.logprobs(entries, job.engine.target.piece, offset)
 
-    def _calls(self, job: Job, text: str) -> tuple[str, list[ToolCall]]:
-        """The answer's text and its tool calls, where the request offered tools."""
-        if not job.request.calls_tools:
-            return text, []
-        assert job.engine is not None, "a job with rounds ran on its engine"
-        offered = [tool.name for tool in job.request.tools]
-        return parse_calls(text, tool_format(job.engine.target.chat_template), offered)
-
     async def _answer(self, jobs: list[Job], endpoint: Endpoint[Any]) -> Response:
         choices = [
             {"index": index, **await self._choice(job, endpoint)} for index, job in enumerate(jobs)
@@ -352,25 +365,20 @@ class Api:
 
     async def _choice(self, job: Job, endpoint: Endpoint[Any]) -> dict[str, object]:
         """One whole answer: its text or tool calls, log-probabilities and finish_reason."""
-        text: list[str] = []
-        entries: list[TokenLogprob] = []
-        while (event := await job.next_round()) is not None:
-            text.append(event.text)
-            entries.extend(event.logprobs)
-        content, calls = self._calls(job, "".join(text))
-        answer = endpoint.whole(content)
-        if calls:
-            answer = {
+        answer = await answers.whole(job)
+        message = endpoint.whole(answer.text)
+        if answer.calls:
+            message = {
                 "message": {
                     "role": "assistant",
-                    "content": content or None,
-                    "tool_calls": [_call(call) for call in calls],
+                    "content": answer.text or None,
+                    "tool_calls": [_call(call) for call in answer.calls],
                 }
             }
         return {
-            **answer,
-            "logprobs": self._logprobs(job, endpoint, entries),
-            "finish_reason": "tool_calls" if calls else job.finish_reason(),
+            **message,
+            "logprobs": self._logprobs(job, endpoint, answer.logprobs),
+            "finish_reason": answer.finish,
         }
 
     async def _chunks(self, jobs: list[Job], endpoint: Endpoint[Any]) -> AsyncIterator[str]:
@@ -434,29 +442,18 @@ class Api:
         if endpoint.opening:
             yield {**endpoint.opening, "finish_reason": None}
         offset = 0  # characters of the answer streamed so far
-        # Offered tools, what may be a call is held until the answer ends.
-        calling = (
-            CallStream(
-                tool_format(job.engine.target.chat_template),
-                [tool.name for tool in job.request.tools],
-            )
-            if job.request.calls_tools and job.engine is not None
-            else None
-        )
-        while (event := await job.next_round()) is not None:
-            text = calling.feed(event.text) if calling else event.text
-            if text or event.logprobs:
-                logprobs = self._logprobs(job, endpoint, list(event.logprobs), offset)
-                part = {**endpoint.part(text), "finish_reason": None}
-                yield {**part, **({"logprobs": logprobs} if logprobs else {})}
-                offset += len(text)
-        rest, calls = calling.finish() if calling else ("", [])
-        if rest:
-            yield {**endpoint.part(rest), "finish_reason": None}
-        if calls:
-            delta = {"tool_calls": [{"index": i, **_call(c)} for i, c in enumerate(calls)]}
-            yield {"delta": delta, "finish_reason": None}
-        yield {**endpoint.part(""), "finish_reason": "tool_calls" if calls else job.finish_reason()}
+        made_calls = False
+        async for part in answers.parts(job):
+            if isinstance(part, answers.CallsPart):
+                made_calls = True
+                calls = [{"index": i, **_call(c)} for i, c in enumerate(part.calls)]
+                yield {"delta": {"tool_calls": calls}, "finish_reason": None}
+                continue
+            logprobs = self._logprobs(job, endpoint, list(part.logprobs), offset)
+            chunk = {**endpoint.part(part.text), "finish_reason": None}
+            yield {**chunk, **({"logprobs": logprobs} if logprobs else {})}
+            offset += len(part.text)
+        yield {**endpoint.part(""), "finish_reason": answers.finish(job, made_calls)}
 
 
 class Cors(CORSMiddleware):
@@ -500,16 +497,17 @@ class Gate:
                 if scope["method"] == "POST":
                     check_json_content(headers.get("content-type"))
             except ApiError as error:
-                await error.response()(scope, receive, send)
+                await _error_response(scope["path"], error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
 class BearerAuth:
-    """Every path but /health needs `Authorization: Bearer <key>`, one of `keys`: the scheme in
-    any case, as RFC 7235 has it, and the key compared as bytes (UTF-8, as a client sends it)
-    with every key, in constant time. The request's tenant (scope state TENANT) is the key's
-    place in the list: never the key itself, which nothing keeps or logs."""
+    """Every path but /health needs `Authorization: Bearer <key>` (or Anthropic's `x-api-key:
+    <key>`), one of `keys`: the scheme in any case, as RFC 7235 has it, and the key compared
+    as bytes (UTF-8, as a client sends it) with every key, in constant time. The request's
+    tenant (scope state TENANT) is the key's place in the list: never the key itself, which
+    nothing keeps or logs."""
 
     def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
         # The bytes each key was given as: a command line's or environment's undecodable ones too.
@@ -519,8 +517,11 @@ class BearerAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
             # Starlette decodes header values as Latin-1: encoded back, they are the bytes sent.
-            given = Headers(scope=scope).get("authorization", "").encode("latin-1")
+            headers = Headers(scope=scope)
+            given = headers.get("authorization", "").encode("latin-1")
             scheme, _, key = given.partition(b" ")
+            if not given and "x-api-key" in headers:  # Anthropic's clients send the key so
+                scheme, key = b"bearer", headers["x-api-key"].encode("latin-1")
             # Every key compared, not only those up to the match: the time tells no place.
             matched = [hmac.compare_digest(key.lstrip(b" "), one) for one in self.expected]
             if True not in matched or scheme.lower() != b"bearer":
@@ -529,28 +530,36 @@ class BearerAuth:
                     "a valid API key is required: `Authorization: Bearer <key>`",
                     code="invalid_api_key",
                 )
-                await error.response()(scope, receive, send)
+                await _error_response(scope["path"], error)(scope, receive, send)
                 return
             scope.setdefault("state", {})[TENANT] = f"api-key-{matched.index(True)}"
         await self.app(scope, receive, send)
 
 
+def _error_response(path: str, error: ApiError) -> JSONResponse:
+    """The error in the shape of the family `path` belongs to (OpenAI's by default)."""
+    body = error_body_for(path, FAMILIES)(error)
+    return JSONResponse(body, error.status, headers=error.headers)
+
+
 async def _api_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, ApiError)
-    return error.response()
+    return _error_response(request.url.path, error)
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)  # an unknown path or method
     headers = dict(error.headers) if error.headers else None
-    return ApiError(error.status_code, error.detail, headers=headers).response()
+    return _error_response(
+        request.url.path, ApiError(error.status_code, error.detail, headers=headers)
+    )
 
 
 async def _internal_error(request: Request, error: Exception) -> Response:
-    """A bug: an OpenAI-style 500. Starlette raises the error on once this is sent, and uvicorn
-    logs its traceback and closes the connection: the answer says so, or the client's next
-    request on it would meet a reset."""
-    return _bug(error, headers={"Connection": "close"}).response()
+    """A bug: a 500 in the family's shape. Starlette raises the error on once this is sent, and
+    uvicorn logs its traceback and closes the connection: the answer says so, or the client's
+    next request on it would meet a reset."""
+    return _error_response(request.url.path, _bug(error, headers={"Connection": "close"}))
 
 
 def _bug(error: Exception, headers: dict[str, str] | None = None) -> ApiError:

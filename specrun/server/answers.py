@@ -1,0 +1,90 @@
+"""One answer of a job as the parts every API family renders (OpenAI's chat and completions,
+and the others beside them): its text as it comes, with each token's log-probabilities where
+asked, the tool calls it made (read back in the model's syntax, held while they may be
+arriving), and how it ended. Each family only renders these parts in its own shapes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from specrun.core.sampling import TokenLogprob
+from specrun.server.worker import Job, Outcome
+from specrun.tools import CallStream, ToolCall, tool_format
+
+# How an answer ended, in OpenAI's words: a worker's outcome, or calls made.
+Finish = Outcome | Literal["tool_calls"]
+
+
+@dataclass(frozen=True)
+class TextPart:
+    """Answer text that can go out now, and the log-probabilities of the tokens it came from
+    (what they read may still be held, as the start of what may be a call)."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class CallsPart:
+    """The calls the answer made: its last part but the finish."""
+
+    calls: tuple[ToolCall, ...]
+
+
+AnswerPart = TextPart | CallsPart
+
+
+@dataclass
+class Answer:
+    """A whole answer: what `parts` yields, gathered."""
+
+    text: str = ""
+    calls: tuple[ToolCall, ...] = ()
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish: Finish = "stop"
+
+
+def _calling(job: Job) -> CallStream | None:
+    """Where the request offered tools, what reads the answer for calls."""
+    if not job.request.calls_tools or job.engine is None:
+        return None
+    offered = [tool.name for tool in job.request.tools]
+    return CallStream(tool_format(job.engine.target.chat_template), offered)
+
+
+async def parts(job: Job) -> AsyncIterator[AnswerPart]:
+    """One answer's parts as its rounds come (after its Prefill, which the handler awaited):
+    text, then the calls where it made any. `finish(job, parts)` says how it ended."""
+    calling = _calling(job)
+    while (event := await job.next_round()) is not None:
+        text = calling.feed(event.text) if calling else event.text
+        if text or event.logprobs:
+            yield TextPart(text, event.logprobs)
+    rest, calls = calling.finish() if calling else ("", [])
+    if rest:
+        yield TextPart(rest)
+    if calls:
+        yield CallsPart(tuple(calls))
+
+
+def finish(job: Job, made_calls: bool) -> Finish:
+    """How the answer ended, once its parts are read: `tool_calls` where it made calls, else
+    the worker's outcome (a 503 where the server stopped it)."""
+    return "tool_calls" if made_calls else job.finish_reason()
+
+
+async def whole(job: Job) -> Answer:
+    """The answer read to its end."""
+    answer = Answer()
+    text: list[str] = []
+    async for part in parts(job):
+        if isinstance(part, TextPart):
+            text.append(part.text)
+            answer.logprobs.extend(part.logprobs)
+        else:
+            answer.calls = part.calls
+    answer.text = "".join(text).strip() if answer.calls else "".join(text)
+    answer.finish = finish(job, bool(answer.calls))
+    return answer
