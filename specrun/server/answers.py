@@ -27,13 +27,21 @@ class TextPart:
 
 
 @dataclass(frozen=True)
+class ReasoningPart:
+    """The model's thinking, apart from its answer (a reasoning model's, where its template
+    says how it thinks)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class CallsPart:
     """The calls the answer made: its last part but the finish."""
 
     calls: tuple[ToolCall, ...]
 
 
-AnswerPart = TextPart | CallsPart
+AnswerPart = TextPart | ReasoningPart | CallsPart
 
 
 @dataclass
@@ -41,6 +49,7 @@ class Answer:
     """A whole answer: what `parts` yields, gathered."""
 
     text: str = ""
+    reasoning: str = ""
     calls: tuple[ToolCall, ...] = ()
     logprobs: list[TokenLogprob] = field(default_factory=list)
     finish: Finish = "stop"
@@ -83,6 +92,8 @@ async def whole(job: Job) -> Answer:
         if isinstance(part, TextPart):
             text.append(part.text)
             answer.logprobs.extend(part.logprobs)
+        elif isinstance(part, ReasoningPart):
+            answer.reasoning += part.text
         else:
             answer.calls = part.calls
     answer.text = "".join(text).strip() if answer.calls else "".join(text)

@@ -367,12 +367,13 @@ class Api:
         """One whole answer: its text or tool calls, log-probabilities and finish_reason."""
         answer = await answers.whole(job)
         message = endpoint.whole(answer.text)
-        if answer.calls:
+        if answer.calls or answer.reasoning:  # only a chat's answer has either
             message = {
                 "message": {
                     "role": "assistant",
                     "content": answer.text or None,
-                    "tool_calls": [_call(call) for call in answer.calls],
+                    **({"reasoning_content": answer.reasoning} if answer.reasoning else {}),
+                    **({"tool_calls": [_call(c) for c in answer.calls]} if answer.calls else {}),
                 }
             }
         return {
@@ -448,6 +449,9 @@ class Api:
                 made_calls = True
                 calls = [{"index": i, **_call(c)} for i, c in enumerate(part.calls)]
                 yield {"delta": {"tool_calls": calls}, "finish_reason": None}
+                continue
+            if isinstance(part, answers.ReasoningPart):  # as DeepSeek's API and llama-server
+                yield {"delta": {"reasoning_content": part.text}, "finish_reason": None}
                 continue
             logprobs = self._logprobs(job, endpoint, list(part.logprobs), offset)
             chunk = {**endpoint.part(part.text), "finish_reason": None}
