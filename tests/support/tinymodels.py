@@ -10,6 +10,7 @@ the same vocabulary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -51,9 +52,12 @@ WORDS = [
 N_EMBD, N_HEAD, N_LAYER, N_FF, N_CTX = 64, 4, 2, 128, 1024
 
 
-def vocabulary(extra: int = 0, variant: str = "") -> tuple[list[str], list[float], list[int]]:
+def vocabulary(
+    extra: int = 0, variant: str = "", specials: tuple[str, ...] = ()
+) -> tuple[list[str], list[float], list[int]]:
     """Tokens, scores and types. `extra` padding tokens at the end; `variant` renames the
-    word pieces (an incompatible vocabulary of the same size)."""
+    word pieces (an incompatible vocabulary of the same size); `specials`, a real model's
+    added tokens after the word pieces (`special_type`)."""
     T = gguf.TokenType
     tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     types = [T.UNKNOWN, T.CONTROL, T.CONTROL, T.CONTROL, T.CONTROL]
@@ -66,11 +70,28 @@ def vocabulary(extra: int = 0, variant: str = "") -> tuple[list[str], list[float
     pieces = list(dict.fromkeys(pieces))  # "a" is both a letter and a word
     tokens += pieces
     types += [T.NORMAL] * len(pieces)
+    added = [token for token in specials if token not in tokens]
+    tokens += added
+    types += [special_type(token) for token in added]
     tokens += [f"<pad{i}>" for i in range(extra)]
     types += [T.UNUSED] * extra
     # Longer pieces score higher, so the SPM merges prefer whole words.
-    scores = [0.0] * 261 + [float(len(p)) for p in pieces] + [-1000.0] * extra
+    scores = [0.0] * 261 + [float(len(p)) for p in pieces] + [0.0] * len(added) + [-1000.0] * extra
     return tokens, scores, [int(t) for t in types]
+
+
+def special_type(token: str) -> gguf.TokenType:
+    """An added token's type as llama.cpp's converter writes it: CONTROL where it looks
+    special (`<|...|>`, DeepSeek's `<｜...｜>`, or a BOS-like `[...]`/`<sop>`), else
+    USER_DEFINED (Qwen3's and DeepSeek-R1's `<think>` and `<tool_call>`, which their
+    tokenizers do not mark special). Both tokenize as one token each."""
+    looks_special = (
+        (token.startswith("<|") and token.endswith("|>"))
+        or (token.startswith("<｜") and token.endswith("｜>"))
+        or (token.startswith("[") and token.endswith("]"))
+        or token == "<sop>"
+    )
+    return gguf.TokenType.CONTROL if looks_special else gguf.TokenType.USER_DEFINED
 
 
 def random_weights(n_vocab: int, seed: int) -> dict[str, np.ndarray]:
@@ -111,11 +132,13 @@ def write_tiny_model(
     add_bos: bool = True,
     chat_template: str | None = CHATML_TEMPLATE,
     duplicate_token: bool = False,
+    specials: tuple[str, ...] = (),
+    bos_id: int = 1,
 ) -> Path:
     """Write a tiny llama GGUF. Models with the same `seed` share weights; `noise` perturbs
     them (a draft that mostly agrees with its target). `duplicate_token` gives two ids the
     same text, which trips an assertion inside llama.cpp's tokenizer (a native abort)."""
-    tokens, scores, types = vocabulary(extra_vocab, variant)
+    tokens, scores, types = vocabulary(extra_vocab, variant, specials)
     if duplicate_token:
         tokens[-1] = tokens[-2]
     base = random_weights(len(tokens) - extra_vocab, seed)
@@ -130,7 +153,7 @@ def write_tiny_model(
     writer.add_head_count_kv(N_HEAD)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
-    add_tokenizer(writer, tokens, scores, types, eos_id, add_bos, chat_template)
+    add_tokenizer(writer, tokens, scores, types, eos_id, add_bos, chat_template, bos_id)
     for name, tensor in base.items():
         if noise:
             tensor = tensor + (rng.standard_normal(tensor.shape) * noise * tensor.std()).astype(
@@ -142,6 +165,153 @@ def write_tiny_model(
     return finish(writer, path)
 
 
+TEMPLATES = Path(__file__).parent / "templates"  # real chat templates: SOURCES.md
+
+
+@dataclass(frozen=True)
+class TemplateModel:
+    """A real model's chat template and the added tokens it and its model's answers use."""
+
+    file: str  # in TEMPLATES
+    eos: str  # the model's EOS text
+    bos: str | None = None  # its BOS text; None: the tiny vocabulary's `<s>`
+    add_bos: bool = False
+    specials: tuple[str, ...] = ()  # the other added tokens
+
+
+_THINK = ("<think>", "</think>")
+_QWEN = (
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    *_THINK,
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+)
+_DEEPSEEK = (
+    "<｜User｜>",
+    "<｜Assistant｜>",
+    *_THINK,
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁outputs▁begin｜>",
+    "<｜tool▁outputs▁end｜>",
+    "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>",
+)
+TEMPLATE_MODELS = {
+    "qwen3": TemplateModel("Qwen-Qwen3-0.6B.jinja", "<|im_end|>", specials=_QWEN),
+    "qwen3-coder": TemplateModel("Qwen3-Coder.jinja", "<|im_end|>", specials=_QWEN),
+    "glm-4.5": TemplateModel(
+        "GLM-4.6.jinja",
+        "<|endoftext|>",
+        specials=(
+            "[gMASK]",
+            "<sop>",
+            "<|system|>",
+            "<|user|>",
+            "<|assistant|>",
+            "<|observation|>",
+            *_THINK,
+            "<tool_call>",
+            "</tool_call>",
+            "<arg_key>",
+            "</arg_key>",
+            "<arg_value>",
+            "</arg_value>",
+            "<tool_response>",
+            "</tool_response>",
+        ),
+    ),
+    "gpt-oss": TemplateModel(
+        "openai-gpt-oss-120b.jinja",
+        "<|return|>",
+        bos="<|startoftext|>",
+        specials=(
+            "<|start|>",
+            "<|end|>",
+            "<|message|>",
+            "<|channel|>",
+            "<|constrain|>",
+            "<|call|>",
+            "<|endoftext|>",
+        ),
+    ),
+    "deepseek-r1": TemplateModel(
+        "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+        "<｜end▁of▁sentence｜>",
+        bos="<｜begin▁of▁sentence｜>",
+        add_bos=True,
+        specials=_DEEPSEEK,
+    ),
+    "deepseek-v3.1": TemplateModel(
+        "deepseek-ai-DeepSeek-V3.1.jinja",
+        "<｜end▁of▁sentence｜>",
+        bos="<｜begin▁of▁sentence｜>",
+        add_bos=True,
+        specials=_DEEPSEEK,
+    ),
+    "kimi-k2": TemplateModel(
+        "moonshotai-Kimi-K2.jinja",
+        "[EOS]",
+        bos="[BOS]",
+        specials=(
+            "<|im_system|>",
+            "<|im_user|>",
+            "<|im_assistant|>",
+            "<|im_middle|>",
+            "<|im_end|>",
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>",
+            "<|tool_call_end|>",
+            "<|media_start|>",
+            "<|media_content|>",
+            "<|media_pad|>",
+            "<|media_end|>",
+        ),
+    ),
+    "llama-3.1": TemplateModel(
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        "<|eot_id|>",
+        bos="<|begin_of_text|>",
+        add_bos=True,
+        specials=(
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eom_id|>",
+            "<|python_tag|>",
+            "<|end_of_text|>",
+        ),
+    ),
+}
+
+
+def write_template_model(path: Path, name: str, *, seed: int = 0, noise: float = 0.0) -> Path:
+    """Write a tiny llama GGUF carrying the real chat template `name` (a TEMPLATE_MODELS key)
+    and its model's BOS, EOS and added tokens, each one token as in the real model. Models of
+    the same `name` and `seed` share weights; `noise` perturbs them (a draft for it)."""
+    model = TEMPLATE_MODELS[name]
+    specials = tuple(t for t in (model.bos, model.eos) if t) + model.specials
+    tokens = vocabulary(specials=specials)[0]
+    return write_tiny_model(
+        path,
+        seed=seed,
+        noise=noise,
+        chat_template=(TEMPLATES / model.file).read_text(encoding="utf-8"),
+        specials=specials,
+        bos_id=tokens.index(model.bos) if model.bos else 1,
+        eos_id=tokens.index(model.eos),
+        add_bos=model.add_bos,
+    )
+
+
 def add_tokenizer(
     writer: gguf.GGUFWriter,
     tokens: list[str],
@@ -150,6 +320,7 @@ def add_tokenizer(
     eos_id: int = 2,
     add_bos: bool = True,
     chat_template: str | None = CHATML_TEMPLATE,
+    bos_id: int = 1,
 ) -> None:
     """The F32 file type and the tokenizer keys every tiny model carries."""
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -157,7 +328,7 @@ def add_tokenizer(
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
     writer.add_token_types(types)
-    writer.add_bos_token_id(1)
+    writer.add_bos_token_id(bos_id)
     writer.add_eos_token_id(eos_id)
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(add_bos)
