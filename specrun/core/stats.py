@@ -80,6 +80,8 @@ class Stats:
     # accepted at least i+1
     position_drafted: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
+    # Each round's committed tokens: the text's stop string is read back from them.
+    committed: list[tuple[int, ...]] = field(default_factory=list)
     costs: CostModel = field(default_factory=lambda: CostModel(decay=None))
     _recent: deque[tuple[int, float]] = field(default_factory=deque)  # (tokens, seconds)
     _last_drafted: int | None = None
@@ -99,6 +101,7 @@ class Stats:
             return  # not a forward pass
         self.rounds += 1
         self.generated += len(event.tokens)
+        self.committed.append(event.tokens)
         self.drafted += event.drafted
         self.accepted += event.accepted
         self.rejections += event.accepted < event.drafted

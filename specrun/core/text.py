@@ -44,6 +44,7 @@ class StopStrings:
                 self._longest[self._insert(stop)] = len(stop)
         self._link()
         self._state = 0  # the longest suffix of the text so far that is a node
+        self.found = 0  # the length of the stop string `find` last found
 
     def _insert(self, stop: str) -> int:
         node = 0
@@ -82,14 +83,16 @@ class StopStrings:
 
     def find(self, text: str) -> int | None:
         """Feed `text`: where the earliest-starting stop string that ends in it starts, counted
-        from the start of `text` (negative: in the held characters before it), or None."""
+        from the start of `text` (negative: in the held characters before it), or None; its
+        length is `found` (of those starting there, the first to end)."""
         earliest: int | None = None
         state = self._state
         for end, char in enumerate(text, 1):
             state = self._step(state, char)
             if length := self._longest[state]:  # the longest ending here starts first
                 start = end - length
-                earliest = start if earliest is None else min(earliest, start)
+                if earliest is None or start < earliest:
+                    earliest, self.found = start, length
         self._state = state
         return earliest
 
@@ -104,6 +107,7 @@ class TextStream:
 
     def __post_init__(self) -> None:
         self._stops = StopStrings(self.stop)
+        self.ended_by: str | None = None  # the stop string that ended the text, once one has
 
     def feed(self, tokens: Sequence[int], from_draft: Sequence[bool]) -> tuple[list[Segment], bool]:
         """Return the segments safe to show, and whether a stop string ended the text."""
@@ -120,6 +124,8 @@ class TextStream:
         new = "".join(added)
         start = self._stops.find(new)
         if start is not None:
+            pending = "".join(text for text, _ in self.pending)
+            self.ended_by = pending[held + start : held + start + self._stops.found]
             released = self._release(held + start)
             self.pending.clear()
             return released, True
@@ -143,3 +149,15 @@ class TextStream:
             released.append(self.pending.popleft())
             count -= len(text)
         return released
+
+
+def ending_stop(
+    detokenizer: Detokenizer, stops: Sequence[str], rounds: Iterable[Sequence[int]]
+) -> str | None:
+    """The stop string that ended a generation's text, read again from the tokens each of its
+    rounds committed (a stop string's text never reaches the answer); None where none did."""
+    stream = TextStream(detokenizer, stops)
+    for tokens in rounds:
+        if stream.feed(tokens, [False] * len(tokens))[1]:
+            return stream.ended_by
+    return None

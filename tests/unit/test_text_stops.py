@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from specrun.core.text import Detokenizer, Segment, StopStrings, TextStream
+from specrun.core.text import Detokenizer, Segment, StopStrings, TextStream, ending_stop
 
 # Pieces of a made-up vocabulary: letters the stops are made of, multi-byte characters, and the
 # bytes of two of them split across tokens (a character that only the next token completes).
@@ -76,8 +76,11 @@ def test_each_round_shows_what_the_rule_allows(seed: int) -> None:
         text = "".join(char for char, _ in everything)
         expected, hit = shown_by_the_rule(text, stops)
         assert (shown, stopped) == (everything[: len(expected)], hit), (stops, text)
-        if stopped:
+        if stopped:  # the stop string named is one of them, and it starts where the text ends
+            ended_by = text_stream.ended_by
+            assert ended_by in stops and text[len(expected) :].startswith(ended_by)
             return
+        assert text_stream.ended_by is None
     shown += characters(text_stream.flush())
     assert shown == everything + [(char, False) for char in decoder.decode(b"", final=True)]
 
@@ -89,6 +92,24 @@ def test_the_earliest_start_wins_among_the_stops_the_text_holds() -> None:
     assert both.feed([2, 3], [False, True]) == ([], True)  # "abba": starts at 0
     first_only = stream(["abbaa", "bb"])
     assert first_only.feed([2, 3], [False, True]) == ([("a", False)], True)  # "bb" ends first
+
+
+def test_the_stop_string_named_is_the_one_that_cut_the_text() -> None:
+    """Of two stops starting where the text is cut, the one that ended first; read back from
+    the rounds' tokens, the stop that the same rounds met (the rounds decide which cuts)."""
+    both = stream(["abba", "bb"])
+    both.feed([2, 3], [False, True])
+    assert both.ended_by == "abba"  # started first, though "bb" ended first
+    nested = stream(["ab", "aba"])
+    nested.feed([2, 0], [False, False])
+    assert nested.ended_by == "ab"
+
+    def read_back(stops: list[str], rounds: list[tuple[int, ...]]) -> str | None:
+        return ending_stop(Detokenizer(Vocabulary()), stops, rounds)  # type: ignore[arg-type]
+
+    assert read_back(["abba", "bb"], [(2, 1, 0)]) == "abba"  # "abba" in one round
+    assert read_back(["abba", "bb"], [(2,), (1,), (0,)]) == "bb"  # "abb" met "bb" first
+    assert read_back(["abba"], [(2,), (1,)]) is None
 
 
 def test_a_stop_across_rounds_and_a_split_character_is_held_then_cut() -> None:
