@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -32,15 +33,21 @@ class Message:
     tool_call_id: str | None = None  # a tool's result: the call it answers
 
 
-def render(model: Model, messages: list[Message], tools: tuple[Tool, ...] = ()) -> list[int]:
+def render(
+    model: Model,
+    messages: list[Message],
+    tools: tuple[Tool, ...] = (),
+    options: Mapping[str, Any] | None = None,
+) -> list[int]:
     """Token ids of a conversation, ending where the assistant's reply begins; `tools`, the
-    functions it may call (`specrun.tools`)."""
+    functions it may call (`specrun.tools`); `options`, what else the template's render
+    gets (`enable_thinking`, `reasoning_effort`: `specrun.reasoning.template_options`)."""
     messages = _with_tools(model, messages, tools)
     formatter = _formatter(model)
     if formatter is None:
         return model.tokenize(chat_text(model, messages), add_special=True, parse_special=False)
     offered = tools if tool_format(model.chat_template) != "generic" else ()
-    prompt = _format(model, formatter, messages, offered)
+    prompt = _format(model, formatter, messages, offered, options)
     # The same conversation with each content a unique marker shows what is markup.
     nonce = secrets.token_hex(8)
     # (Private-use characters: no template filter trims, escapes or changes their case.)
@@ -50,6 +57,7 @@ def render(model: Model, messages: list[Message], tools: tuple[Tool, ...] = ()) 
         formatter,
         [replace(m, content=marker) for m, marker in zip(messages, markers)],
         offered,
+        options,
     )
     pieces = _markup_and_contents(prompt, skeleton, markers)
     if pieces is None:
@@ -67,13 +75,15 @@ def render(model: Model, messages: list[Message], tools: tuple[Tool, ...] = ()) 
     return tokens
 
 
-def chat_text(model: Model, messages: list[Message]) -> str:
+def chat_text(
+    model: Model, messages: list[Message], options: Mapping[str, Any] | None = None
+) -> str:
     """The conversation as the chat template writes it, markup as text: a raw prompt for a
     tool that takes no messages (as `render` tokenizes it, where no content holds markup)."""
     formatter = _formatter(model)
     if formatter is None:  # no template: the turns as plain text, each on its own paragraph
         return "\n\n".join(m.content for m in messages)
-    return _format(model, formatter, messages)
+    return _format(model, formatter, messages, (), options)
 
 
 def _formatter(model: Model) -> Jinja2ChatFormatter | None:
@@ -91,10 +101,13 @@ def _format(
     formatter: Jinja2ChatFormatter,
     messages: list[Message],
     tools: tuple[Tool, ...] = (),
+    options: Mapping[str, Any] | None = None,
 ) -> str:
     try:
         offered: Any = [tool.as_openai() for tool in tools] or None
-        return formatter(messages=[_request_message(m) for m in messages], tools=offered).prompt
+        return formatter(
+            messages=[_request_message(m) for m in messages], tools=offered, **(options or {})
+        ).prompt
     except Exception as error:  # a template may reject a conversation (e.g. no system role)
         raise SpecrunError(f"{model.name}'s chat template failed: {error}") from None
 

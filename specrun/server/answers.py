@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from specrun.core.sampling import TokenLogprob
+from specrun.prompt import chat_text
+from specrun.reasoning import Piece, Splitter, reasoning_format, splitter
 from specrun.server.worker import Job, Outcome
 from specrun.tools import CallStream, ToolCall, tool_format
 
@@ -63,17 +65,50 @@ def _calling(job: Job) -> CallStream | None:
     return CallStream(tool_format(job.engine.target.chat_template), offered)
 
 
+def _thinking(job: Job) -> Splitter | None:
+    """Where a chat request went to a reasoning model, what splits its thinking from its
+    answer (a raw prompt's text is the client's own: never split). Whether the prompt left
+    the thought open is read from the prompt's text, rendered again (one template render: the
+    worker keeps only the prompt's tokens)."""
+    request, engine = job.request, job.engine
+    if not isinstance(request.prompt, list) or engine is None:
+        return None
+    target = engine.target
+    form = reasoning_format(target.chat_template)
+    if form == "none":
+        return None
+    prompt = chat_text(target, request.prompt, request.template_options(engine))
+    return splitter(form, prompt)
+
+
+def _split(pieces: list[Piece]) -> tuple[list[ReasoningPart], str]:
+    """Thinking pieces as parts, and the answer's text among them."""
+    thought = [ReasoningPart(text) for kind, text in pieces if kind == "reasoning"]
+    return thought, "".join(text for kind, text in pieces if kind == "content")
+
+
 async def parts(job: Job) -> AsyncIterator[AnswerPart]:
     """One answer's parts as its rounds come (after its Prefill, which the handler awaited):
-    text, then the calls where it made any. `finish(job, parts)` says how it ended."""
-    calling = _calling(job)
+    its thinking apart where its model reasons, text, then the calls where it made any (read
+    in the answer's text, the thinking taken out). `finish(job, parts)` says how it ended."""
+    thinking, calling = _thinking(job), _calling(job)
     while (event := await job.next_round()) is not None:
-        text = calling.feed(event.text) if calling else event.text
+        thought, text = _split(thinking.feed(event.text)) if thinking else ([], event.text)
+        for part in thought:
+            yield part
+        text = calling.feed(text) if calling else text
         if text or event.logprobs:
             yield TextPart(text, event.logprobs)
-    rest, calls = calling.finish() if calling else ("", [])
-    if rest:
-        yield TextPart(rest)
+    thought, text = _split(thinking.finish()) if thinking else ([], "")
+    for part in thought:
+        yield part
+    calls: list[ToolCall] = []
+    if calling:
+        text = calling.feed(text)
+        rest, calls = calling.finish()
+        text += rest
+    if text:
+        yield TextPart(text)
     if calls:
         yield CallsPart(tuple(calls))
 

@@ -29,7 +29,7 @@ from specrun.core.loop import MAX_TOP_LOGPROBS
 
 # Which generation endpoint a body is for: /v1/chat/completions or /v1/completions.
 EndpointName = Literal["chat", "completion"]
-Role = Literal["system", "user", "assistant", "tool"]
+Role = Literal["system", "developer", "user", "assistant", "tool"]
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"  # OpenAI's rule for a function's name
 # A token id as a JSON object's key: ten digits hold any vocabulary's (Python's int() refuses
 # over 4300, a 500 where the key is the client's mistake).
@@ -263,6 +263,14 @@ class ChatCompletionRequest(GenerationBody):
     logprobs: bool = Field(False, description="each token's log-probability")
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="the most likely tokens listed at each token"
+    )
+    reasoning_effort: Literal["none", "low", "medium", "high"] | None = Field(
+        None,
+        description="how hard a reasoning model thinks, where its template reads it (gpt-oss); "
+        "none: no thinking, where the template can switch it off (llama-server's)",
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="arguments the chat template's render gets, e.g. enable_thinking"
     )
 
 

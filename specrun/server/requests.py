@@ -6,6 +6,7 @@ stop strings); or an `ApiError`, OpenAI's error shape, which names the field at 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import math
@@ -24,6 +25,7 @@ from specrun.errors import OptionError, SpecrunError
 from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
 from specrun.llama.grammar_limits import GrammarLimitError, check_gbnf
 from specrun.prompt import Message, render
+from specrun.reasoning import Effort, template_options
 from specrun.server.bodies import (
     ChatCompletionRequest,
     ChatMessage,
@@ -256,7 +258,6 @@ UNSUPPORTED = (
     Unsupported("modalities", ("chat",), lambda v: v in (None, ["text"]), "output beyond text"),
     Unsupported("prediction", ("chat",), _nothing, "predicted output"),
     Unsupported("web_search_options", ("chat",), _nothing, "web search"),
-    Unsupported("reasoning_effort", ("chat",), _nothing, "a reasoning effort"),
     Unsupported("echo", ("completion",), _nothing, "the prompt echoed"),
     Unsupported("best_of", ("completion",), lambda v: v in (None, 1), "several answers"),
     Unsupported("suffix", ("completion",), _nothing, "text after the answer (infill)"),
@@ -292,6 +293,14 @@ class GenerationRequest:
     tools: tuple[Tool, ...] = ()  # functions the model may call (chat)
     tool_choice: ToolChoice = "auto"
     n: int = 1  # answers (choices) to the one prompt, each a generation of its own
+    # What the chat template's render gets beside the messages (chat only): the client's own
+    # template arguments (OpenAI chat's `chat_template_kwargs`), whether to think (None: as
+    # the template does by default; Anthropic's `thinking`, Ollama's `think`, named by
+    # `thinking_param` in errors) and how hard (`reasoning_effort`, for gpt-oss's template).
+    template_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    thinking: bool | None = None
+    thinking_param: str = "thinking"
+    reasoning_effort: Effort | None = None
 
     def choice(self, index: int) -> GenerationRequest:
         """The generation of answer `index`: with a seed, seed + index, so that the answers
@@ -319,8 +328,21 @@ class GenerationRequest:
 
     def tokens(self, engine: Engine) -> list[int]:
         if isinstance(self.prompt, list):
-            return render(engine.target, self.prompt, self.tools if self.calls_tools else ())
+            tools = self.tools if self.calls_tools else ()
+            return render(engine.target, self.prompt, tools, self.template_options(engine))
         return engine.prompt(self.prompt, raw=True)
+
+    def template_options(self, engine: Engine) -> dict[str, Any]:
+        """What the template's render gets beside the messages, checked against the model's
+        template (an OptionError naming the field where the model cannot do what it asks)."""
+        return template_options(
+            engine.target.chat_template,
+            engine.target.name,
+            self.template_kwargs,
+            effort=self.reasoning_effort,
+            thinking=self.thinking,
+            thinking_field=self.thinking_param,
+        )
 
 
 def checked(declared: type[Declared], body: dict[str, Any]) -> Declared:
@@ -388,7 +410,16 @@ def chat_request(
             param="tool_choice",
             code="invalid_value",
         )
-    request = replace(request, tools=tools, tool_choice=choice)
+    request = replace(
+        request,
+        tools=tools,
+        tool_choice=choice,
+        template_kwargs=asked.chat_template_kwargs or {},
+        # llama-server's "none": no thinking, where the template can switch it off
+        thinking=False if asked.reasoning_effort == "none" else None,
+        thinking_param="reasoning_effort",
+        reasoning_effort=None if asked.reasoning_effort == "none" else asked.reasoning_effort,
+    )
     if choice not in ("auto", "none"):
         request = replace(request, grammar_param=_call_grammar_checked(tools, choice))
     if asked.logprobs:
@@ -422,7 +453,9 @@ def _message(message: ChatMessage) -> Message:
         for call in (message.tool_calls or () if message.role == "assistant" else ())
     )
     call_id = message.tool_call_id if message.role == "tool" else None
-    return Message(message.role, text or "", tool_calls=calls, tool_call_id=call_id)
+    # OpenAI's `developer` is the system role of models before it; templates know `system`
+    role = "system" if message.role == "developer" else message.role
+    return Message(role, text or "", tool_calls=calls, tool_call_id=call_id)
 
 
 def _call_grammar_checked(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
