@@ -20,7 +20,15 @@ from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 from specrun.errors import SpecrunError
 from specrun.llama.model import Model
-from specrun.tools import Tool, ToolCall, call_text, system_text, tool_format
+from specrun.tools import (
+    Tool,
+    ToolCall,
+    call_text,
+    describes_tools,
+    renders_calls,
+    system_text,
+    tool_format,
+)
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -46,7 +54,7 @@ def render(
     formatter = _formatter(model)
     if formatter is None:
         return model.tokenize(chat_text(model, messages), add_special=True, parse_special=False)
-    offered = tools if tool_format(model.chat_template) != "generic" else ()
+    offered = tools if describes_tools(model.chat_template) else ()
     prompt = _format(model, formatter, messages, offered, options)
     # The same conversation with each content a unique marker shows what is markup.
     nonce = secrets.token_hex(8)
@@ -140,21 +148,27 @@ def _request_message(message: Message) -> ChatCompletionRequestMessage:
 
 def _with_tools(model: Model, messages: list[Message], tools: tuple[Tool, ...]) -> list[Message]:
     """The conversation for a template that does not render tools itself: the tools in a
-    system message, calls in Hermes' syntax, results as user turns in <tool_response> tags."""
+    system message, in the template's own call syntax (Hermes' where it has none); where it
+    cannot render calls either, calls written in that syntax and results as user turns in
+    <tool_response> tags."""
+    template = model.chat_template
     asked = tools or any(m.tool_calls or m.role == "tool" for m in messages)
-    if not asked or tool_format(model.chat_template) != "generic":
+    if not asked or describes_tools(template):
         return messages
+    fmt = tool_format(template)
     written: list[Message] = []
     for message in messages:
-        if message.role == "tool":
+        if renders_calls(template):
+            written.append(message)
+        elif message.role == "tool":
             written.append(Message("user", f"<tool_response>\n{message.content}\n</tool_response>"))
         elif message.tool_calls:
-            calls = "\n".join(call_text(call, "generic") for call in message.tool_calls)
+            calls = call_text(message.tool_calls, fmt)
             written.append(Message("assistant", "\n".join(filter(None, [message.content, calls]))))
         else:
             written.append(message)
     if tools:
-        told = system_text(list(tools))
+        told = system_text(list(tools), fmt)
         if written and written[0].role == "system":
             written[0] = Message("system", f"{written[0].content}\n\n{told}")
         else:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from specrun.core.text import Detokenizer
 from specrun.llama.model import Model
 from specrun.prompt import Message, chat_text, render
 from specrun.tools import Tool, ToolCall
@@ -81,3 +82,22 @@ def test_a_models_added_tokens_are_one_token_each(models, name, marker):
     with Model(models[name], n_ctx=256) as model:
         tokens = model.tokenize(marker, add_special=False, parse_special=True)
         assert len(tokens) == 1 and model.is_special(tokens[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "markers"),
+    [
+        ("qwen3", ["<think>", "</think>"]),
+        ("deepseek-r1", ["</think>"]),
+        ("glm-4.5", ["<think>", "</think>"]),
+        ("gpt-oss", ["<|channel|>", "<|message|>", "<|end|>", "<|start|>"]),
+    ],
+)
+def test_the_markers_of_a_reasoning_answer_reach_its_text(models, name, markers):
+    """The reasoning splitter reads the answer's text: each marker, generated as its one
+    token, is there as its text (Harmony's though they look special: llama.cpp renders them)."""
+    with Model(models[name], n_ctx=256) as model:
+        detokenizer = Detokenizer(model)
+        for marker in markers:
+            [token] = model.tokenize(marker, add_special=False, parse_special=True)
+            assert detokenizer.add(token) == marker
