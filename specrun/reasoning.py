@@ -78,9 +78,10 @@ def template_options(
     fields win over its template arguments, as in llama-server.
 
     A model that does not think refuses an effort, and a request to think, by the field's
-    name (as vLLM and Ollama do): llama-server's silent acceptance would let a client believe
-    it was applied. A reasoning template without an effort control (Qwen3's) takes the effort
-    as llama-server and vLLM give it, a template argument it may ignore."""
+    name, as Ollama refuses `think` for a model that cannot: llama-server passes either on
+    silently, which lets a client believe it was applied. A reasoning template without an
+    effort control (Qwen3's) takes the effort as llama-server gives it, a template argument
+    it may ignore: its model still reasons, so the request is not wrong."""
     taken = sorted(RENDER_ARGUMENTS & kwargs.keys())
     if taken:
         raise OptionError(

@@ -61,8 +61,9 @@ def _calling(job: Job) -> CallStream | None:
     """Where the request offered tools, what reads the answer for calls."""
     if not job.request.calls_tools or job.engine is None:
         return None
-    offered = [tool.name for tool in job.request.tools]
-    return CallStream(tool_format(job.engine.target.chat_template), offered)
+    request = job.request
+    most = None if request.parallel_tool_calls else 1
+    return CallStream(tool_format(job.engine.target.chat_template), request.tools, most)
 
 
 def _thinking(job: Job) -> Splitter | None:

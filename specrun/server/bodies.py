@@ -260,6 +260,9 @@ class ChatCompletionRequest(GenerationBody):
             "invalid_value",
         ),
     ] = None
+    parallel_tool_calls: bool = Field(
+        True, description="several calls in one answer; false: one at most"
+    )
     logprobs: bool = Field(False, description="each token's log-probability")
     top_logprobs: int | None = Field(
         None, ge=0, le=MAX_TOP_LOGPROBS, description="the most likely tokens listed at each token"

@@ -292,6 +292,7 @@ class GenerationRequest:
     logprobs: int | None = None  # each token's log-probability and this many alternatives
     tools: tuple[Tool, ...] = ()  # functions the model may call (chat)
     tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True  # several calls in one answer (False: one at most)
     n: int = 1  # answers (choices) to the one prompt, each a generation of its own
     # What the chat template's render gets beside the messages (chat only): the client's own
     # template arguments (OpenAI chat's `chat_template_kwargs`), whether to think (None: as
@@ -319,7 +320,9 @@ class GenerationRequest:
         """The grammar of the answer: the request's, or where a call is required, the call's
         in the template's syntax."""
         if self.calls_tools and self.tool_choice != "auto":
-            return call_grammar(list(self.tools), self.tool_choice, tool_format(template))
+            return call_grammar(
+                self.tools, self.tool_choice, tool_format(template), self.parallel_tool_calls
+            )
         return self.grammar
 
     @property
@@ -422,6 +425,7 @@ def chat_request(
     )
     if choice not in ("auto", "none"):
         request = replace(request, grammar_param=_call_grammar_checked(tools, choice))
+    request = replace(request, parallel_tool_calls=asked.parallel_tool_calls)
     if asked.logprobs:
         return replace(request, logprobs=asked.top_logprobs or 0)
     if asked.top_logprobs:
@@ -463,7 +467,7 @@ def _call_grammar_checked(tools: tuple[Tool, ...], choice: ToolChoice) -> str:
     by a key's name), so that the request is refused before it waits for a slot; where it
     fails, the tool whose schema fails alone is named. The field a later failure names."""
     try:
-        call_grammar(list(tools), choice, "hermes")
+        call_grammar(tools, choice, "hermes")
     except SpecrunError as error:
         for index, tool in enumerate(tools):
             if choice in ("required", tool.name):

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("specrun.core",),
     ("specrun.llama",),
     ("specrun.models",),
+    ("specrun.tools",),  # tool-call syntaxes, below the prompt that renders them
     ("specrun",),
     ("specrun.server", "specrun_tui", "specrun.training"),
     ("specrun.cli",),
@@ -42,6 +43,7 @@ FORBIDDEN_EXTERNAL = {
     "specrun.system": NOT_THE_LIBRARY,
     "specrun.llama": NOT_THE_LIBRARY,
     "specrun.models": NOT_THE_LIBRARY,
+    "specrun.tools": NOT_THE_LIBRARY,
     "specrun": NOT_THE_LIBRARY,
     "specrun.server": frozenset({"torch", "textual"}),
     "specrun_tui": frozenset({"torch", "starlette", "uvicorn"}),

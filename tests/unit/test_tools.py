@@ -50,14 +50,14 @@ def test_the_syntax_comes_from_the_template(template, fmt):
 @pytest.mark.parametrize("fmt", ["hermes", "llama3", "mistral", "generic"])
 def test_a_call_written_in_a_syntax_reads_back(fmt):
     call = ToolCall("get_weather", json.dumps({"city": "Paris"}), "call_1")
-    text, calls = parse_calls(call_text(call, fmt), fmt, ["get_weather"])
+    text, calls = parse_calls(call_text([call], fmt), fmt, [WEATHER])
     assert text == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [
         ("get_weather", {"city": "Paris"})
     ]
     assert calls[0].id.startswith("call_") and len(calls[0].id) > 8  # a fresh id
 
 
-OFFERED = ["a", "b"]
+OFFERED = [Tool("a"), Tool("b")]
 
 
 def test_several_calls_text_before_them_and_what_is_not_a_call():
@@ -134,14 +134,14 @@ def test_a_required_call_keeps_each_tools_own_defs():
     text = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
     grammar = call_grammar([defs_tool("add", number), defs_tool("say", text)], "required", "hermes")
     kv_rules = " ".join(line for line in grammar.splitlines() if "-kv ::=" in line)
-    assert '"\\"n\\"" space ":" space integer' in kv_rules  # the two Items, each its own
-    assert '"\\"s\\"" space ":" space string' in kv_rules
+    assert '"\\"n\\"" j0-space ":" j0-space j0-integer' in kv_rules  # the two Items, each its own
+    assert '"\\"s\\"" j1-space ":" j1-space j1-string' in kv_rules
 
 
 def test_a_call_to_a_function_not_offered_is_text():
     answer = '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'
-    assert parse_calls(answer, "hermes", ["get_weather"]) == (answer, [])
-    text, calls = parse_calls(answer.replace("rm_rf", "get_weather"), "hermes", ["get_weather"])
+    assert parse_calls(answer, "hermes", [WEATHER]) == (answer, [])
+    text, calls = parse_calls(answer.replace("rm_rf", "get_weather"), "hermes", [WEATHER])
     assert (text, [call.name for call in calls]) == ("", ["get_weather"])
-    held = CallStream("hermes", ["get_weather"])
+    held = CallStream("hermes", [WEATHER])
     assert held.feed(answer) == "" and held.finish() == (answer, [])
