@@ -154,7 +154,17 @@ def load_target(
         load_mtp=any(isinstance(c, MtpLayers) for c in choices),
         backend_sampling=options.backend_sampling,
         sequences=options.parallel,
+        tree_branches=_tree_branches(choices, options),
     )
+
+
+def _tree_branches(choices: Sequence[DraftSpec], options: LoadOptions) -> int:
+    """The branches a target verifies: where its only draft is prompt lookup or suffix
+    drafts, whose point masses may branch (core.trees); 0 where every draft is a chain."""
+    if options.tree_branches < 1:
+        raise OptionError(f"`tree_branches` must be at least 1, got {options.tree_branches}")
+    free = len(choices) == 1 and isinstance(choices[0], PromptLookup | SuffixDecoding)
+    return options.tree_branches if free and options.tree_branches > 1 else 0
 
 
 def load_drafts(

@@ -34,6 +34,9 @@ class LoadOptions:
     # Generations at once (slots): each its own sequence of `n_ctx` positions, their rounds
     # decoded in one batch; `Engine.stream` may then be called from that many threads.
     parallel: int = 1
+    # Prompt lookup's and suffix drafts as token trees of up to this many branches, verified
+    # in one pass (core.trees); 1: chains. One slot only, and not under `reproducible`.
+    tree_branches: int = 1
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ FLAGS = {
     "gpu_layers": "--gpu-layers",
     "draft_gpu_layers": "--draft-gpu-layers",
     "rpc": "--rpc",
+    "tree_branches": "--tree",
 }
 
 
@@ -356,6 +357,7 @@ def _load(
     reproducible: bool,
     rpc: str | None,
     backend_sampling: str,
+    tree: int,
 ) -> LoadOptions:
     from specrun.llama.devices import gpu_offload_supported
     from specrun.llama.rpc import parse_endpoints
@@ -384,6 +386,7 @@ def _load(
         reproducible=reproducible,
         rpc=parse_endpoints(rpc) if rpc is not None else (),
         backend_sampling=cast(BackendSampling, backend_sampling),
+        tree_branches=tree,
     )
 
 
@@ -617,6 +620,17 @@ LOAD = OptionGroup(
                 help="Choose each row's top-k candidates on the output layer's device, so "
                 "only they reach the loop (auto: where it is a GPU but a Vulkan one; on, "
                 "off).",
+            ),
+        ),
+        "tree": (
+            int,
+            typer.Option(
+                1,
+                "--tree",
+                min=1,
+                max=8,
+                help="Lookup and suffix drafts as token trees of up to this many branches, "
+                "verified in one pass (1: chains).",
             ),
         ),
     },

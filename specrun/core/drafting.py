@@ -37,6 +37,7 @@ from specrun.core.sampling import (
     pick,
 )
 from specrun.core.sequence import Tokens
+from specrun.core.trees import DraftTree
 
 # A draft stopping at `p_min` judges its confidence on at least this many candidates where
 # its device samples (llama.cpp's draft samples from its top 10).
@@ -55,6 +56,13 @@ class Proposal:
     # Time spent taking in tokens committed while the source did not draft (plain rounds,
     # or a prompt not prefilled): a cost of having paused, not of drafting.
     catch_up_seconds: float = 0.0
+    # Point masses that branch (`tokens` empty then): verified in one pass (core.trees).
+    tree: DraftTree | None = None
+
+    @property
+    def size(self) -> int:
+        """The drafts the target verifies: the tree's nodes, or the chain's tokens."""
+        return len(self.tree) if self.tree is not None else len(self.tokens)
 
     def draw(
         self,
@@ -102,6 +110,22 @@ class DraftSource(Protocol):
         """Propose up to n tokens to follow ctx; under `constraint` (the committed text's
         state), only tokens it allows: a source that samples draws among them, and a
         deterministic one stops at its first token refused (`allowed_prefix`)."""
+
+
+class TreeSource(Protocol):
+    """A source whose drafts are point masses fixed by the text, which may branch."""
+
+    def propose_tree(self, ctx: Sequence[int], n: int, leaves: int) -> Proposal:
+        """Up to n drafts after ctx, as a tree of up to `leaves` branches (a chain where one
+        pays most, in `tokens`)."""
+        ...
+
+
+def as_proposal(tree: DraftTree) -> Proposal:
+    """A grown tree as a proposal: a chain is verified as one (point masses), else as a tree."""
+    if tree.is_chain:
+        return Proposal(list(tree.tokens), [None] * len(tree))
+    return Proposal(tree=tree)
 
 
 class ModelDraft:

@@ -10,13 +10,17 @@ from collections import Counter
 from collections.abc import Sequence
 
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import DraftKind, Proposal, allowed_prefix
+from specrun.core.drafting import DraftKind, Proposal, allowed_prefix, as_proposal
 from specrun.core.sampling import Draws, SamplingParams
 from specrun.core.sequence import extends, origin
+from specrun.core.trees import DraftTree, Occurrences, grow
 from specrun.errors import OptionError
 
 CANDIDATES = 8  # earlier occurrences of the key weighed per round (the most recent ones)
 MATCH_CAP = 32  # how far back a match is extended; beyond it, every match is as good
+# A tree's nodes whose estimated probability (the share of the occurrences that vote for each
+# step, multiplied) is below this are left out: SuffixDecoding's `min_token_prob`.
+TREE_MIN_PROBABILITY = 0.1
 
 
 class LookupDraft:
@@ -129,6 +133,28 @@ class LookupDraft:
         if new > self.max_tokens + 1:
             proposal.catch_up_seconds = indexed
         return proposal if constraint is None else allowed_prefix(proposal, constraint)
+
+    def propose_tree(self, ctx: Sequence[int], n: int, leaves: int) -> Proposal:
+        """The continuations of the longest key's recent occurrences as a tree of up to
+        `leaves` branches, grown best first (trees.grow): where the occurrences disagree on
+        what comes next, a chain proposes nothing and a tree proposes each side."""
+        start = time.perf_counter()
+        new = self._update(ctx)
+        indexed = time.perf_counter() - start
+        tree = DraftTree.chain([])
+        for size in range(min(self.ngram_max, len(ctx)), self.ngram_min - 1, -1):
+            starts = self._index.get(tuple(self._tokens[-size:]))
+            if starts:
+                occurrences: Occurrences = [
+                    (self._tokens, s) for s in reversed(starts[-CANDIDATES:])
+                ]
+                budget = min(n, self.max_tokens)
+                tree = grow(occurrences, budget, TREE_MIN_PROBABILITY, leaves=leaves, overlap=True)
+                break
+        proposal = as_proposal(tree)
+        if new > self.max_tokens + 1:  # catching up, as `propose` times it
+            proposal.catch_up_seconds = indexed
+        return proposal
 
     def _draft(self, key: tuple[int, ...], starts: list[int], n: int) -> Proposal:
         tokens = self._tokens

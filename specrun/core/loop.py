@@ -15,12 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import DraftSource, Proposal
+from specrun.core.drafting import DraftSource, Proposal, TreeSource
 from specrun.core.gamma import FixedGamma, GammaPolicy
 from specrun.core.model import LanguageModel
 from specrun.core.sampling import (
@@ -37,6 +37,7 @@ from specrun.core.sampling import (
 )
 from specrun.core.sequence import Tokens
 from specrun.core.text import Detokenizer, Segment, TextStream
+from specrun.core.trees import TreeModel, verify_tree
 from specrun.errors import OptionError, SpecrunError
 
 # Why a generation ended: a stop text or end of generation, the token limit, the context
@@ -81,6 +82,7 @@ class Round:
     prompt_pass: bool = False  # the first round: its logits came from the prompt's pass
     # With `logprobs` asked for: each committed token's, from the target's row that chose it.
     logprobs: tuple[TokenLogprob, ...] = ()
+    branches: int = 0  # the drafts were a tree of this many branches (0: a chain, or none)
 
     @property
     def text(self) -> str:
@@ -218,8 +220,9 @@ class _Drafted:
 class _Verified:
     """The target's rows for the drafts and the token after them, and what they accept."""
 
-    rows: Rows
+    rows: Rows  # the target's rows of the committed tokens, in order (a tree's: along its path)
     accepted: int  # drafts the target agreed with
+    accepted_tokens: list[int]  # what they are
     next_token: int  # the token after them: a resample at a rejection, else the bonus
     near_ties: list[bool]  # greedy: per committed row, whether its top two nearly tie
     ended: float
@@ -263,6 +266,12 @@ class _Generation:
         self.top = None if whole_rows else candidate_width(settings.params, target.n_vocab)
         self.prompt_logits: Rows | None = None  # the first round's, from the prompt's pass
         self.round_end = 0.0  # when the last round was handed over
+        # Trees: where the target verifies them and the source grows them, and no constraint
+        # (a grammar's state would have to fork at every branch) asks for a chain.
+        leaves = getattr(target, "tree_branches", 0)
+        self.leaves = (
+            leaves if hasattr(draft, "propose_tree") and settings.constraint is None else 0
+        )
 
     def prefill(self) -> Prefill:
         """The whole prompt in one pass, its last position's logits kept (a copy: the draft
@@ -287,17 +296,20 @@ class _Generation:
             return _Drafted(0, _NOTHING_DRAFTED, round_start, round_start, True)
         room = min(self.settings.max_tokens - self.generated, self.target.n_ctx - len(self.ctx)) - 1
         gamma = min(self.policy.next_gamma(), room) if self.source is not None else 0
-        proposal = (
-            self.source.propose(self.ctx, gamma, self.params, self.rng, self.constraint)
-            if self.source is not None and gamma > 0
-            else _NOTHING_DRAFTED
-        )
+        if self.source is None or gamma == 0:
+            proposal = _NOTHING_DRAFTED
+        elif self.leaves > 1:
+            proposal = cast(TreeSource, self.source).propose_tree(self.ctx, gamma, self.leaves)
+        else:
+            proposal = self.source.propose(self.ctx, gamma, self.params, self.rng, self.constraint)
         return _Drafted(gamma, proposal, round_start, time.perf_counter(), False)
 
     def verify(self, drafted: _Drafted) -> _Verified:
         """The target's logits for the last γ+1 positions of ctx + drafts in one call (a
         view of llama.cpp's buffer, read before the target's next call), and the prefix of
         the drafts they accept with the token after it (sampling.verify)."""
+        if drafted.proposal.tree is not None:
+            return self._verify_tree(drafted)
         drafts = drafted.proposal.tokens
         if self.prompt_logits is not None:
             rows, self.prompt_logits = self.prompt_logits, None
@@ -321,13 +333,37 @@ class _Generation:
         else:
             probs = drafted.proposal.probs
             accepted, next_token = verify(rows, drafts, probs, params, self.rng, self.constraint)
-        return _Verified(rows, accepted, next_token, ties, ended, first_of_shape)
+        return _Verified(rows, accepted, drafts[:accepted], next_token, ties, ended, first_of_shape)
+
+    def _verify_tree(self, drafted: _Drafted) -> _Verified:
+        """`verify` of a tree: the target's rows for the last committed token and every node
+        in one pass, the path they accept (trees.verify_tree), and the cache keeping it."""
+        tree, target = drafted.proposal.tree, cast(TreeModel, self.target)
+        assert tree is not None
+        rows = target.tree_logits(self.ctx, tree)
+        ended = time.perf_counter()
+        params, ctx = self.params, self.ctx
+
+        def penalize(node: int, row: np.ndarray) -> np.ndarray:
+            penalized: np.ndarray = row.copy()
+            params.penalize(penalized, ctx.then([tree.tokens[n] for n in tree.path(node)]))
+            return penalized
+
+        path, next_token, ties = verify_tree(
+            rows, tree, params, self.rng, len(ctx), penalize if params.penalized else None
+        )
+        target.keep_path(path)
+        # The rows that chose the committed tokens, where their log-probabilities are asked.
+        chosen = rows[[0, *(node + 1 for node in path)]] if self.settings.logprobs else rows
+        accepted = [tree.tokens[node] for node in path]
+        first_of_shape = self.target.first_of_shape
+        return _Verified(chosen, len(path), accepted, next_token, ties, ended, first_of_shape)
 
     def commit(self, proposal: Proposal, verified: _Verified) -> _Committed:
         """The accepted drafts and the next token, up to an end of generation; appended to
         ctx, fed to the constraint and the text; and why the answer ends, if it does."""
         accepted = verified.accepted
-        tokens = [*proposal.tokens[:accepted], verified.next_token]
+        tokens = [*verified.accepted_tokens, verified.next_token]
         from_draft = [True] * accepted + [False]
         ended_at_eog = False
         for i, token in enumerate(tokens):
@@ -367,7 +403,7 @@ class _Generation:
             from_draft=tuple(committed.from_draft),
             segments=tuple(committed.segments),
             gamma=drafted.gamma,
-            drafted=len(proposal.tokens),
+            drafted=proposal.size,
             accepted=verified.accepted,
             draft_seconds=drafted.ended - drafted.started - proposal.catch_up_seconds,
             verify_seconds=verified.ended - drafted.ended,
@@ -381,6 +417,7 @@ class _Generation:
             ended_at_eog=committed.ended_at_eog,
             prompt_pass=drafted.prompt_pass,
             logprobs=committed.logprobs,
+            branches=len(proposal.tree.leaves()) if proposal.tree is not None else 0,
         )
         self.round_end = now
         if not drafted.prompt_pass:

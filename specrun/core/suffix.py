@@ -17,10 +17,18 @@ from collections import Counter, deque
 from collections.abc import Generator, Iterator, Sequence
 
 from specrun.core.constraint import Constraint
-from specrun.core.drafting import DraftKind, DraftSource, HybridDraft, Proposal, allowed_prefix
+from specrun.core.drafting import (
+    DraftKind,
+    DraftSource,
+    HybridDraft,
+    Proposal,
+    allowed_prefix,
+    as_proposal,
+)
 from specrun.core.loop import Event, Round
 from specrun.core.sampling import Draws, SamplingParams
 from specrun.core.sequence import extends, origin
+from specrun.core.trees import DraftTree, grow
 from specrun.errors import OptionError
 
 # SuffixDecoding's defaults (Arctic Inference's `max_tree_depth`, `max_spec_factor`,
@@ -287,6 +295,29 @@ class SuffixDraft:
         if new > MAX_TOKENS + 1:
             proposal.catch_up_seconds = indexed
         return proposal if constraint is None else allowed_prefix(proposal, constraint)
+
+    def propose_tree(self, ctx: Sequence[int], n: int, leaves: int) -> Proposal:
+        """The continuations of the longest match (the request's own text first at equal
+        length) as a tree of up to `leaves` branches, grown best first by the occurrences'
+        shares (trees.grow), no deeper than `propose`'s chain may reach."""
+        start = time.perf_counter()
+        new = self._update(ctx)
+        indexed = time.perf_counter() - start
+        tail = self._tokens[-MAX_DEPTH:]
+        own, earlier = self._own.match(tail), self.store.match(tail, self.tenant)
+        (length, found), overlap = max(
+            [(own, True), (earlier, False)], key=lambda choice: choice[0][0]
+        )  # the first of equals: the request's own text
+        tree = DraftTree.chain([])
+        if length:
+            depth = min(int(SPEC_FACTOR * length), MAX_TOKENS)
+            tree = grow(
+                found, n, MIN_PROBABILITY, leaves=leaves, overlap=overlap, depth_limit=depth
+            )
+        proposal = as_proposal(tree)
+        if new > MAX_TOKENS + 1:  # catching up, as `propose` times it
+            proposal.catch_up_seconds = indexed
+        return proposal
 
 
 def suffix_part(source: DraftSource | None) -> SuffixDraft | None:

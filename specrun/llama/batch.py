@@ -68,20 +68,30 @@ class Batch:
     as rows of `n_vocab` logits and, once `keep_hidden` asked, of `n_embd` hidden states."""
 
     def __init__(
-        self, context: llama.llama_context_p, n_batch: int, n_vocab: int, n_embd: int, name: str
+        self,
+        context: llama.llama_context_p,
+        n_batch: int,
+        n_vocab: int,
+        n_embd: int,
+        name: str,
+        sequences_per_position: int = 1,
     ) -> None:
+        """`sequences_per_position`: the most sequences a position may be in at once (a tree's
+        nodes are in those of every branch through them)."""
         self.context = context
         self.n_batch = n_batch
         self.n_vocab = n_vocab
         self.n_embd = n_embd
         self.name = name
-        native = self.native = llama.llama_batch_init(n_batch, 0, 1)
+        native = self.native = llama.llama_batch_init(n_batch, 0, sequences_per_position)
         self._tokens = np.ctypeslib.as_array(native.token, shape=(n_batch,))
         self._pos = np.ctypeslib.as_array(native.pos, shape=(n_batch,))
         self._flags = np.ctypeslib.as_array(native.logits, shape=(n_batch,))
         # Every position is in one sequence, 0 until a run says otherwise; `_seq` mirrors the
-        # ids the native array holds (llama.cpp never writes to a batch).
-        np.ctypeslib.as_array(native.n_seq_id, shape=(n_batch,))[:] = 1
+        # ids the native array holds (llama.cpp never writes to a batch). A tree's decode puts
+        # positions in several for its pass only.
+        self._n_seq_id = np.ctypeslib.as_array(native.n_seq_id, shape=(n_batch,))
+        self._n_seq_id[:] = 1
         self._seq = np.zeros(n_batch, np.int32)
         self._seq_of_all = 0  # the sequence every position is in, -1 where they differ
         for j in range(n_batch):
@@ -177,6 +187,35 @@ class Batch:
         """Decode the runs in one pass; DecodeFailed where llama.cpp refuses."""
         self.fill(runs)
         status = self._decode()
+        if status != 0:
+            raise DecodeFailed(f"{self.name}: llama_decode failed (status {status})")
+
+    def decode_tree(
+        self, tokens: Sequence[int], positions: Sequence[int], sequences: Sequence[Sequence[int]]
+    ) -> None:
+        """Decode one pass of positions each in its own set of sequences, every one with rows
+        (a token tree: each node in the sequences of the branches through it). DecodeFailed
+        where llama.cpp refuses. The batch's positions are in one sequence again after it."""
+        n = len(tokens)
+        written = np.asarray(tokens, dtype=np.int64)
+        if n and not 0 <= written.min() <= written.max() < self.n_vocab:
+            raise self._not_a_token(int(written[(written < 0) | (written >= self.n_vocab)][0]))
+        self._tokens[:n] = written
+        self._pos[:n] = positions
+        self._flags[:n] = 1
+        for j, ids in enumerate(sequences):
+            self._n_seq_id[j] = len(ids)
+            for k, seq_id in enumerate(ids):
+                self.native.seq_id[j][k] = seq_id
+        self._at[:], self._rows_at[:] = [0], [0]
+        self.native.n_tokens = self.n_tokens = self.n_outputs = n
+        self.runs_with_rows = 1
+        try:
+            status = self._decode()
+        finally:
+            self._n_seq_id[:n] = 1
+            for j in range(n):
+                self.native.seq_id[j][0] = int(self._seq[j])
         if status != 0:
             raise DecodeFailed(f"{self.name}: llama_decode failed (status {status})")
 

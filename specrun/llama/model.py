@@ -25,6 +25,7 @@ from specrun.core.heads import HiddenRows
 from specrun.core.model import BackendSampling
 from specrun.core.sampling import CandidateRows, Rows
 from specrun.core.sequence import Continuation, Tokens, common_prefix_length
+from specrun.core.trees import DraftTree
 from specrun.errors import SpecrunError
 from specrun.llama.batch import Batch, DecodeFailed, hidden_sources
 from specrun.llama.devices import amx_allowed, build_info, gpu_offload_supported
@@ -106,6 +107,16 @@ class Part(NamedTuple):
         return cls(call.cache.seq_id, tokens, start, logits_from, padding, call, end, width)
 
 
+@dataclass(frozen=True)
+class _Branches:
+    """A token tree in the cache after `tree_logits`: where its nodes begin, the tree, and
+    the sequence holding each leaf's branch (every node is in those of the leaves below it)."""
+
+    start: int
+    tree: DraftTree
+    sequence_of_leaf: dict[int, int]
+
+
 class Model(Vocabulary):
     """A GGUF model with one context, its KV cache holding `self.tokens`."""
 
@@ -127,10 +138,13 @@ class Model(Vocabulary):
         load_mtp: bool = False,
         backend_sampling: BackendSampling = "auto",
         sequences: int = 1,
+        tree_branches: int = 0,
     ) -> None:
         """`sequences` > 1: as many sequences share the context, each with `n_ctx` positions,
         decoded together by `decode_calls`: in one KV pool, or with `reproducible` each in a
-        stream of its own, decoded apart (DESIGN.md, Slots)."""
+        stream of its own, decoded apart (DESIGN.md, Slots). `tree_branches`: token trees of
+        that many leaves at most are verified in one pass (`tree_logits`), one sequence's
+        only, decoded as any other pass (not under `reproducible`'s shapes)."""
         self.path = Path(path)
         self.name = self.path.name
         check_gguf_header(self.path)
@@ -178,16 +192,20 @@ class Model(Vocabulary):
         # Reproducible decoding keeps each sequence's cells where a context of its own would.
         shared_pool = sequences > 1 and not reproducible
         n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
-        ctx_params = context_params(n_ctx, n_batch, threads, sequences, shared_pool=shared_pool)
+        branches = tree_branches if sequences == 1 and not reproducible else 0
+        ctx_params = context_params(
+            n_ctx, n_batch, threads, sequences, shared_pool=shared_pool, branches=branches
+        )
         self._ctx = llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
             self.close()
             raise load_failure(f"cannot create a context for {self.path}")
-        self.n_ctx = llama.llama_n_ctx(self._ctx) // sequences  # each sequence's share
+        # Each sequence's share; a tree's nodes have room of their own past it.
+        self.n_ctx = n_ctx if branches else llama.llama_n_ctx(self._ctx) // sequences
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
         self._memory = llama.llama_get_memory(self._ctx)
-        self._init_cache(n_batch, sequences, shared_pool=shared_pool)
+        self._init_cache(n_batch, sequences, shared_pool=shared_pool, branches=branches)
         self.invariance = probe_invariance(self) if reproducible else None
         offloaded = self.can_offload and gpu_layers > 0
         on_vulkan = offloaded and not self.devices and "Vulkan" in build_info().gpu_backends
@@ -212,11 +230,23 @@ class Model(Vocabulary):
             self.reset()
             raise_pending()
 
-    def _init_cache(self, n_batch: int, sequences: int = 1, *, shared_pool: bool = False) -> None:
+    def _init_cache(
+        self, n_batch: int, sequences: int = 1, *, shared_pool: bool = False, branches: int = 0
+    ) -> None:
         """The Python side of the cache: the batch it is fed by and the sequences it holds
-        (`shared_pool`: in one pool of cells, which they may share)."""
+        (`shared_pool`: in one pool of cells, which they may share; `branches`: a token tree's
+        sequences besides the one)."""
         self.shared_pool = shared_pool
-        self.batch = self.batch_type(self._ctx, n_batch, self.n_vocab, self.n_embd, self.name)
+        self.tree_branches = branches
+        self.batch = self.batch_type(
+            self._ctx,
+            n_batch,
+            self.n_vocab,
+            self.n_embd,
+            self.name,
+            sequences_per_position=1 + branches,
+        )
+        self._branches: _Branches | None = None  # a verified tree's, until `keep_path`
         self.samplers = BackendSamplers(self._ctx, self.name)
         self.piece = lru_cache(maxsize=None)(self._piece)
         self.is_eog = lru_cache(maxsize=None)(self._is_eog)  # asked of every committed token
@@ -295,6 +325,7 @@ class Model(Vocabulary):
         call's new positions go in one batch where they fit in `n_batch`, else in as few as
         they fit in, the rows asked for in the last.
         """
+        self._drop_branches()  # a tree verified and not followed by `keep_path`
         # A lone call keeps its chain through a pass without rows: no other sequence's rows
         # are in its decodes.
         alone = len(calls) == 1
@@ -325,6 +356,71 @@ class Model(Vocabulary):
         decodes = [[part] for part in parts] if shaped else _cut(parts, self.n_batch)
         for number, decode in enumerate(decodes, 1):
             self._decode_parts(decode, last=number == len(decodes))
+
+    def tree_logits(self, seq: Sequence[int], tree: DraftTree) -> np.ndarray:
+        """Make the cache hold `seq`; return the logits of its last position and of each node
+        of `tree` after it ([1 + nodes, n_vocab], a view valid until the next decode), all in
+        one pass. Each leaf's branch is a sequence of its own that shares `seq`'s cells, so a
+        node attends to the text and its own ancestors only. `keep_path` then keeps the
+        accepted nodes in the cache and drops the others."""
+        leaves = tree.leaves()
+        if not 0 < len(leaves) <= self.tree_branches:
+            raise ValueError(
+                f"a tree of {len(leaves)} leaves; this model verifies up to {self.tree_branches}"
+            )
+        cache, end = self._seq, len(seq)
+        depths = tree.depths()
+        self._check(end + max(depths), 1)
+        self._drop_branches()
+        if self._reuse(cache, seq, end - 1, end) < end - 1:  # more than a round committed
+            self.logits(seq[: end - 1], 0)
+        sequence_of_leaf = {leaf: 1 + k for k, leaf in enumerate(leaves)}
+        sequences: list[list[int]] = [[] for _ in tree.tokens]
+        for leaf, seq_id in sequence_of_leaf.items():
+            for node in tree.path(leaf):
+                sequences[node].append(seq_id)
+            llama.llama_memory_seq_cp(self._memory, 0, seq_id, -1, -1)
+        self._branches = _Branches(end, tree, sequence_of_leaf)
+        cache.held = end + max(depths)
+        try:
+            self.batch.decode_tree(
+                [seq[-1], *tree.tokens],
+                [end - 1, *(end - 1 + depth for depth in depths)],
+                [[0, *sequence_of_leaf.values()], *sequences],
+            )
+        except DecodeFailed:
+            self._drop_branches()
+            self._truncate(cache, end - 1)
+            raise_pending()
+            raise
+        cache.tokens.append(seq[-1])
+        self._count(cache, 1 + len(tree))
+        self.first_of_shape = self._first_decode_of(1 + len(tree), 1 + len(tree))
+        self.shared_rows = self.shared_with = 0
+        return self.batch.all_logits()[: 1 + len(tree)]
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After `tree_logits`: keep the nodes of `path` (from the root down) in the cache
+        after the text, as a chain verify keeps its accepted drafts, and drop every branch."""
+        branches = self._branches
+        assert branches is not None, "keep_path follows tree_logits"
+        if path:
+            tree, start = branches.tree, branches.start
+            leaf = next(leaf for leaf in tree.leaves() if path[-1] in tree.path(leaf))
+            seq_id = branches.sequence_of_leaf[leaf]
+            llama.llama_memory_seq_cp(self._memory, seq_id, 0, start, start + len(path))
+            self._seq.tokens.extend(tree.tokens[node] for node in path)
+        self._drop_branches()
+
+    def _drop_branches(self) -> None:
+        """Forget a verified tree's branches: their cells are freed but those the sequence
+        holds (the text, and what `keep_path` gave it)."""
+        if self._branches is None:
+            return
+        for seq_id in self._branches.sequence_of_leaf.values():
+            llama.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+        self._branches = None
+        self._seq.held = len(self._seq.tokens)
 
     def _shaped_parts(self, call: Call, keep: int, end: int, width: int | None) -> list[Part]:
         """A call's decodes as `_spans` shapes them: those narrower than `min_width` padded
@@ -477,6 +573,7 @@ class Model(Vocabulary):
             rows.truncate(keep)
 
     def reset(self) -> None:
+        self._branches = None
         self._clear()
         for cache in self.caches:
             del cache.tokens[:]

@@ -75,16 +75,24 @@ def load_params(
 
 
 def context_params(
-    n_ctx: int, n_batch: int, threads: int, sequences: int = 1, *, shared_pool: bool = False
+    n_ctx: int,
+    n_batch: int,
+    threads: int,
+    sequences: int = 1,
+    *,
+    shared_pool: bool = False,
+    branches: int = 0,
 ) -> llama.llama_context_params:
     """llama.cpp's context parameters: `sequences` of `n_ctx` positions each, in one pool of
     cells (`shared_pool`: a batch of several sequences decodes as one ubatch, where split
-    streams would cut it into equal parts per sequence) or in a stream each."""
+    streams would cut it into equal parts per sequence) or in a stream each. `branches`: one
+    sequence and that many more for a token tree's branches, sharing its cells in one pool,
+    with room for a tree's nodes past its `n_ctx`."""
     params: llama.llama_context_params = llama.llama_context_default_params()
-    params.n_ctx = n_ctx * sequences
+    params.n_ctx = n_ctx * sequences + (GAMMA_LIMIT if branches else 0)  # a tree: γ nodes
     params.n_batch = params.n_ubatch = n_batch
-    params.n_seq_max = sequences
-    params.kv_unified = shared_pool
+    params.n_seq_max = sequences + branches
+    params.kv_unified = shared_pool or branches > 0
     params.n_outputs_max_per_seq = GAMMA_LIMIT + 1  # a verify's rows, when sampled
     params.n_threads = params.n_threads_batch = threads
     params.swa_full = True  # a sliding-window cache could not drop a rejected suffix
