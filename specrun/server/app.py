@@ -299,7 +299,8 @@ class Api:
     async def openapi(self, request: Request) -> Response:
         """This document: the routes, and the request bodies they take."""
         bodies = {endpoint.path: endpoint.body for endpoint in (CHAT, COMPLETION)}
-        return JSONResponse(openapi.document(request.app.routes, bodies, __version__))
+        documented = {**bodies, **anthropic.BODIES}
+        return JSONResponse(openapi.document(request.app.routes, documented, __version__))
 
     async def body(self, request: Request) -> dict[str, Any]:
         """The request's body, read within the deadline, as checked JSON (any family's)."""

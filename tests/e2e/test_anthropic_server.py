@@ -293,3 +293,15 @@ def test_count_tokens_is_the_prompt_a_generation_reads(server):
     assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
     bare = client(server).messages.count_tokens(model=server.model, messages=CONVERSATION)
     assert bare.input_tokens < counted.input_tokens  # the tools and the system text count
+
+
+def test_the_openapi_document_declares_the_bodies(server):
+    document = httpx.get(f"{server.url}/openapi.json", headers={"x-api-key": KEY}).json()
+    for path, body in (
+        ("/v1/messages", "MessagesRequest"),
+        ("/v1/messages/count_tokens", "CountTokensRequest"),
+    ):
+        schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+        assert schema["schema"] == {"$ref": f"#/components/schemas/{body}"}
+    declared = document["components"]["schemas"]["MessagesRequest"]
+    assert {"model", "max_tokens", "messages"} <= set(declared["required"])
