@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from specrun.tools.calls import Tool, ToolCall
-from specrun.tools.gbnf import Rules, literal, until
+from specrun.tools.gbnf import Rules, literal
 from specrun.tools.syntax import Syntax, ToolFormat, json_arguments
 
 _ROLES = ("<|start|>assistant", "")
@@ -26,8 +26,8 @@ class Harmony(Syntax):
         "<|constrain|>json<|message|><arguments-object><|call|>"
     )
     _CALL = re.compile(
-        r"(?:<\|start\|>assistant)?(?:<\|channel\|>\w+)?\s*to=functions\.([A-Za-z0-9_-]+)"
-        r"\s*(?:<\|channel\|>\w+)?\s*(?:<\|constrain\|>)?\s*[\w-]*\s*<\|message\|>"
+        r"(?:<\|start\|>assistant)?(?:<\|channel\|>\s*\w+)?\s*to=functions\.([A-Za-z0-9_-]+)"
+        r"\s*(?:<\|channel\|>\s*\w+)?\s*(?:<\|constrain\|>)?\s*[\w-]*\s*<\|message\|>"
         r"(.*?)(?:<\|call\|>|$)",
         re.DOTALL,
     )
@@ -56,10 +56,6 @@ class Harmony(Syntax):
         return f"{header} {rules.json(tool.schema)}"
 
     def root(self, several: bool, rules: Rules) -> str:
-        """Thinking first where the model wants to (an analysis message), then the call: one,
-        with or without `several`, since `<|call|>` ends the answer."""
-        thinking = rules.add(
-            "analysis",
-            f'"<|channel|>analysis<|message|>" {until("<|end|>")} "<|end|><|start|>assistant"',
-        )
-        return f"{thinking}? call"
+        """The call at once, as every syntax's forced call (no thinking first); one, with or
+        without `several`, since `<|call|>` ends the answer."""
+        return "call"
