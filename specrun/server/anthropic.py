@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from specrun.core.text import Detokenizer, ending_stop
 from specrun.errors import SpecrunError
+from specrun.reasoning import Effort
 from specrun.server import answers
 from specrun.server.bodies import (
     FUNCTION_NAME,
@@ -53,8 +54,14 @@ ERROR_TYPES = {
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 OpenBlock = Literal["text", "thinking"]  # the streamed blocks that grow delta by delta
 Declared = TypeVar("Declared", bound=Body)
-# Anthropic's efforts as the chat body's reasoning_effort: the highest is OpenAI's high.
-EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
+# Anthropic's efforts as a template's reasoning_effort (gpt-oss's): its highest is high.
+EFFORTS: dict[str, Effort] = {
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
 
 
 # --- bodies ---------------------------------------------------------------------------------
@@ -297,18 +304,6 @@ def _tool_choice(choice: ToolChoice | None) -> dict[str, Any]:
     return {"tool_choice": as_chat, "parallel_tool_calls": not choice.disable_parallel_tool_use}
 
 
-def _reasoning(asked: Conversation) -> dict[str, Any]:
-    """Thinking turned on or off, and its effort, as the chat body asks them of the template
-    (adaptive: the template's default)."""
-    thinking, config = asked.thinking, asked.output_config
-    asked_for: dict[str, Any] = {}
-    if thinking is not None and thinking.type != "adaptive":
-        asked_for["chat_template_kwargs"] = {"enable_thinking": thinking.type == "enabled"}
-    if config is not None and config.effort is not None:
-        asked_for["reasoning_effort"] = EFFORTS[config.effort]
-    return asked_for
-
-
 def _chat_body(asked: Conversation) -> dict[str, Any]:
     """The chat completion body that asks what `asked` asks (its fields left out where not
     given, so the server's own defaults apply)."""
@@ -328,7 +323,6 @@ def _chat_body(asked: Conversation) -> dict[str, Any]:
         "messages": _chat_messages(asked),
         **({"tools": tools} if tools else {}),
         **_tool_choice(asked.tool_choice),
-        **_reasoning(asked),
     }
     form = asked.output_config.format if asked.output_config else None
     if form is not None:
@@ -349,9 +343,19 @@ def _chat_body(asked: Conversation) -> dict[str, Any]:
 
 
 def generation_request(asked: Conversation, server: Service) -> GenerationRequest:
-    """The generation `asked` asks for, checked as OpenAI's chat checks its own."""
+    """The generation `asked` asks for, checked as OpenAI's chat checks its own; thinking
+    turned on or off (adaptive: as the template does by default), and its effort."""
     chat = _declared(ChatCompletionRequest, _chat_body(asked))
-    return chat_request(chat, server.worker.pool.names, server.worker.defaults)
+    request = chat_request(chat, server.worker.pool.names, server.worker.defaults)
+    thinking, config = asked.thinking, asked.output_config
+    return replace(
+        request,
+        thinking=None
+        if thinking is None or thinking.type == "adaptive"
+        else thinking.type == "enabled",
+        thinking_param="thinking",
+        reasoning_effort=EFFORTS[config.effort] if config and config.effort else None,
+    )
 
 
 # --- answers ------------------------------------------------------------------------------------

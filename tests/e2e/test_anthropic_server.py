@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from tests.support.server import Server
+from tests.support.tinymodels import write_template_model
 
 KEY = "test-key"
 GREEDY = {"temperature": 0}  # the SDK no longer declares sampling fields; the API still takes them
@@ -43,9 +44,11 @@ def server(tiny_target: Path, tiny_draft: Path):
 
 
 @pytest.fixture(scope="module")
-def plain_server(tiny_target: Path):
-    """The same target decoding plainly: the answers speculation must give."""
-    running = Server("-t", str(tiny_target), "--api-key", KEY)
+def plain_server(tiny_target: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The same target decoding plainly: the answers speculation must give; and `r1`, with
+    DeepSeek-R1's real template, whose prompt opens the thought its answer goes on with."""
+    r1 = write_template_model(tmp_path_factory.mktemp("anthropic") / "r1.gguf", "deepseek-r1")
+    running = Server("-t", str(tiny_target), "--model", str(r1), "--api-key", KEY)
     yield running
     assert running.stop() == 0
 
@@ -164,6 +167,30 @@ def test_a_stop_sequence_ends_the_answer_and_is_named(server):
     assert raw[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": stop}
 
 
+def test_thinking_comes_in_thinking_blocks(server, plain_server):
+    asked = {
+        "model": "r1",
+        "max_tokens": 12,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    message = create(plain_server, **asked)
+    thought = message.content[0]
+    assert thought.type == "thinking" and thought.thinking and thought.signature == ""
+    with client(plain_server).messages.stream(
+        messages=[{"role": "user", "content": "hello world"}], extra_body=GREEDY, **asked
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.content == message.content
+    raw = events(plain_server, {"messages": [{"role": "user", "content": "hello world"}], **asked})
+    started = [data["content_block"] for name, data in raw if name == "content_block_start"]
+    assert started[0] == {"type": "thinking", "thinking": "", "signature": ""}
+    deltas = [data["delta"]["type"] for name, data in raw if name == "content_block_delta"]
+    assert deltas[0] == "thinking_delta" and "signature_delta" in deltas
+    with pytest.raises(anthropic.BadRequestError) as refused:  # a model that does not think
+        create(server, thinking={"type": "enabled", "budget_tokens": 1024})
+    assert "`thinking`" in refused.value.message
+
+
 # --- tools -----------------------------------------------------------------------------------
 
 
@@ -172,17 +199,17 @@ def test_a_tool_round_trip(server):
     tool_use and tool_result blocks, and reach the prompt."""
     asked: dict = {"tools": [WEATHER], "max_tokens": 200}
     question = {"role": "user", "content": "the weather in Paris?"}
-    called = create(server, messages=[question], tool_choice={"type": "any"}, **asked)
-    assert called.stop_reason == "tool_use"
+    several = create(server, messages=[question], tool_choice={"type": "any"}, **asked)
+    assert several.stop_reason == "tool_use"
+    for use in [block for block in several.content if block.type == "tool_use"]:
+        assert use.name == "get_weather" and isinstance(use.input["city"], str)
+        assert len(use.input["city"]) <= 8 and set(use.input) == {"city"}
+    one = {"type": "any", "disable_parallel_tool_use": True}
+    called = create(server, messages=[question], tool_choice=one, **asked)
     [use] = [block for block in called.content if block.type == "tool_use"]
-    assert use.name == "get_weather" and isinstance(use.input["city"], str)
-    assert len(use.input["city"]) <= 8 and set(use.input) == {"city"}
+    assert use.input == next(b.input for b in several.content if b.type == "tool_use")
     with client(server).messages.stream(
-        model=server.model,
-        messages=[question],
-        tool_choice={"type": "any"},
-        extra_body=GREEDY,
-        **asked,
+        model=server.model, messages=[question], tool_choice=one, extra_body=GREEDY, **asked
     ) as stream:
         streamed = stream.get_final_message()
     assert [(b.type, b.name, b.input) for b in streamed.content if b.type == "tool_use"] == [
