@@ -14,6 +14,8 @@ Modes (choose with --modes, comma-separated; default all, in this order):
   specrun plain       specrun serve --gamma 0
   specrun lookup      --draft lookup (prompt lookup, γ auto)
   specrun suffix      --draft suffix (prompt and earlier answers of the server, γ auto)
+  specrun lookup tree --draft lookup --tree 4 (its drafts as token trees of 4 branches)
+  specrun suffix tree --draft suffix --tree 4
   specrun draft       -d DRAFT (the demo pair's draft model, γ auto)
   native plain        llama-server
   native ngram-mod    llama-server --spec-type ngram-mod
@@ -63,6 +65,8 @@ MODES = (
     "specrun plain",
     "specrun lookup",
     "specrun suffix",
+    "specrun lookup tree",
+    "specrun suffix tree",
     "specrun draft",
     "native plain",
     "native ngram-mod",
@@ -205,6 +209,8 @@ def server(mode: str, args: argparse.Namespace, target: Path, draft: Path) -> It
         "specrun plain": ["--gamma", "0"],
         "specrun lookup": ["--draft", "lookup"],
         "specrun suffix": ["--draft", "suffix"],
+        "specrun lookup tree": ["--draft", "lookup", "--tree", "4"],
+        "specrun suffix tree": ["--draft", "suffix", "--tree", "4"],
         "specrun draft": ["-d", str(draft)],
     }[mode]
     options = ["-t", str(target), *drafting, "--parallel", "1", "--ctx", str(args.ctx)]

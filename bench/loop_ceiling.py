@@ -15,15 +15,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from specrun import FixedGamma, Model, ModelDraft, Round, SamplingParams, generate
 from specrun.core import sampling
+from specrun.core.drafting import DraftSource, Proposal, as_proposal
 from specrun.core.sampling import CandidateRows, candidate_width
+from specrun.core.trees import DraftTree
 from specrun.llama.batch import Batch
 from specrun.llama.model import SequenceCache
 from specrun.llama.samplers import BackendSamplers
@@ -129,6 +131,7 @@ class NullModel(Model):
         n_batch: int = 512,
         name: str = "null",
         on_device: bool = False,
+        branches: int = 0,
     ) -> None:
         self.name = name
         self.n_vocab = table.n_vocab
@@ -136,7 +139,7 @@ class NullModel(Model):
         self.n_ctx = self.n_ctx_train = n_ctx
         self.n_batch = n_batch
         self._ctx = self._model = None
-        self._init_cache(n_batch)
+        self._init_cache(n_batch, branches=branches)
         self.batch.logit_table = table
         self.samplers = NullSamplers(None, name)
         self.samples_on_device = on_device
@@ -147,11 +150,43 @@ class NullModel(Model):
     def _clear(self) -> None:
         pass
 
+    def _copy_cells(self, source: int, destination: int, start: int, end: int) -> None:
+        pass
+
+    def _drop_sequence(self, seq_id: int) -> None:
+        pass
+
     def _is_eog(self, token: int) -> bool:
         return False
 
     def _piece(self, token: int) -> bytes:
         return b" t%d" % token
+
+
+class TableTree:
+    """Trees of γ nodes and `leaves` branches after any text: the table's continuation (the
+    token each position's row leads with) as the first branch, a decoy token at depth 1 as
+    each other: the shape a lookup or suffix tree verifies, at no cost of its own."""
+
+    name = "table-tree"
+    kind = "lookup"
+
+    def __init__(self, n_vocab: int) -> None:
+        self.n_vocab = n_vocab
+
+    def prefill(self, ctx: Sequence[int]) -> None:
+        pass
+
+    def propose(self, *args: object, **keywords: object) -> Proposal:
+        raise AssertionError("a tree source is asked for trees")
+
+    def propose_tree(self, ctx: Sequence[int], n: int, leaves: int) -> Proposal:
+        decoys = min(leaves - 1, n - 1)
+        first = len(ctx) - 1  # the row that chooses the first draft
+        chain = [(first + d + 1) % TABLE_ROWS for d in range(n - decoys)]
+        tokens = [*chain, *((chain[0] + 1 + k) % self.n_vocab for k in range(decoys))]
+        parents = [*range(-1, len(chain) - 1), *([-1] * decoys)]
+        return as_proposal(DraftTree(tuple(tokens), tuple(parents)))
 
 
 @dataclass(frozen=True)
@@ -174,23 +209,32 @@ def run(
     params: SamplingParams,
     tokens: int,
     on_device: bool = False,
+    leaves: int = 0,
 ) -> Measured:
     """One generation after a `context`-token prompt: time per round and per token, of the
-    rounds after the first (whose token the prompt's pass chose)."""
+    rounds after the first (whose token the prompt's pass chose). `leaves`: the drafts are
+    trees of that many branches (TableTree), verified in one pass."""
     n_ctx = context + tokens + 16
     n_vocab = table.n_vocab
     width = candidate_width(params, n_vocab)
     if on_device and width:
         table.candidates(width)  # the device's work, chosen before the clock starts
-    target = NullModel(table, n_ctx, name="target", on_device=on_device)
-    draft = (
+    target = NullModel(table, n_ctx, name="target", on_device=on_device, branches=leaves)
+    draft: DraftSource | TableTree | None = (
         ModelDraft(NullModel(table, n_ctx, name="draft", on_device=on_device), n_vocab)
         if gamma
         else None
     )
+    if gamma and leaves:
+        draft = TableTree(n_vocab)
     prompt = [int(t) for t in np.random.default_rng(1).integers(TABLE_ROWS, n_vocab, context)]
     events = generate(
-        target, prompt, draft=draft, params=params, policy=FixedGamma(gamma), max_tokens=tokens
+        target,
+        prompt,
+        draft=cast(DraftSource | None, draft),
+        params=params,
+        policy=FixedGamma(gamma),
+        max_tokens=tokens,
     )
     next(events)  # the prefill, not timed
     first = next(events)
@@ -331,6 +375,14 @@ def main() -> None:
         "chooses each row's candidates (backend sampling, a GPU's); both (default)",
     )
     parser.add_argument(
+        "--tree",
+        type=int,
+        default=0,
+        metavar="LEAVES",
+        help="drafts as token trees of LEAVES branches (the table's continuation and decoys), "
+        "the rows a tree's verify reads; 0 (default): a draft model's chains",
+    )
+    parser.add_argument(
         "--numpy-sampling",
         action="store_true",
         help="sampling in numpy, as where specrun/core/_sampling.c was not compiled",
@@ -341,6 +393,8 @@ def main() -> None:
     print(f"sampling: {'compiled' if sampling.compiled() else 'numpy'}")
     vocabs, contexts = ((152_064,), (4096,)) if args.quick else (VOCABS, CONTEXTS)
     row_modes = ROWS if args.rows == "both" else (args.rows,)
+    if args.tree:
+        row_modes = ("whole",)  # a tree's verify reads whole rows
     print(
         f"median of {args.repeats} generations of {args.tokens} tokens; rounds only: "
         "the prefill and the prompt pass's token excluded. µs a round, and where it goes: "
@@ -359,7 +413,14 @@ def main() -> None:
                     for rows in row_modes:
                         on_device = rows == "device"
                         r = median_run(
-                            args.repeats, table, context, gamma, params, args.tokens, on_device
+                            args.repeats,
+                            table,
+                            context,
+                            gamma,
+                            params,
+                            args.tokens,
+                            on_device,
+                            args.tree,
                         )
                         b = breakdown(table, params, r, on_device)
                         print(

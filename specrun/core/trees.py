@@ -123,9 +123,11 @@ def verify_tree(
         row = rows[node + 1]
         if penalize is not None and isinstance(row, np.ndarray):
             row = penalize(node, row)
-        token, _ = pick(row, params, rng, None, position + len(path))
-        if params.greedy:
-            ties.append(greedy_choice(row)[1] < NEAR_TIE)
+        if params.greedy:  # pick's choice, and the gap to the second best, in one scan
+            token, gap = greedy_choice(row)
+            ties.append(gap < NEAR_TIE)
+        else:
+            token, _ = pick(row, params, rng, None, position + len(path))
         following = next((c for c in tree.children(node) if tree.tokens[c] == token), None)
         if following is None:
             return path, token, ties

@@ -379,7 +379,7 @@ class Model(Vocabulary):
         for leaf, seq_id in sequence_of_leaf.items():
             for node in tree.path(leaf):
                 sequences[node].append(seq_id)
-            llama.llama_memory_seq_cp(self._memory, 0, seq_id, -1, -1)
+            self._copy_cells(0, seq_id, -1, -1)
         self._branches = _Branches(end, tree, sequence_of_leaf)
         cache.held = end + max(depths)
         try:
@@ -408,7 +408,7 @@ class Model(Vocabulary):
             tree, start = branches.tree, branches.start
             leaf = next(leaf for leaf in tree.leaves() if path[-1] in tree.path(leaf))
             seq_id = branches.sequence_of_leaf[leaf]
-            llama.llama_memory_seq_cp(self._memory, seq_id, 0, start, start + len(path))
+            self._copy_cells(seq_id, 0, start, start + len(path))
             self._seq.tokens.extend(tree.tokens[node] for node in path)
         self._drop_branches()
 
@@ -418,7 +418,7 @@ class Model(Vocabulary):
         if self._branches is None:
             return
         for seq_id in self._branches.sequence_of_leaf.values():
-            llama.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
+            self._drop_sequence(seq_id)
         self._branches = None
         self._seq.held = len(self._seq.tokens)
 
@@ -560,6 +560,14 @@ class Model(Vocabulary):
 
     def _clear(self) -> None:
         llama.llama_memory_clear(self._memory, True)
+
+    def _copy_cells(self, source: int, destination: int, start: int, end: int) -> None:
+        """Put sequence `source`'s cells of positions start..end (-1: all) in `destination`
+        too: one pool's cells are shared, not copied."""
+        llama.llama_memory_seq_cp(self._memory, source, destination, start, end)
+
+    def _drop_sequence(self, seq_id: int) -> None:
+        llama.llama_memory_seq_rm(self._memory, seq_id, -1, -1)
 
     def _truncate(self, cache: SequenceCache, keep: int) -> None:
         """Drop the sequence's cached positions from `keep` on; a cache that cannot

@@ -73,3 +73,15 @@ def test_greedy_speculation_over_null_models_equals_plain_decoding(monkeypatch):
     # The prefill (on fresh models) compares nothing, and no call after it compares more
     # than what followed the committed text, the first round's included: the last drafts and bonus.
     assert compared and max(compared) <= 9
+
+
+@pytest.mark.parametrize("sampling", list(loop_ceiling.SAMPLINGS))
+def test_a_ceiling_run_over_trees_goes_through_the_tree_verify(sampling):
+    """The bench's trees (the table's continuation and three decoys) go through the tree
+    verify and the cache's branches, committing exactly the tokens asked for; greedy, the
+    continuation's branch is accepted whole (5 of a full round's 8 nodes)."""
+    table = loop_ceiling.logit_table(N_VOCAB)
+    params = loop_ceiling.SAMPLINGS[sampling]
+    measured = loop_ceiling.run(table, CONTEXT, 8, params, TOKENS, leaves=4)  # asserts the count
+    assert 6 < measured.draft_rows <= 8  # the last rounds have room for fewer
+    assert measured.target_rows > (4 if params.greedy else 1)
