@@ -1,7 +1,7 @@
 """Tool-call syntaxes through the real chat templates (tiny GGUFs that carry them): the tools
 and an earlier call rendered into the prompt, in the syntax the answer is read in; a forced
-call's grammar compiled by llama.cpp for each, answered and read back where its markers reach
-the text; and a forced GLM call sampled with a draft, distributed as plain decoding's."""
+call's grammar compiled by llama.cpp for each, answered and read back (its special tokens
+read as their text); and a forced GLM call sampled with a draft, distributed as plain decoding's."""
 
 from __future__ import annotations
 
