@@ -48,9 +48,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def shown(model: Model, tokens: list[int]) -> str:
     """The prompt's text, special tokens as their text."""
-    return "".join(
-        model.token_text(t) if model.is_special(t) else model.piece(t).decode() for t in tokens
-    )
+    return b"".join(  # bytes first: a character may take several byte tokens
+        model.token_text(t).encode() if model.is_special(t) else model.piece(t) for t in tokens
+    ).decode()
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATE_MODELS))
