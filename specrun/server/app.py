@@ -299,7 +299,7 @@ class Api:
     async def openapi(self, request: Request) -> Response:
         """This document: the routes, and the request bodies they take."""
         bodies = {endpoint.path: endpoint.body for endpoint in (CHAT, COMPLETION)}
-        documented = {**bodies, **anthropic.BODIES}
+        documented = {**bodies, **anthropic.BODIES, **responses.BODIES}
         return JSONResponse(openapi.document(request.app.routes, documented, __version__))
 
     async def body(self, request: Request) -> dict[str, Any]:

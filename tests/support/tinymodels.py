@@ -50,6 +50,16 @@ WORDS = [
 ]
 
 N_EMBD, N_HEAD, N_LAYER, N_FF, N_CTX = 64, 4, 2, 128, 1024
+# Qwen2.5-Coder's fill-in-the-middle tokens (prefix, suffix, middle, pad, repository, file),
+# as `specials`: llama.cpp finds each by its text, as it does in Qwen's GGUFs.
+FIM_TOKENS = (
+    "<|fim_prefix|>",
+    "<|fim_suffix|>",
+    "<|fim_middle|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+)
 
 
 def vocabulary(
