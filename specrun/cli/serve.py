@@ -34,6 +34,7 @@ from specrun.system.formatting import format_size
 
 if TYPE_CHECKING:
     from specrun.engine import Engine
+    from specrun.llama.embedding import Embedder
     from specrun.server.pool import Served
 
 API_KEY_ENV = "SPECRUN_API_KEY"
@@ -61,6 +62,7 @@ class PoolOptions:
     more_models: tuple[str, ...]  # TARGET[+DRAFT] each
     keep_alive: float | None  # None: for as long as the server runs
     max_models: int  # 0: as many as memory holds
+    embedding_models: tuple[str, ...] = ()  # those that answer /v1/embeddings
 
 
 @dataclass(frozen=True)
@@ -99,10 +101,12 @@ def _server(
     return ServerOptions(host, port, keys, tuple(allowed_hosts), tuple(cors), read_timeout)
 
 
-def _pool(more_models: list[str], keep_alive: float | None, max_models: int) -> PoolOptions:
+def _pool(
+    more_models: list[str], keep_alive: float | None, max_models: int, embedding_models: list[str]
+) -> PoolOptions:
     if keep_alive is not None and not keep_alive >= 0:
         raise OptionError(f"--keep-alive must be 0 seconds or more, got {keep_alive:g}")
-    return PoolOptions(tuple(more_models), keep_alive, max_models)
+    return PoolOptions(tuple(more_models), keep_alive, max_models, tuple(embedding_models))
 
 
 SERVER = OptionGroup(
@@ -200,6 +204,17 @@ POOL = OptionGroup(
                 "recently used goes first.",
             ),
         ),
+        "embedding_models": (
+            list[str],
+            typer.Option(
+                [],
+                "--embedding-model",
+                metavar="MODEL",
+                help="Answer /v1/embeddings requests that name this model (its file name "
+                "without .gguf) with it, pooled as its GGUF declares (an embedding model: "
+                "nomic-embed, bge, Qwen3-Embedding), loaded on first use; repeatable.",
+            ),
+        ),
     },
     _pool,
 )
@@ -263,11 +278,14 @@ def serve(
         # Every name checked before anything loads; a request names a model by its file's
         # stem, or as the command line did (an alias).
         named = [(models.target or "", choice), *(_choice(s, models) for s in pool.more_models)]
+        stems = {resolved.target.stem for _, resolved in named}
+        embedding = _embedding(pool.embedding_models, models, load, stems)
         parallel = _parallel(slots.parallel, [resolved for _, resolved in named], load)
         load = replace(load, parallel=parallel)
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
         model_pool = ModelPool(
             _served(named, engine, choice, load, sampling, drafting),
+            embedding=embedding,
             keep_alive=pool.keep_alive,
             max_loaded=pool.max_models,
         )
@@ -298,11 +316,11 @@ def _served(
     load: LoadOptions,
     sampling: SamplingParams,
     drafting: DraftOptions,
-) -> list[Served]:
+) -> list[Served[Engine]]:
     """Each model the server answers for, by its file's stem; the command line's, loaded."""
     from specrun.server.pool import Served
 
-    served: list[Served] = []
+    served: list[Served[Engine]] = []
     for alias, resolved in named:
         if resolved.target.stem in {s.id for s in served}:
             raise OptionError(f"--model {resolved.target.stem} is served already")
@@ -317,6 +335,47 @@ def _served(
             )
         )
     return served
+
+
+def _embedding(
+    specs: tuple[str, ...], given: ModelRequest, load: LoadOptions, served: set[str]
+) -> list[Served[Embedder]]:
+    """Each --embedding-model, resolved as --target is and checked, before anything loads, to
+    declare a pooling that makes one vector of an input (a causal LM declares none), by its
+    file's stem (none of `served`, the generation models')."""
+    from specrun.llama.embedding import CannotEmbed, Embedder, declared_pooling
+    from specrun.llama.model import DEFAULT_CTX
+    from specrun.server.pool import Served
+
+    embedding: list[Served[Embedder]] = []
+    taken = set(served)
+    for spec in specs:
+        path = ModelRequest(spec, None, given.catalog).resolve().target
+        try:
+            declared_pooling(path)
+        except CannotEmbed as error:
+            raise OptionError(f"--embedding-model {spec}: {error}") from None
+        if path.stem in taken:
+            raise OptionError(f"--embedding-model {path.stem} is served already")
+        taken.add(path.stem)
+        options = replace(load, parallel=1)  # one context, whatever the slots
+        embedding.append(
+            Served(
+                path.stem,
+                functools.partial(
+                    Embedder,
+                    path,
+                    n_ctx=load.n_ctx or DEFAULT_CTX,  # an input's most tokens, and a batch's
+                    gpu_layers=load.gpu_layers,
+                    threads=load.threads,
+                    verbose=load.verbose,
+                ),
+                files=(path,),
+                aliases=(spec,),
+                options=options,
+            )
+        )
+    return embedding
 
 
 def _parallel(asked: int | None, choices: list[ModelChoice], load: LoadOptions) -> int:

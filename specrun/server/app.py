@@ -33,8 +33,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from specrun import __version__
 from specrun.core.sampling import SamplingParams, TokenLogprob
 from specrun.core.stats import Stats
-from specrun.server import answers, anthropic, metrics, ollama, openapi, responses
-from specrun.server.bodies import ChatCompletionRequest, CompletionRequest, GenerationBody
+from specrun.server import (
+    answers,
+    anthropic,
+    embeddings,
+    infill,
+    metrics,
+    ollama,
+    openapi,
+    responses,
+)
+from specrun.server.bodies import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    GenerationBody,
+    InfillRequest,
+)
 from specrun.server.connection import connection_type, late
 from specrun.server.family import Family, error_body_for
 from specrun.server.pool import ModelPool
@@ -47,6 +62,7 @@ from specrun.server.requests import (
     checked,
     completion_request,
     echoed,
+    infill_request,
     parse_body,
 )
 from specrun.server.worker import Job, Worker
@@ -223,6 +239,8 @@ class Api:
             Route("/v1/stats", self.stats),
             Route(CHAT.path, self.chat, methods=["POST"]),
             Route(COMPLETION.path, self.completions, methods=["POST"]),
+            Route(embeddings.PATH, self.embeddings, methods=["POST"]),
+            Route(infill.PATH, self.infill, methods=["POST"]),
             Route("/openapi.json", self.openapi),
             *(route for family in FAMILIES for route in family.routes(self)),
         ]
@@ -296,9 +314,33 @@ class Api:
         """Text that continues the prompt, whole or streamed as server-sent events."""
         return await self._generation(request, COMPLETION)
 
+    async def embeddings(self, request: Request) -> Response:
+        """Each input's vector, at unit length, by an embedding model (--embedding-model)."""
+        return JSONResponse(await embeddings.answer(self.worker.pool, await self.body(request)))
+
+    async def infill(self, request: Request) -> Response:
+        """llama-server's: the text between `input_prefix` and `input_suffix`, by a model with
+        fill-in-the-middle tokens, whole or streamed in llama-server's completion shape."""
+        body = checked(InfillRequest, await self.body(request))
+        generation = await asyncio.to_thread(
+            infill_request, body, self.worker.pool.names, self.worker.defaults
+        )
+        (job,) = await self.start(request, generation, infill.ID_PREFIX)
+        if generation.stream:
+            return StreamingResponse(
+                infill.events(job),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return JSONResponse(await infill.whole(job))
+
     async def openapi(self, request: Request) -> Response:
         """This document: the routes, and the request bodies they take."""
-        bodies = {endpoint.path: endpoint.body for endpoint in (CHAT, COMPLETION)}
+        bodies = {
+            **{endpoint.path: endpoint.body for endpoint in (CHAT, COMPLETION)},
+            embeddings.PATH: EmbeddingRequest,
+            infill.PATH: InfillRequest,
+        }
         documented = {**bodies, **anthropic.BODIES, **responses.BODIES}
         return JSONResponse(openapi.document(request.app.routes, documented, __version__))
 
@@ -312,6 +354,7 @@ class Api:
         """Submit a checked request's generations with its key's tenant (BearerAuth's: whose
         earlier answers the drafts may come from); its jobs once each prompt is in. The
         request's error comes from here, before any header is sent (any family's)."""
+        embeddings.check_generates(self.worker.pool, generation.model)
         tenant = request.scope.get("state", {}).get(TENANT)
         jobs = self.worker.submit(generation, id_prefix, request.receive, tenant)
         for job in jobs:  # the Prefills

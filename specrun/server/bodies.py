@@ -27,8 +27,8 @@ from pydantic_core import PydanticCustomError
 
 from specrun.core.loop import MAX_TOP_LOGPROBS
 
-# Which generation endpoint a body is for: /v1/chat/completions or /v1/completions.
-EndpointName = Literal["chat", "completion"]
+# Which endpoint a body is for: /v1/chat/completions, /v1/completions, /infill, /v1/embeddings.
+EndpointName = Literal["chat", "completion", "infill", "embedding"]
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 FUNCTION_NAME = r"^[A-Za-z0-9_-]{1,64}$"  # OpenAI's rule for a function's name
 # A token id as a JSON object's key: ten digits hold any vocabulary's (Python's int() refuses
@@ -208,10 +208,14 @@ class StreamOptions(Body):
 SERVER_DEFAULT = "left out: the server's own (its command line's)"
 
 
-class GenerationBody(Body):
-    """What both generation endpoints take."""
+class RouteBody(Body):
+    """A route's whole body, whose fields `requests.checked` checks as its endpoint's."""
 
     endpoint: ClassVar[EndpointName]
+
+
+class GenerationBody(RouteBody):
+    """What the generation endpoints take."""
 
     model: str | None = Field(None, description="left out: the server's first model")
     n: int = Field(1, ge=1, le=MAX_CHOICES, description="answers to the one prompt")
@@ -288,4 +292,50 @@ class CompletionRequest(GenerationBody):
         ge=0,
         le=MAX_COMPLETION_LOGPROBS,
         description="the most likely tokens listed at each position, with their log-probabilities",
+    )
+    suffix: str | None = Field(
+        None,
+        description="the text after the answer: filled in between (FIM), by a model with FIM "
+        "tokens; an editor's autocomplete sends it",
+    )
+
+
+class InfillChunk(Body):
+    """Another file's text that may help fill in the middle."""
+
+    text: str
+    filename: str = "tmp"  # llama-server's name where none is given
+
+
+class InfillRequest(GenerationBody):
+    """An /infill body (llama-server's): the text to fill in between `input_prefix` and
+    `input_suffix`, by a model with FIM tokens."""
+
+    endpoint = "infill"
+
+    input_prefix: str
+    input_suffix: str
+    input_extra: list[InfillChunk] = Field([], description="other files' text that may help")
+    prompt: str = Field("", description="the start of the middle, written already")
+    n_predict: int | None = Field(
+        None, ge=-1, description="llama-server's max_tokens, which it replaces; -1: no limit"
+    )
+    n: int = Field(1, ge=1, le=1, description="one answer: /infill gives one")
+
+
+class EmbeddingRequest(RouteBody):
+    """A /v1/embeddings body: text, or token ids, to turn into vectors."""
+
+    endpoint = "embedding"
+
+    input: Annotated[
+        str | list[str] | list[int] | list[list[int]],
+        one_error("a string, a list of strings, a list of token ids or a list of such lists"),
+    ]
+    model: str | None = Field(None, description="left out: the server's first embedding model")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="base64: each vector's float32 values, little-endian, in base64"
+    )
+    dimensions: int | None = Field(
+        None, ge=1, description="the model's own size only: vectors are not shortened"
     )

@@ -1,8 +1,10 @@
 """The models a server answers for: each by its id, loaded when a request first names it,
 and let go again: the least recently used when the next one would not fit in memory (or
 past `max_loaded`), and any left idle for `keep_alive` seconds. Loading and unloading run
-in the generation threads, one at a time, and a model in use (`acquire`d by a generation)
-never goes."""
+in the threads that use the models (a generation's, an embedding request's), one at a time,
+and a model in use (`acquire`d) never goes. Generation models load as an `Engine`, embedding
+models (`--embedding-model`) as an `Embedder`: both share the memory, the order and the
+limits."""
 
 from __future__ import annotations
 
@@ -11,25 +13,34 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
 
 from specrun.engine import Engine
 from specrun.llama.devices import gpu_free_bytes, system_memory_available
+from specrun.llama.embedding import Embedder
 from specrun.llama.footprint import estimate
 from specrun.llama.model import DEFAULT_CTX
 from specrun.options import LoadOptions
 
 
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+Loaded = TypeVar("Loaded", bound=Closable)  # what a served model is in memory
+
+
 @dataclass
-class Served:
+class Served(Generic[Loaded]):
     """A model the server may answer for: its id (as requests name it), how to load it, and
     the files and options (the context and its slots) that say what loading it takes."""
 
     id: str
-    load: Callable[[], Engine]
+    load: Callable[[], Loaded]
     files: tuple[Path, ...] = ()
     aliases: tuple[str, ...] = ()  # other names requests may give it (its catalog alias)
     options: LoadOptions = LoadOptions()  # those `load` loads it with
-    engine: Engine | None = None
+    engine: Loaded | None = None  # loaded: an Engine, or an embedding model's Embedder
     last_used: float = field(default_factory=time.monotonic)
     in_use: int = 0  # generations running on it
 
@@ -45,17 +56,20 @@ class Served:
 
 
 class ModelPool:
-    """The served models, by id; the first is the default, for requests that name none."""
+    """The served models, by id; the first is the default, for requests that name none.
+    `embedding`: the models that answer /v1/embeddings, and no generation."""
 
     def __init__(
         self,
-        served: Iterable[Served],
+        served: Iterable[Served[Engine]],
         *,
+        embedding: Iterable[Served[Embedder]] = (),
         keep_alive: float | None = None,
         max_loaded: int = 0,
         available: Callable[[], int] = lambda: system_memory_available() + gpu_free_bytes(),
     ) -> None:
         self.served = {model.id: model for model in served}
+        self.embedding = {model.id: model for model in embedding}
         self.keep_alive = keep_alive  # None: for as long as the server runs
         self.max_loaded = max_loaded  # 0: as many as fit
         self._available = available
@@ -77,21 +91,31 @@ class ModelPool:
 
     @property
     def names(self) -> dict[str, str]:
-        """Every name a request may give a model, to its id: the ids, then the aliases."""
-        names = {model_id: model_id for model_id in self.served}
-        for model in self.served.values():
+        """Every name a request may give a model, to its id: the ids, then the aliases (the
+        embedding models' too, which a generation request is refused by name)."""
+        names = {model_id: model_id for model_id in self._models()}
+        for model in self._models().values():
             names.update((a, model.id) for a in model.aliases if a and a not in names)
         return names
 
+    def _models(self) -> dict[str, Served[Any]]:
+        return {**self.served, **self.embedding}
+
     def loaded(self) -> list[str]:
         with self._lock:
-            return [model.id for model in self.served.values() if model.engine is not None]
+            return [model.id for model in self._models().values() if model.engine is not None]
 
     def acquire(self, model_id: str) -> Engine:
         """In a generation thread: the model's engine, loaded now if it is not (after letting
         go of the least recently used others not in use where it would not fit), kept until
         `release`."""
-        model = self.served[model_id]
+        return self._acquire(self.served[model_id])
+
+    def acquire_embedder(self, model_id: str) -> Embedder:
+        """As `acquire`, an embedding model's, in the thread of the request that embeds."""
+        return self._acquire(self.embedding[model_id])
+
+    def _acquire(self, model: Served[Loaded]) -> Loaded:
         with self._loading:
             if model.engine is None:
                 self._make_room(model)
@@ -104,14 +128,14 @@ class ModelPool:
 
     def release(self, model_id: str) -> None:
         with self._loading:
-            model = self.served[model_id]
+            model = self._models()[model_id]
             model.in_use -= 1
             model.last_used = time.monotonic()
 
-    def _make_room(self, model: Served) -> None:
+    def _make_room(self, model: Served[Any]) -> None:
         needed = model.bytes_needed()
         while True:
-            loaded = [m for m in self.served.values() if m.engine is not None]
+            loaded = [m for m in self._models().values() if m.engine is not None]
             idle = sorted((m for m in loaded if not m.in_use), key=lambda m: m.last_used)
             full = self.max_loaded and len(loaded) >= self.max_loaded
             if not idle or not (full or needed > self._available()):
@@ -126,26 +150,26 @@ class ModelPool:
             now = time.monotonic() if now is None else now
             idle = [
                 m
-                for m in self.served.values()
+                for m in self._models().values()
                 if m.engine is not None and not m.in_use and now - m.last_used >= self.keep_alive
             ]
             for model in idle:
                 self._unload(model)
             return [model.id for model in idle]
 
-    def _unload(self, model: Served) -> None:
+    def _unload(self, model: Served[Any]) -> None:
         with self._lock:
             engine, model.engine = model.engine, None
         if engine is not None:
             engine.close()
 
     def close(self) -> None:
-        for model in self.served.values():
+        for model in self._models().values():
             self._unload(model)
 
     def snapshot(self) -> list[dict[str, object]]:
         with self._lock:
             return [
                 {"id": model.id, "loaded": model.engine is not None}
-                for model in self.served.values()
+                for model in self._models().values()
             ]

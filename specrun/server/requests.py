@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse
 from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.errors import OptionError, SpecrunError
+from specrun.fim import Infill, infill_tokens
 from specrun.llama.grammar import JSON_GRAMMAR, schema_grammar
 from specrun.llama.grammar_limits import GrammarLimitError, check_gbnf
 from specrun.prompt import Message, render
@@ -32,7 +33,9 @@ from specrun.server.bodies import (
     CompletionRequest,
     EndpointName,
     GenerationBody,
+    InfillRequest,
     NamedToolChoice,
+    RouteBody,
 )
 from specrun.tools import Tool, ToolCall, ToolChoice, call_grammar, tool_format
 
@@ -42,9 +45,10 @@ MAX_ECHOED_CHARS = 100  # of a client's text that an error quotes back: enough t
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's \ud800 escapes: text UTF-8 cannot hold
 # OpenAI's error `type`: the client's mistake, or the server's.
 ErrorKind = Literal["invalid_request_error", "server_error"]
-# The body field that holds the prompt: chat messages, or a completion's text.
-PromptField = Literal["messages", "prompt"]
-Declared = TypeVar("Declared", bound=GenerationBody)
+# The body field that holds the prompt: chat messages, or a completion's text; the field that
+# asked to fill in the middle, for a model that cannot or a prompt too long.
+PromptField = Literal["messages", "prompt", "suffix", "input_suffix"]
+Declared = TypeVar("Declared", bound=RouteBody)
 
 
 class ApiError(Exception):
@@ -260,7 +264,6 @@ UNSUPPORTED = (
     Unsupported("web_search_options", ("chat",), _nothing, "web search"),
     Unsupported("echo", ("completion",), _nothing, "the prompt echoed"),
     Unsupported("best_of", ("completion",), lambda v: v in (None, 1), "several answers"),
-    Unsupported("suffix", ("completion",), _nothing, "text after the answer (infill)"),
 )
 
 
@@ -278,9 +281,10 @@ def _check_supported(body: dict[str, Any], endpoint: EndpointName) -> None:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A checked request: the prompt (chat messages, or text sent as is) and how to answer."""
+    """A checked request: the prompt (chat messages, text sent as is, or text to fill in
+    between) and how to answer."""
 
-    prompt: list[Message] | str
+    prompt: list[Message] | str | Infill
     params: SamplingParams
     model: str  # the id of the model that answers
     max_tokens: int | None  # None: until the context is full
@@ -290,6 +294,7 @@ class GenerationRequest:
     grammar: str | None = None  # GBNF the answer keeps to (response_format, grammar, json_schema)
     grammar_param: str | None = None  # the field it came from (`tools`: a call's), for errors
     logprobs: int | None = None  # each token's log-probability and this many alternatives
+    infill_field: PromptField = "suffix"  # the field that asked to fill in the middle, if any
     tools: tuple[Tool, ...] = ()  # functions the model may call (chat)
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True  # several calls in one answer (False: one at most)
@@ -327,12 +332,16 @@ class GenerationRequest:
 
     @property
     def prompt_field(self) -> PromptField:
+        if isinstance(self.prompt, Infill):
+            return self.infill_field
         return "messages" if isinstance(self.prompt, list) else "prompt"
 
     def tokens(self, engine: Engine) -> list[int]:
         if isinstance(self.prompt, list):
             tools = self.tools if self.calls_tools else ()
             return render(engine.target, self.prompt, tools, self.template_options(engine))
+        if isinstance(self.prompt, Infill):
+            return infill_tokens(engine.target, self.prompt, self.max_tokens)
         return engine.prompt(self.prompt, raw=True)
 
     def template_options(self, engine: Engine) -> dict[str, Any]:
@@ -441,10 +450,26 @@ def chat_request(
 def completion_request(
     asked: CompletionRequest, models: Mapping[str, str], defaults: SamplingParams
 ) -> GenerationRequest:
-    """A /v1/completions body, whose prompt is sent as is; its `logprobs` is how many of the
-    most likely tokens to list at each position, as OpenAI's legacy API has it."""
-    request = _generation_request(asked, models, asked.prompt, defaults)
+    """A /v1/completions body, whose prompt is sent as is, or with a `suffix` (not empty: the
+    answer ends the text) as the text before the middle to fill in; its `logprobs` is how many
+    of the most likely tokens to list at each position, as OpenAI's legacy API has it."""
+    prompt = Infill(asked.prompt, asked.suffix) if asked.suffix else asked.prompt
+    request = _generation_request(asked, models, prompt, defaults)
     return request if asked.logprobs is None else replace(request, logprobs=asked.logprobs)
+
+
+def infill_request(
+    asked: InfillRequest, models: Mapping[str, str], defaults: SamplingParams
+) -> GenerationRequest:
+    """An /infill body (llama-server's): the middle between `input_prefix` and `input_suffix`,
+    after `prompt`; `n_predict`, where given, replaces `max_tokens` (-1: no limit)."""
+    extra = tuple((chunk.filename, chunk.text) for chunk in asked.input_extra)
+    infill = Infill(asked.input_prefix, asked.input_suffix, asked.prompt, extra)
+    request = _generation_request(asked, models, infill, defaults)
+    request = replace(request, infill_field="input_suffix")
+    if asked.n_predict is None:
+        return request
+    return replace(request, max_tokens=None if asked.n_predict == -1 else asked.n_predict)
 
 
 def _message(message: ChatMessage) -> Message:
@@ -491,14 +516,12 @@ def _tool_choice(choice: str | NamedToolChoice | None, tools: tuple[Tool, ...]) 
     return name
 
 
-def _generation_request(
-    asked: GenerationBody,
-    models: Mapping[str, str],
-    prompt: list[Message] | str,
-    defaults: SamplingParams,
-) -> GenerationRequest:
-    named = asked.model
-    if named is not None and named not in models:
+def served_model(named: str | None, models: Mapping[str, str]) -> str:
+    """The id of the model a request names, from `models` (each name to its id; the first the
+    default, for a request that names none), or the 404 that lists them."""
+    if named is None:
+        return next(iter(models.values()))
+    if named not in models:
         served = ", ".join(f"`{model}`" for model in dict.fromkeys(models.values()))
         raise ApiError(
             404,
@@ -506,6 +529,16 @@ def _generation_request(
             param="model",
             code="model_not_found",
         )
+    return models[named]
+
+
+def _generation_request(
+    asked: GenerationBody,
+    models: Mapping[str, str],
+    prompt: list[Message] | str | Infill,
+    defaults: SamplingParams,
+) -> GenerationRequest:
+    model = served_model(asked.model, models)
     if asked.stream_options is not None and not asked.stream:
         raise ApiError(
             400,
@@ -517,7 +550,7 @@ def _generation_request(
     return GenerationRequest(
         prompt,
         _sampling(asked, defaults),
-        models[named] if named is not None else next(iter(models.values())),
+        model,
         asked.max_tokens if asked.max_tokens is not None else asked.max_completion_tokens,
         (asked.stop,) if isinstance(asked.stop, str) else tuple(asked.stop or ()),
         asked.stream,

@@ -368,7 +368,7 @@ BAD_REQUESTS = {
         None,
         "body_too_large",
     ),
-    "unknown path": ("/v1/embeddings", {"input": "hi"}, 404, None, None),
+    "unknown path": ("/v1/audio/speech", {"input": "hi"}, 404, None, None),
 }
 
 
@@ -386,7 +386,6 @@ ASKING = {
     "reasoning_effort": "high",
     "echo": True,
     "best_of": 3,
-    "suffix": "the end",
 }
 # ... and values that ask for nothing, as clients send them.
 NEUTRAL = {

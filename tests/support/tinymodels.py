@@ -144,10 +144,13 @@ def write_tiny_model(
     duplicate_token: bool = False,
     specials: tuple[str, ...] = (),
     bos_id: int = 1,
+    pooling: int | None = None,
 ) -> Path:
     """Write a tiny llama GGUF. Models with the same `seed` share weights; `noise` perturbs
     them (a draft that mostly agrees with its target). `duplicate_token` gives two ids the
-    same text, which trips an assertion inside llama.cpp's tokenizer (a native abort)."""
+    same text, which trips an assertion inside llama.cpp's tokenizer (a native abort).
+    `pooling` writes `llama.pooling_type` (llama.cpp's numbers: 1 mean, 2 cls, 3 last, 4
+    rank), which makes it an embedding model."""
     tokens, scores, types = vocabulary(extra_vocab, variant, specials)
     if duplicate_token:
         tokens[-1] = tokens[-2]
@@ -164,6 +167,8 @@ def write_tiny_model(
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
     writer.add_layer_norm_rms_eps(1e-5)
     add_tokenizer(writer, tokens, scores, types, eos_id, add_bos, chat_template, bos_id)
+    if pooling is not None:
+        writer.add_pooling_type(gguf.PoolingType(pooling))
     for name, tensor in base.items():
         if noise:
             tensor = tensor + (rng.standard_normal(tensor.shape) * noise * tensor.std()).astype(
