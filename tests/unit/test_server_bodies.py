@@ -17,7 +17,12 @@ from starlette.testclient import TestClient
 from specrun.core.sampling import SamplingParams
 from specrun.server import bodies, requests
 from specrun.server.app import Api
-from specrun.server.bodies import ChatCompletionRequest, CompletionRequest
+from specrun.server.bodies import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    InfillRequest,
+)
 from specrun.server.pool import ModelPool, Served
 from specrun.server.requests import (
     UNSUPPORTED,
@@ -406,6 +411,9 @@ TOOL = {"type": "function", "function": {"name": "f"}}
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 
 
+INFILL = {"input_prefix": "def f():", "input_suffix": "return 1"}
+
+
 def in_chat(**fields: Any) -> dict[str, Any]:
     return {"messages": HELLO, **fields}
 
@@ -464,6 +472,14 @@ PLACES: dict[str, tuple[type[BaseModel], str, dict[str, Any], Any]] = {
         "response_format.json_schema.",
         {"name": "x", "schema": {"type": "object"}},
         lambda o: in_chat(response_format={"type": "json_schema", "json_schema": o}),
+    ),
+    "EmbeddingRequest": (EmbeddingRequest, "", {"input": "hi"}, lambda o: o),
+    "InfillRequest": (InfillRequest, "", INFILL, lambda o: o),
+    "InfillChunk": (
+        InfillRequest,
+        "input_extra[0].",
+        {"text": "hi"},
+        lambda o: {**INFILL, "input_extra": [o]},
     ),
 }
 
