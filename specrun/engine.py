@@ -231,6 +231,7 @@ class Engine:
         logprobs: int | None = None,
         rng: Draws | None = None,
         tenant: str | None = None,
+        shown: Sequence[str] = (),
     ) -> Generator[Event, None, None]:
         """Generate from a text prompt (one user turn through the chat template) or token ids.
 
@@ -248,6 +249,9 @@ class Engine:
         `tenant`: whose earlier answers suffix drafts may draft from, and whose this answer
         joins when it ends (`specrun.core.suffix.remembering`); None is the process's default
         tenant. It changes only the speed, never the answer.
+
+        `shown`: special tokens' texts (a template's call marks) that the answer's text keeps,
+        where the model's vocabulary renders them as nothing.
         """
         tokens = self.prompt(prompt) if isinstance(prompt, str) else list(prompt)
         settings = GenerationSettings(
@@ -257,6 +261,7 @@ class Engine:
             cancelled=cancelled,
             constraint=Grammar(self.target, grammar) if grammar is not None else None,
             logprobs=logprobs,
+            shown=self.target.shown_specials(shown),
         )
         if self.slots:
             return self._watched(self._in_slot(self.slots, tokens, settings, rng, tenant))

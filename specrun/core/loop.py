@@ -13,8 +13,8 @@ comes from its last position's logits, with no decode of its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, cast
 
 import numpy as np
@@ -114,6 +114,8 @@ class GenerationSettings:
     cancelled: Callable[[], bool] = _never
     constraint: Constraint | None = None
     logprobs: int | None = None
+    # Special tokens whose text the answer keeps, though they render as nothing (Detokenizer).
+    shown: Mapping[int, bytes] = field(default_factory=dict)
 
 
 def generate(
@@ -257,7 +259,7 @@ class _Generation:
         self.target, self.source, self.policy, self.rng = target, draft, policy, rng
         self.settings, self.params, self.constraint = settings, settings.params, settings.constraint
         self.ctx = Tokens(prompt)
-        self.stream = TextStream(Detokenizer(target), settings.stop)
+        self.stream = TextStream(Detokenizer(target, settings.shown), settings.stop)
         self.generated = 0
         # Where the target's device samples, only each row's best candidates leave it; whole
         # rows under a constraint (the best it allows may lie anywhere in the row) and for

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import codecs
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specrun.core.model import LanguageModel
@@ -14,14 +14,18 @@ Segment = tuple[str, bool]  # (text, came from an accepted draft)
 
 
 class Detokenizer:
-    """Token ids -> text, one token at a time, keeping UTF-8 characters that span tokens whole."""
+    """Token ids -> text, one token at a time, keeping UTF-8 characters that span tokens whole.
+    `shown`: special tokens that render as nothing in text, but whose text this answer keeps
+    (a template's call marks, which its parser reads)."""
 
-    def __init__(self, model: LanguageModel) -> None:
+    def __init__(self, model: LanguageModel, shown: Mapping[int, bytes] | None = None) -> None:
         self._model = model
+        self._shown = shown or {}
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def add(self, token: int) -> str:
-        return self._decoder.decode(self._model.piece(token))
+        piece = self._shown.get(token) if self._shown else None
+        return self._decoder.decode(self._model.piece(token) if piece is None else piece)
 
     def flush(self) -> str:
         return self._decoder.decode(b"", final=True)

@@ -4,6 +4,7 @@ every native model that holds a `llama_vocab` (a target or draft `Model`, an EAG
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 
 import llama_cpp as llama
 
@@ -59,6 +60,16 @@ class Vocabulary:
         return (llama.llama_vocab_get_text(self._vocab, token) or b"").decode(
             "utf-8", errors="replace"
         )
+
+    def shown_specials(self, texts: Sequence[str]) -> dict[int, bytes]:
+        """Of `texts`, those that are one special token rendering as nothing in text: that
+        token, and the text's bytes (what a Detokenizer shows for it)."""
+        shown = {}
+        for text in texts:
+            tokens = self.tokenize(text, add_special=False, parse_special=True)
+            if len(tokens) == 1 and not self._piece(tokens[0]):
+                shown[tokens[0]] = text.encode()
+        return shown
 
     def is_special(self, token: int) -> bool:
         """A token that tokenize(parse_special=True) makes of its text (<|im_end|>, say)."""

@@ -38,6 +38,7 @@ from specrun.server.bodies import (
     RouteBody,
 )
 from specrun.tools import Tool, ToolCall, ToolChoice, call_grammar, tool_format
+from specrun.tools.formats import FORMATS
 
 NUMBER = (int, float)
 MAX_DEPTH = 128  # nesting a body may have: OpenAI's bodies need a handful; serde_json's limit
@@ -329,6 +330,11 @@ class GenerationRequest:
                 self.tools, self.tool_choice, tool_format(template), self.parallel_tool_calls
             )
         return self.grammar
+
+    def shown(self, template: str | None) -> tuple[str, ...]:
+        """The special texts the answer keeps: its tool-call syntax's marks, where it is read
+        for calls (`Syntax.kept`)."""
+        return FORMATS[tool_format(template)].kept if self.calls_tools else ()
 
     @property
     def prompt_field(self) -> PromptField:

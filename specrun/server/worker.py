@@ -255,6 +255,7 @@ class Worker:
                     grammar=job.request.constraint(engine.target.chat_template),
                     logprobs=job.request.logprobs,
                     tenant=job.tenant,
+                    shown=job.request.shown(engine.target.chat_template),
                 )
                 with closing(events):  # its slot is free the moment it ends, however it ends
                     for event in events:

@@ -33,6 +33,7 @@ def _json_calls(pattern: re.Pattern[str], text: str) -> list[ToolCall] | None:
 
 class _DeepSeek(Syntax):
     starts = (CALLS_BEGIN, CALL_BEGIN)  # models skip the first at times
+    kept = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
     _CALL: ClassVar[re.Pattern[str]]
 
     def read(self, calls: str, tools: Mapping[str, Tool]) -> list[ToolCall] | None:
@@ -101,6 +102,7 @@ KIMI_BEGIN, KIMI_ARGUMENTS, KIMI_END = (
 class KimiK2(Syntax):
     name: ClassVar[ToolFormat] = "kimi-k2"
     starts = (SECTION_BEGIN, KIMI_BEGIN)
+    kept = (SECTION_BEGIN, SECTION_END, KIMI_BEGIN, KIMI_ARGUMENTS, KIMI_END)
     example = (
         f"{SECTION_BEGIN}{KIMI_BEGIN}functions.<function-name>:0{KIMI_ARGUMENTS}"
         f"<arguments-object>{KIMI_END}{SECTION_END}"

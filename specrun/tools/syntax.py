@@ -32,6 +32,9 @@ class Syntax(ABC):
 
     name: ClassVar[ToolFormat]
     starts: ClassVar[tuple[str, ...]]  # what opens an answer's calls: the text before is text
+    # Its marks that models hold as control tokens, whose text the answer must keep for its
+    # calls to be read (llama-server's "preserved tokens"); others render as they are.
+    kept: ClassVar[tuple[str, ...]] = ()
     example: ClassVar[str]  # a call as a system message shows it (`system_text`)
 
     @abstractmethod
