@@ -30,6 +30,7 @@ from specrun.core.gamma import GAMMA_MAX, GammaPolicy
 from specrun.core.heads import HeadDraft
 from specrun.core.loop import Event, GenerationSettings, generate_with
 from specrun.core.sampling import Draws, SamplingParams
+from specrun.core.sequence import common_prefix_length
 from specrun.core.suffix import (
     MAX_DEPTH,
     MIN_PROBABILITY,
@@ -42,9 +43,10 @@ from specrun.core.suffix import (
 from specrun.llama import rpc
 from specrun.llama.grammar import Grammar
 from specrun.llama.heads import NativeHead
-from specrun.llama.model import Model
+from specrun.llama.model import Model, SequenceCache
 from specrun.llama.placement import LayerPlan, Placement
-from specrun.llama.slots import Gather, SequenceView
+from specrun.llama.prompt_cache import Holder, PromptCache
+from specrun.llama.slots import Gather, Job, SequenceView
 from specrun.loading import close_draft, load_models, native_head, native_model
 from specrun.options import DraftOptions, DraftSpec, LoadOptions
 from specrun.prompt import prompt_tokens
@@ -77,13 +79,16 @@ class Engine:
         remotes: Sequence[rpc.Remote] = (),
         gpu_bytes_used: int | None = None,
         keep_learned: bool = False,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         """`slot_drafts`: the draft source of each slot but the first (whose is `draft`), for
         `parallel` > 1; `gather`: the one their draft models' views were made with.
         `layer_plan`: the placement by free memory, where there were GPUs; `remotes`: the RPC
         servers' devices the target's layers may use; `gpu_bytes_used`: what loading took from
         the GPUs' free memory, measured (None where it did not move: a device that reports no
-        budget, as Mesa's lavapipe)."""
+        budget, as Mesa's lavapipe). `prompt_cache`: where a slot's prompt is saved before
+        another conversation takes the slot, and restored from (specrun.llama.prompt_cache);
+        None keeps none."""
         self.target = target
         self.draft = draft
         self.params = params
@@ -93,6 +98,7 @@ class Engine:
         self.layer_plan = layer_plan
         self.remotes = list(remotes)
         self.gpu_bytes_used = gpu_bytes_used
+        self.prompt_cache = prompt_cache
         # With `parallel` > 1: the slots, and the gate a generation takes one through.
         self.slots: Slots | None = (
             self._open_slots(gather or Gather(), [draft, *slot_drafts]) if slot_drafts else None
@@ -121,6 +127,7 @@ class Engine:
         params: SamplingParams = SamplingParams(),
         drafting: DraftOptions = DraftOptions(),
         announce: Callable[[str], None] = lambda line: None,
+        prompt_cache: PromptCache | None = None,
     ) -> Engine:
         """Load the target and the draft and check that the draft can serve the target.
 
@@ -134,6 +141,7 @@ class Engine:
         With GPUs, the layers are placed by free memory first (`specrun.llama.placement`), and
         `announce` hears the one line that says where they went. `options.rpc` adds RPC
         servers' devices for the target, ahead of this machine's GPUs (specrun.llama.rpc).
+        `prompt_cache`: where prompts are kept in host memory across slots and requests.
         """
         loaded = load_models(
             target_path, draft, options=options, drafting=drafting, announce=announce
@@ -150,6 +158,7 @@ class Engine:
             remotes=loaded.remotes,
             gpu_bytes_used=loaded.gpu_bytes_used,
             keep_learned=True,
+            prompt_cache=prompt_cache,
         )
         if loaded.layer_plan is not None and loaded.layers_asked:
             announce(f"layers as asked: {engine.placement().text()}")
@@ -265,10 +274,28 @@ class Engine:
         )
         if self.slots:
             return self._watched(self._in_slot(self.slots, tokens, settings, rng, tenant))
+        return self._watched(self._alone(tokens, settings, rng, tenant))
+
+    def _alone(
+        self, tokens: list[int], settings: GenerationSettings, rng: Draws | None, tenant: str | None
+    ) -> Generator[Event, None, None]:
+        """A generation on the engine's one sequence."""
+        self._take_prompt(_holders(self.target, self.target.caches[0], self.draft), tokens)
         events = generate_with(
             self.target, tokens, settings, draft=self.draft, policy=self.policy, rng=rng
         )
-        return self._watched(remembering(events, self.draft, tenant))
+        yield from remembering(events, self.draft, tenant)
+
+    def _take_prompt(self, holders: list[Holder], prompt: Sequence[int]) -> None:
+        """Before a generation of `prompt` in the sequences `holders`: save what they hold to
+        the prompt cache where the prompt drops most of it, and restore the saved prompt that
+        holds more of it than the KV cache does, if any (`PromptCache.take`)."""
+        if self.prompt_cache is None:
+            return
+        target, cache = holders[0]
+        others = [c for c in target.caches if c is not cache] if target.shared_pool else []
+        held = max((common_prefix_length(c.tokens, prompt) for c in others), default=0)
+        self.prompt_cache.take(holders, prompt, held)
 
     def _watched(self, events: Generator[Event, None, None]) -> Generator[Event, None, None]:
         """The generation, with other programs' CPU use measured while it ran."""
@@ -288,6 +315,9 @@ class Engine:
     ) -> Generator[Event, None, None]:
         """A generation in the next free slot, a member of the gather while it runs."""
         with slots.held(tokens) as (slot, member):
+            if self.prompt_cache is not None:  # in the decoding thread: other slots decode
+                holders = _holders(slot.target.model, slot.target.cache, slot.draft)
+                slots.gather.run(Job(lambda: self._take_prompt(holders, tokens)))
             events = remembering(
                 generate_with(
                     slot.target, tokens, settings, draft=slot.draft, policy=slot.policy, rng=rng
@@ -349,6 +379,8 @@ class Engine:
             self.learned_path = None  # closing twice saves once
         if self.slots:
             self.slots.close()
+        if self.prompt_cache is not None:
+            self.prompt_cache.forget(self.target)
         for draft in self.drafts:  # before the target, whose context a head or block uses
             close_draft(draft)
         self.target.close()
@@ -358,6 +390,21 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _holders(target: Model, cache: SequenceCache, draft: DraftSource | None) -> list[Holder]:
+    """A slot's sequences: the target's, then each draft model's (a head's or a block draft's
+    state is the target's hidden rows, which start over after a restore)."""
+    holders: list[Holder] = [(target, cache)]
+    sources = draft.drafts if isinstance(draft, HybridDraft) else [draft]
+    for source in sources:
+        if isinstance(source, ModelDraft):
+            model = source.model
+            if isinstance(model, SequenceView):
+                holders.append((model.model, model.cache))
+            elif isinstance(model, Model):
+                holders.append((model, model.caches[0]))
+    return holders
 
 
 def _draft_settings(source: DraftSource) -> list[object]:

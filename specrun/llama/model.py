@@ -580,6 +580,42 @@ class Model(Vocabulary):
         for _, rows in cache.hidden:
             rows.truncate(keep)
 
+    # --- a sequence's state in host memory (specrun.llama.prompt_cache) ---------------
+
+    def sequence_state(self, cache: SequenceCache) -> bytearray:
+        """A copy of what the KV cache holds for the sequence (its cells of the positions
+        `tokens` holds), as llama.cpp writes a sequence's state: `restore_sequence` puts it in
+        any sequence of this model. As many bytes as those cells take in the KV cache."""
+        self._drop_branches()
+        if cache.held > len(cache.tokens):  # padding or a failed decode's cells: not the tokens'
+            self._truncate(cache, len(cache.tokens))
+        size = llama.llama_state_seq_get_size(self._ctx, cache.seq_id)
+        state = bytearray(size)
+        buffer = (ctypes.c_uint8 * size).from_buffer(state)
+        written = llama.llama_state_seq_get_data(self._ctx, buffer, size, cache.seq_id)
+        del buffer  # the bytearray may be resized again once no ctypes view holds it
+        del state[written:]
+        return state
+
+    def restore_sequence(
+        self, cache: SequenceCache, tokens: Sequence[int], state: bytearray
+    ) -> bool:
+        """Make the sequence hold `tokens` from their state (`sequence_state`), in place of what
+        it held; False where llama.cpp could not (the sequence then holds nothing)."""
+        self._drop_branches()
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer(state)
+        read = llama.llama_state_seq_set_data(self._ctx, buffer, len(state), cache.seq_id)
+        del buffer
+        restored = list(tokens) if read == len(state) else []
+        if not restored:
+            self._drop(cache, 0)
+        cache.tokens[:] = restored
+        cache.held = len(restored)
+        cache.base, cache.seen = None, 0
+        for _, rows in cache.hidden:  # no rows for the restored positions: a head starts after
+            rows.truncate(0)
+        return bool(restored)
+
     def reset(self) -> None:
         self._branches = None
         self._clear()
