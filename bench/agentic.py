@@ -2,8 +2,8 @@
 mode a fresh server, the same episodes, greedy; specrun's draft sources beside native
 llama-server's n-gram modes (issue 51).
 
-An episode (a line of bench/prompts/agentic.jsonl) is a system message and turns: with
-"history", a conversation, each request carrying every earlier turn and the server's own
+An episode (a line of specrun/data/agentic.jsonl, `specrun bench --agentic`'s) is a system
+message and turns: with "history", a conversation, each request carrying every earlier turn and the server's own
 answers (a function edited turn by turn, tool results fed back); without, each turn a
 request of its own under the same system message (one schema over many records, a template
 filled anew). Every request is the conversation written out with the target's chat template
@@ -58,9 +58,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.server_grammar import llama_server  # noqa: E402
+from specrun.bench import EPISODES, Episode, load_episodes  # noqa: E402
 from tests.support.server import Server  # noqa: E402
 
-EPISODES = ROOT / "bench" / "prompts" / "agentic.jsonl"
 MODES = (
     "specrun plain",
     "specrun lookup",
@@ -75,41 +75,6 @@ MODES = (
 PLAIN = "specrun plain"
 NATIVE_PORT = 18182
 REQUEST_TIMEOUT = 600.0  # seconds: a fail-safe for a server that stops answering
-
-
-@dataclass(frozen=True)
-class Episode:
-    name: str
-    kind: str  # extraction, edit, tools, template: what the agent does
-    history: bool  # each request carries the earlier turns and answers
-    system: str
-    turns: tuple[str, ...]
-
-
-def load_episodes(path: Path) -> list[Episode]:
-    """The episodes of a JSON-lines file; a line that is not one is a one-line error."""
-    episodes = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            episode = Episode(
-                str(record["name"]),
-                str(record["kind"]),
-                bool(record["history"]),
-                str(record["system"]),
-                tuple(str(turn) for turn in record["turns"]),
-            )
-        except (ValueError, KeyError, TypeError) as error:
-            problem = f"{type(error).__name__}: {error}"
-            raise SystemExit(f"{path}:{number}: not an episode ({problem})") from None
-        if not episode.turns:
-            raise SystemExit(f"{path}:{number}: episode {episode.name!r} has no turns")
-        episodes.append(episode)
-    if not episodes:
-        raise SystemExit(f"{path}: no episodes")
-    return episodes
 
 
 @dataclass(frozen=True)
@@ -226,7 +191,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--episodes", type=Path, default=EPISODES, help=f"(default {EPISODES})")
+    parser.add_argument(
+        "--episodes", type=Path, default=EPISODES, help="(default: specrun bench --agentic's)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="interleaved repetitions (3)")
     parser.add_argument("--tokens", type=int, default=128, help="most tokens a request (128)")
     parser.add_argument("--threads", type=int, default=2, help="threads of every server (2)")

@@ -171,8 +171,9 @@ class TableTree:
     name = "table-tree"
     kind = "lookup"
 
-    def __init__(self, n_vocab: int) -> None:
+    def __init__(self, n_vocab: int, leaves: int) -> None:
         self.n_vocab = n_vocab
+        self.leaves = leaves
 
     def prefill(self, ctx: Sequence[int]) -> None:
         pass
@@ -226,7 +227,7 @@ def run(
         else None
     )
     if gamma and leaves:
-        draft = TableTree(n_vocab)
+        draft = TableTree(n_vocab, leaves)
     prompt = [int(t) for t in np.random.default_rng(1).integers(TABLE_ROWS, n_vocab, context)]
     events = generate(
         target,

@@ -1,5 +1,10 @@
 """`specrun bench`: every drafting mode and γ policy on the same prompts, measured in one run.
 
+The prompts are single requests (the built-in set or a JSONL file), or with `--agentic`,
+episodes: requests an agent sends one after another (extraction with one schema over many
+records, a function edited over several turns, a tool loop, a template filled anew), where the
+suffix drafts of a mode learn from its earlier answers in the same repetition.
+
 Per prompt class and mode it reports the median tokens/s over repetitions, the speedup
 against plain decoding and what --stats estimated it to be, acceptance, mean accepted length and
 mean γ; it measures the cost curve (draft time per token, target time per verify width) and the γ
@@ -21,14 +26,16 @@ from specrun.core.costs import expected_rate
 from specrun.core.drafting import DraftSource, HybridDraft, policy_for
 from specrun.core.exactness import first_divergence
 from specrun.core.gamma import GAMMA_MAX
+from specrun.core.lookup import LookupDraft
 from specrun.core.loop import Round, generate
 from specrun.core.sampling import NEAR_TIE, SamplingParams, candidate_width
 from specrun.core.stats import Stats, StatsRecord
+from specrun.core.suffix import SuffixDraft, SuffixStore, remembering
 from specrun.errors import OptionError, SpecrunError
 from specrun.llama.model import Model
 from specrun.llama.placement import Placement
 from specrun.options import LookupOptions
-from specrun.prompt import prompt_tokens
+from specrun.prompt import Message, prompt_tokens, render
 from specrun.system.busy import Contention, Watch
 from specrun.system.formatting import format_or_dash
 from specrun.system.textio import read_text
@@ -87,9 +94,55 @@ BUILTIN_PROMPTS: list[BenchPrompt] = [
 ]
 
 
+# The built-in agentic episodes (`--agentic`; bench/agentic.py sends them to servers).
+EPISODES = Path(__file__).parent / "data" / "agentic.jsonl"
+
+
+@dataclass(frozen=True)
+class Episode:
+    """Requests an agent sends one after another, each with the system message: with
+    `history`, each carries the earlier turns and the answers they got (a conversation), else
+    each is sent alone (the same task over new inputs)."""
+
+    name: str
+    kind: str  # extraction, edit, tools, template: what the agent does (a class of the table)
+    history: bool
+    system: str
+    turns: tuple[str, ...]
+
+
+def load_episodes(path: Path | None = None) -> list[Episode]:
+    """The episodes of a JSON-lines file (the built-in set where None); a line that is not one
+    is a one-line error."""
+    path = path or EPISODES
+    episodes = []
+    for number, line in enumerate(read_text(path, "episodes").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            episode = Episode(
+                str(record["name"]),
+                str(record["kind"]),
+                bool(record["history"]),
+                str(record["system"]),
+                tuple(str(turn) for turn in record["turns"]),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            problem = f"{type(error).__name__}: {error}"
+            raise SpecrunError(f"{path}:{number}: not an episode ({problem})") from None
+        if not episode.turns:
+            raise SpecrunError(f"{path}:{number}: episode {episode.name!r} has no turns")
+        episodes.append(episode)
+    if not episodes:
+        raise SpecrunError(f"{path} holds no episodes")
+    return episodes
+
+
 # Where a mode's drafts come from: nowhere (plain), the draft (a draft model or a head),
-# prompt lookup, or lookup then the draft.
-ModeDraft = Literal["none", "draft", "lookup", "hybrid"]
+# prompt lookup, suffix drafts (the text and the mode's earlier answers), either as token
+# trees, or lookup then the draft.
+ModeDraft = Literal["none", "draft", "lookup", "suffix", "lookup-tree", "suffix-tree", "hybrid"]
 
 
 @dataclass(frozen=True)
@@ -101,13 +154,20 @@ class Mode:
     gamma: str  # as parse_policy reads it
 
 
-def default_modes(gammas: Sequence[int], has_draft: bool, lookup: bool) -> list[Mode]:
+def default_modes(
+    gammas: Sequence[int], has_draft: bool, lookup: bool, trees: bool = False
+) -> list[Mode]:
+    """`trees`: the target verifies token trees, so lookup's and suffix drafts are also
+    compared as trees, at the same verify width (γ nodes) as their chains."""
     modes = [Mode("plain", "none", "0")]
     if has_draft:
         modes += [Mode(f"γ={g}", "draft", str(g)) for g in gammas]
         modes += [Mode("heuristic", "draft", "heuristic"), Mode("auto", "draft", "auto")]
     if lookup:
-        modes.append(Mode("lookup", "lookup", "auto"))
+        modes += [Mode("lookup", "lookup", "auto"), Mode("suffix", "suffix", "auto")]
+        if trees:
+            modes += [Mode("lookup tree", "lookup-tree", "auto")]
+            modes += [Mode("suffix tree", "suffix-tree", "auto")]
         if has_draft:
             modes.append(Mode("hybrid", "hybrid", "auto"))
     return modes
@@ -214,12 +274,17 @@ class BenchResult:
 
 
 def _draft_source(
-    mode: Mode, draft: DraftSource | None, lookup: LookupOptions
+    mode: Mode, draft: DraftSource | None, lookup: LookupOptions, leaves: int = 1
 ) -> DraftSource | None:
+    """A mode's source; suffix drafts with a store of their own (what they learn stays in the
+    mode), trees of `leaves` branches."""
     if mode.draft == "none":
         return None
-    if mode.draft == "lookup":
-        return lookup.draft()
+    if mode.draft in ("lookup", "lookup-tree"):
+        tree = leaves if mode.draft == "lookup-tree" else 1
+        return LookupDraft(lookup.ngram, lookup.min_ngram, lookup.max_tokens, tree)
+    if mode.draft in ("suffix", "suffix-tree"):
+        return SuffixDraft(SuffixStore(), leaves if mode.draft == "suffix-tree" else 1)
     if draft is None:  # default_modes offers the draft's modes only with a draft
         raise SpecrunError(f"bench: mode {mode.name} needs a draft model or head")
     return draft if mode.draft == "draft" else HybridDraft(lookup.draft(), [draft])
@@ -248,17 +313,28 @@ def run_bench(
     lookup: LookupOptions = LookupOptions(),
     placement: Placement | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    episodes: list[Episode] | None = None,
 ) -> BenchResult:
     """Every mode on every prompt, interleaved; `draft` is the draft model's, the head's or the
-    block draft's source (its p_min is the bench's) and `placement` where the models run."""
+    block draft's source (its p_min is the bench's) and `placement` where the models run.
+    With `episodes`, their requests instead of `prompts`: each mode runs an episode's requests
+    in order (a conversation's with its own earlier answers), its suffix drafts learning from
+    its answers within a repetition, and starting over at the next."""
     watch = Watch()  # all of it is timed, the warm-up and the cost curve included
-    encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
-    classes = list(dict.fromkeys(p["class"] for p in prompts))
+    if episodes:
+        classes = list(dict.fromkeys(episode.kind for episode in episodes))
+        first_prompt = _request(target, episodes[0], [])
+    else:
+        encoded = [prompt_tokens(target, p["prompt"]) for p in prompts]
+        classes = list(dict.fromkeys(p["class"] for p in prompts))
+        first_prompt = encoded[0]
+    leaves = target.tree_branches
 
     # One policy per mode for the whole bench, as an engine keeps its policy across turns:
     # auto pays its warm-up once (in the warm-up runs below), not in every generation.
-    # Each mode's source lives as long too (the hybrid's auto is its policy and its source).
-    sources = {mode.name: _draft_source(mode, draft, lookup) for mode in modes}
+    # Each mode's source lives as long too (the hybrid's auto is its policy and its source),
+    # but suffix drafts', whose store starts over each repetition of episodes.
+    sources = {mode.name: _draft_source(mode, draft, lookup, leaves) for mode in modes}
     policies = {
         name: policy_for(sources[name], mode.gamma, gamma_max) for name, mode in zip(sources, modes)
     }
@@ -270,14 +346,16 @@ def run_bench(
     def one_run(mode: Mode, tokens: list[int]) -> tuple[Stats, list[int]]:
         stats = Stats()
         output: list[int] = []
-        for event in generate(
+        source = sources[mode.name]
+        events = generate(
             target,
             tokens,
-            draft=sources[mode.name],
+            draft=source,
             params=params,
             policy=policies[mode.name],
             max_tokens=max_tokens,
-        ):
+        )
+        for event in remembering(events, source, None):  # a suffix store learns the answer
             stats.add(event)
             output.extend(getattr(event, "tokens", ()))
             if mode.draft == "draft" and mode.gamma.isdigit() and isinstance(event, Round):
@@ -287,26 +365,49 @@ def run_bench(
 
     # Warm-up: first calls pay for allocations and page faults.
     for mode in modes:
-        one_run(mode, encoded[0])
+        one_run(mode, first_prompt)
 
     runs: list[Run] = []
+    asked: dict[tuple[str, int, int], list[int]] = {}  # (mode, prompt, repetition): its tokens
+
+    def record(
+        mode: Mode, prompt_class: str, index: int, repetition: int, tokens: list[int]
+    ) -> str:
+        """One request of a mode: run, kept, and its answer's text."""
+        stats, output = one_run(mode, tokens)
+        asked[(mode.name, index, repetition)] = tokens
+        runs.append(Run(mode.name, prompt_class, index, repetition, stats.as_dict(), output))
+        return b"".join(map(target.piece, output)).decode("utf-8", errors="replace")
+
+    # Interleaved, so drift in machine speed hits every mode alike, and in turn: a run's
+    # place after another prompt's or mode's run changes its speed, so each mode takes each
+    # place as often.
     for repetition in range(repeat):
+        if episodes:
+            for mode in modes:  # what a suffix store learned in the last repetition is gone
+                if mode.draft in ("suffix", "suffix-tree"):
+                    sources[mode.name] = _draft_source(mode, draft, lookup, leaves)
+            first = 0
+            for index, episode in enumerate(episodes):
+                turn = (repetition * len(episodes) + index) % len(modes)
+                for mode in modes[turn:] + modes[:turn]:
+                    answers: list[str] = []
+                    for k, _ in enumerate(episode.turns):
+                        tokens = _request(target, episode, answers)
+                        answers.append(record(mode, episode.kind, first + k, repetition, tokens))
+                first += len(episode.turns)
+                progress(f"repetition {repetition + 1}/{repeat}, episode {episode.name}")
+            continue
         for index, (prompt, tokens) in enumerate(zip(prompts, encoded)):
-            # Interleaved, so drift in machine speed hits every mode alike, and in turn: a
-            # run's place after another prompt's or mode's run changes its speed, so each mode
-            # takes each place as often.
             turn = (repetition * len(prompts) + index) % len(modes)
             for mode in modes[turn:] + modes[:turn]:
-                stats, output = one_run(mode, tokens)
-                runs.append(
-                    Run(mode.name, prompt["class"], index, repetition, stats.as_dict(), output)
-                )
+                record(mode, prompt["class"], index, repetition, tokens)
             progress(f"repetition {repetition + 1}/{repeat}, prompt {index + 1}/{len(prompts)}")
 
     table = _table(runs, modes, classes, {name: draft_label(s) for name, s in sources.items()})
-    mismatches = _mismatches(target, encoded, runs) if params.greedy else []
+    mismatches = _mismatches(target, asked, runs) if params.greedy else []
     verify = measure_verify(
-        target, encoded[0], gamma_max + 1, top=candidate_width(params, target.n_vocab)
+        target, first_prompt, gamma_max + 1, top=candidate_width(params, target.n_vocab)
     )
     draft_per_token = drafting[0] / drafting[1] if drafting[1] else None
     overheads = [
@@ -401,14 +502,31 @@ def _table(
     return rows
 
 
-def _mismatches(target: Model, prompts: list[list[int]], runs: list[Run]) -> list[str]:
-    """At temperature 0 every mode must produce plain decoding's tokens; say where one does
-    not, and whether the target's top two logits there are a near tie."""
+def _request(target: Model, episode: Episode, answers: list[str]) -> list[int]:
+    """The tokens of an episode's next request (its `len(answers)`-th): alone, or with the
+    earlier turns and their `answers`."""
+    turn = len(answers)
+    messages = [Message("system", episode.system)]
+    if episode.history:
+        for asked, answer in zip(episode.turns, answers):
+            messages += [Message("user", asked), Message("assistant", answer)]
+    return render(target, [*messages, Message("user", episode.turns[turn])])
+
+
+def _mismatches(
+    target: Model, asked: dict[tuple[str, int, int], list[int]], runs: list[Run]
+) -> list[str]:
+    """At temperature 0 every mode must produce plain decoding's tokens (for a conversation's
+    request, where its earlier answers were plain decoding's); say where one does not, and
+    whether the target's top two logits there are a near tie."""
     reference = {(r.prompt_index, r.repetition): r.tokens for r in runs if r.mode == "plain"}
     found = []
     for run in runs:
-        plain = reference[(run.prompt_index, run.repetition)]
-        divergence = first_divergence(target, prompts[run.prompt_index], plain, run.tokens)
+        key = (run.prompt_index, run.repetition)
+        prompt = asked[(run.mode, run.prompt_index, run.repetition)]
+        if prompt != asked[("plain", run.prompt_index, run.repetition)]:  # reported earlier
+            continue
+        divergence = first_divergence(target, prompt, reference[key], run.tokens)
         if divergence is not None:
             tie = "near tie" if divergence.is_near_tie(NEAR_TIE) else "NOT a near tie"
             found.append(

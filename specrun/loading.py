@@ -13,6 +13,7 @@ from pathlib import Path
 from specrun.core.blocks import BlockDraft
 from specrun.core.drafting import DraftSource, HybridDraft, ModelDraft
 from specrun.core.heads import HeadDraft
+from specrun.core.lookup import LookupDraft
 from specrun.core.suffix import SuffixDraft, SuffixStore
 from specrun.errors import OptionError
 from specrun.llama import rpc
@@ -132,7 +133,15 @@ def place_layers(
         Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint) for r in remotes
     ]
     n_ctx = options.n_ctx or DEFAULT_CTX
-    return plan_layers(target, _draft_file(choices), n_ctx, remote_gpus, options.parallel)
+    return plan_layers(
+        target,
+        _draft_file(choices),
+        n_ctx,
+        remote_gpus,
+        options.parallel,
+        tuning=options.tuning,
+        draft_tuning=options.draft_tuning,
+    )
 
 
 def load_target(
@@ -154,17 +163,17 @@ def load_target(
         load_mtp=any(isinstance(c, MtpLayers) for c in choices),
         backend_sampling=options.backend_sampling,
         sequences=options.parallel,
-        tree_branches=_tree_branches(choices, options),
+        tree_branches=_tree_branches(options),
+        tuning=options.tuning,
     )
 
 
-def _tree_branches(choices: Sequence[DraftSpec], options: LoadOptions) -> int:
-    """The branches a target verifies: where its only draft is prompt lookup or suffix
-    drafts, whose point masses may branch (core.trees); 0 where every draft is a chain."""
+def _tree_branches(options: LoadOptions) -> int:
+    """The branches a target verifies (core.trees): prompt lookup's and suffix drafts grow
+    trees where they draft alone (`draft_source`), and `specrun bench` compares them."""
     if options.tree_branches < 1:
         raise OptionError(f"`tree_branches` must be at least 1, got {options.tree_branches}")
-    free = len(choices) == 1 and isinstance(choices[0], PromptLookup | SuffixDecoding)
-    return options.tree_branches if free and options.tree_branches > 1 else 0
+    return options.tree_branches if options.tree_branches > 1 else 0
 
 
 def load_drafts(
@@ -201,6 +210,7 @@ def load_drafts(
                     main_gpu=placed.draft_gpu if placed else None,
                     backend_sampling=options.backend_sampling,
                     sequences=options.parallel,
+                    tuning=options.draft_tuning,
                 )
                 loaded.append(draft_model)
                 check_compatible(target, draft_model)
@@ -244,13 +254,15 @@ def draft_source(
         for native in natives
     ]
     uses_lookup = drafting.hybrid or any(isinstance(c, PromptLookup) for c in choices)
-    free: DraftSource | None = (
+    free: SuffixDraft | LookupDraft | None = (
         SuffixDraft(store)  # it matches the text as lookup does: `hybrid` asks for no more
         if store is not None
         else drafting.lookup.draft()
         if uses_lookup
         else None
     )
+    if free is not None and not drafts and target.tree_branches > 1:  # alone: trees (`--tree`)
+        free.leaves = target.tree_branches
     if drafts and (free or len(drafts) > 1):
         return HybridDraft(free, drafts)
     return drafts[0] if drafts else free

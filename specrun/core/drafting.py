@@ -115,6 +115,8 @@ class DraftSource(Protocol):
 class TreeSource(Protocol):
     """A source whose drafts are point masses fixed by the text, which may branch."""
 
+    leaves: int  # the most branches its trees have (1: chains)
+
     def propose_tree(self, ctx: Sequence[int], n: int, leaves: int) -> Proposal:
         """Up to n drafts after ctx, as a tree of up to `leaves` branches (a chain where one
         pays most, in `tokens`)."""

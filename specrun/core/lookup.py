@@ -48,12 +48,17 @@ class LookupDraft:
     name = "lookup"
     kind: DraftKind = "lookup"
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 2, max_tokens: int = 10) -> None:
+    def __init__(
+        self, ngram_max: int = 3, ngram_min: int = 2, max_tokens: int = 10, leaves: int = 1
+    ) -> None:
+        """`leaves` > 1: drafts as token trees of that many branches where the target verifies
+        trees (`propose_tree`)."""
         if not 1 <= ngram_min <= ngram_max:
             raise OptionError(f"`min_ngram` ({ngram_min}) must lie in 1..`ngram` ({ngram_max})")
         self.ngram_max = ngram_max
         self.ngram_min = ngram_min
         self.max_tokens = max_tokens
+        self.leaves = leaves
         self._restart()
 
     def _restart(self) -> None:

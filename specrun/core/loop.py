@@ -268,12 +268,10 @@ class _Generation:
         self.top = None if whole_rows else candidate_width(settings.params, target.n_vocab)
         self.prompt_logits: Rows | None = None  # the first round's, from the prompt's pass
         self.round_end = 0.0  # when the last round was handed over
-        # Trees: where the target verifies them and the source grows them, and no constraint
+        # Trees: where the source grows them and the target verifies them, and no constraint
         # (a grammar's state would have to fork at every branch) asks for a chain.
-        leaves = getattr(target, "tree_branches", 0)
-        self.leaves = (
-            leaves if hasattr(draft, "propose_tree") and settings.constraint is None else 0
-        )
+        leaves = min(getattr(draft, "leaves", 1), getattr(target, "tree_branches", 0))
+        self.leaves = leaves if settings.constraint is None else 0
 
     def prefill(self) -> Prefill:
         """The whole prompt in one pass, its last position's logits kept (a copy: the draft

@@ -245,9 +245,12 @@ class SuffixDraft:
     name = "suffix"
     kind: DraftKind = "suffix"
 
-    def __init__(self, store: SuffixStore) -> None:
+    def __init__(self, store: SuffixStore, leaves: int = 1) -> None:
+        """`leaves` > 1: drafts as token trees of that many branches where the target verifies
+        trees (`propose_tree`)."""
         self.store = store
         self.tenant: str | None = None
+        self.leaves = leaves
         self._restart()
 
     def _restart(self) -> None:

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from bench.agentic import EPISODES, Episode, chat_renderer, load_episodes, run_episode
+from specrun.errors import SpecrunError
 from tests.support.processes import DEADLINE
 from tests.support.server import Server
 
@@ -23,7 +24,9 @@ def test_the_episode_file_holds_the_four_kinds_of_agent_work() -> None:
 def test_a_line_that_is_not_an_episode_is_named(tmp_path: Path) -> None:
     path = tmp_path / "episodes.jsonl"
     path.write_text('{"name": "x", "kind": "tools", "history": true, "system": "s"}\n')
-    with pytest.raises(SystemExit, match=r"episodes.jsonl:1: not an episode \(KeyError: 'turns'\)"):
+    with pytest.raises(
+        SpecrunError, match=r"episodes.jsonl:1: not an episode \(KeyError: 'turns'\)"
+    ):
         load_episodes(path)
 
 

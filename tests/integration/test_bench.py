@@ -10,7 +10,15 @@ from dataclasses import replace
 
 import pytest
 
-from specrun.bench import default_modes, load_prompts, plot, render_text, run_bench
+from specrun.bench import (
+    Episode,
+    default_modes,
+    load_episodes,
+    load_prompts,
+    plot,
+    render_text,
+    run_bench,
+)
 from specrun.core.drafting import ModelDraft
 from specrun.core.heads import HeadDraft
 from specrun.core.sampling import SamplingParams
@@ -44,7 +52,7 @@ def result(tiny_target, tiny_draft):
 
 
 def test_every_mode_and_class_is_in_the_table(result):
-    names = ["plain", "γ=1", "γ=3", "heuristic", "auto", "lookup", "hybrid"]
+    names = ["plain", "γ=1", "γ=3", "heuristic", "auto", "lookup", "suffix", "hybrid"]
     assert result.modes == names
     assert [(r["class"], r["mode"]) for r in result.table] == [
         (c, m) for c in ("a", "b", "all") for m in names
@@ -58,6 +66,7 @@ def test_every_mode_and_class_is_in_the_table(result):
         "heuristic": "model",
         "auto": "model",
         "lookup": "lookup",
+        "suffix": "suffix",
         "hybrid": "lookup+model",
     }
 
@@ -89,8 +98,9 @@ def test_greedy_outputs_are_identical_across_modes(result):
 def test_the_table_says_which_draft_ran_and_how_busy_the_machine_was(result):
     text = render_text(result).splitlines()
     assert text[2].split()[:3] == ["class", "mode", "draft"]
-    assert [line.split()[:3] for line in text if line.startswith("a ")][-2:] == [
+    assert [line.split()[:3] for line in text if line.startswith("a ")][-3:] == [
         ["a", "lookup", "lookup"],
+        ["a", "suffix", "suffix"],
         ["a", "hybrid", "lookup+model"],
     ]
     # Other programs' CPU use while it ran, where the bench lasted long enough to tell (this
@@ -213,3 +223,68 @@ def test_a_head_takes_the_draft_models_place(tiny_target, tiny_dir):
     assert {r["mode"]: r["draft"] for r in result.table}["γ=2"] == "eagle3"
     assert result.costs.draft_per_token > 0
     assert sum(r.stats["drafted"] for r in result.runs if r.mode == "γ=2") > 0
+
+
+EPISODES = [
+    Episode("records", "extraction", False, "the cat", ("the dog and", "the dog and the", "a red")),
+    Episode("edits", "edit", True, "the sea", ("hello world", "and the sea", "the cat")),
+]
+
+
+@pytest.fixture(scope="module")
+def agentic(tiny_target):
+    # Fixed γ: what a request drafts depends on the text and the store alone, not on a policy
+    # that learned from the repetitions before.
+    with Model(tiny_target, n_ctx=1024, tree_branches=4) as target:
+        modes = [replace(m, gamma="4") for m in default_modes([], False, lookup=True, trees=True)]
+        modes[0] = replace(modes[0], gamma="0")
+        return run_bench(
+            target,
+            None,
+            [],
+            modes,
+            params=SamplingParams(temperature=0),
+            max_tokens=40,
+            repeat=2,
+            gamma_max=6,
+            episodes=EPISODES,
+        )
+
+
+def test_episodes_run_every_request_in_every_mode_and_agree(agentic):
+    names = ["plain", "lookup", "suffix", "lookup tree", "suffix tree"]
+    assert agentic.modes == names and agentic.classes == ["extraction", "edit"]
+    assert len(agentic.runs) == 2 * 6 * len(names)
+    assert agentic.identical, agentic.mismatches  # trees and chains alike: plain's tokens
+    assert {r["mode"]: r["draft"] for r in agentic.table} == {
+        "plain": "-",
+        "lookup": "lookup",
+        "suffix": "suffix",
+        "lookup tree": "lookup",
+        "suffix tree": "suffix",
+    }
+
+
+def test_suffix_drafts_learn_within_a_repetition_and_start_over(agentic):
+    """A request sent alone drafts from the answers to earlier ones: the later requests of
+    the extraction episode draft more under suffix drafts than under lookup, and each
+    repetition's first request drafts as the first repetition's did (the store starts over)."""
+
+    def drafted(mode: str, index: int, repetition: int) -> int:
+        run = next(
+            r
+            for r in agentic.runs
+            if (r.mode, r.prompt_index, r.repetition) == (mode, index, repetition)
+        )
+        return run.stats["drafted"]
+
+    later = [(i, k) for i in (1, 2) for k in (0, 1)]
+    assert sum(drafted("suffix", i, k) for i, k in later) > sum(
+        drafted("lookup", i, k) for i, k in later
+    )
+    assert drafted("suffix", 0, 0) == drafted("suffix", 0, 1)
+
+
+def test_the_built_in_episodes_parse():
+    episodes = load_episodes()
+    assert {e.kind for e in episodes} == {"extraction", "edit", "tools", "template"}

@@ -84,6 +84,7 @@ class TopTree:
 
     name = "top-tree"
     kind = "lookup"
+    leaves = 4
 
     def __init__(self, model: Model) -> None:
         self.model = model
