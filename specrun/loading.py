@@ -133,15 +133,7 @@ def place_layers(
         Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint) for r in remotes
     ]
     n_ctx = options.n_ctx or DEFAULT_CTX
-    return plan_layers(
-        target,
-        _draft_file(choices),
-        n_ctx,
-        remote_gpus,
-        options.parallel,
-        tuning=options.tuning,
-        draft_tuning=options.draft_tuning,
-    )
+    return plan_layers(target, _draft_file(choices), n_ctx, remote_gpus, options.parallel)
 
 
 def load_target(
@@ -164,7 +156,6 @@ def load_target(
         backend_sampling=options.backend_sampling,
         sequences=options.parallel,
         tree_branches=_tree_branches(options),
-        tuning=options.tuning,
     )
 
 
@@ -210,7 +201,6 @@ def load_drafts(
                     main_gpu=placed.draft_gpu if placed else None,
                     backend_sampling=options.backend_sampling,
                     sequences=options.parallel,
-                    tuning=options.draft_tuning,
                 )
                 loaded.append(draft_model)
                 check_compatible(target, draft_model)
