@@ -11,10 +11,21 @@ pip caches a wheel built from an sdist by its name and version, not by the flags
 was built with, so it would silently reuse a wheel built for another backend. The
 wheels built here are kept under a key made of everything that decides the build.
 
+llama-cpp-python publishes prebuilt wheels on an index of its own, not on PyPI: one for the
+CPU, one per CUDA version, one for Metal. They are built from the same sdist, so they export the
+staging functions specrun binds (specrun.llama.ext); they leave out the RPC backend, and the CPU
+wheel for x86 is compiled for AVX2 without AVX-512 or AMX. `choose` takes one where it fits this
+machine and nothing asks for a compile (the user's CMAKE_ARGS, `--compile` for RPC, an AMX CPU
+whose guard is tested on the compiled build, a CPU without the wheel's instructions); where the
+index has no wheel for this platform or cannot be reached, the wheel is compiled. A wheel
+compiled here before is preferred to the CPU or Metal one: it is tuned to this CPU and has RPC.
+One line says which wheel it took and why.
+
 The standard library and platformdirs only: the Makefile runs this file before anything else
 is installed.
 
-    python specrun/llama/install.py PIP      # build or reuse the wheel, install it with PIP
+    python specrun/llama/install.py PIP      # a prebuilt wheel, or build or reuse one; install it
+    python specrun/llama/install.py --compile PIP  # always compiled: RPC, this CPU's instructions
     python specrun/llama/install.py --print  # the CMake arguments and the cache key
     python specrun/llama/install.py --vulkan FOLDER  # a Vulkan build, in an environment of its own
 
@@ -31,11 +42,13 @@ import hashlib
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "llama-cpp-python"
@@ -62,6 +75,17 @@ ALWAYS = ["-DGGML_RPC=ON"]
 VULKAN = ["-DGGML_VULKAN=ON"]
 # ggml-vulkan uses VK_EXT_layer_settings, first in the Vulkan headers 1.3.272.
 VULKAN_HEADERS_NEEDED = 272
+
+# llama-cpp-python's own index of prebuilt wheels (its README): a folder per backend.
+WHEEL_INDEX = "https://abetlen.github.io/llama-cpp-python/whl"
+# The CUDA versions it publishes wheels for, newest last (its build-wheels-cuda.yaml).
+CUDA_WHEEL_INDEXES = ("cu118", "cu121", "cu122", "cu123", "cu124", "cu125", "cu130", "cu132")
+# What its x86 wheels are compiled for: ggml's defaults with GGML_NATIVE off
+# (build-and-release.yaml), SSE4.2 up to AVX2; a CPU without one of them would stop on it.
+PREBUILT_X86_FLAGS = ("sse4_2", "avx", "avx2", "bmi2", "fma", "f16c")
+AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+# Prebuilt wheels that a wheel compiled here serves as well (a compile on Apple silicon has Metal).
+SERVED_BY_A_COMPILE = ("cpu", "metal")
 
 
 def pinned_version(pyproject: Path = PYPROJECT) -> str:
@@ -123,6 +147,84 @@ def cmake_args(flags: set[str], user_args: str = "", machine: str | None = None)
     return " ".join(ALWAYS + cpu_cmake_args(flags, machine) + user_args.split())
 
 
+@dataclass(frozen=True)
+class Host:
+    """What decides between a prebuilt wheel and a compile, as values."""
+
+    system: str  # platform.system(): Linux, Darwin, Windows
+    machine: str  # platform.machine()
+    cpu_flags: frozenset[str]  # as /proc/cpuinfo names them; empty where they cannot be read
+    cuda: tuple[int, int] | None  # the CUDA version the NVIDIA driver runs; None without one
+    user_args: str  # the user's CMAKE_ARGS
+    compile_asked: bool  # --compile
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A prebuilt wheel's folder under WHEEL_INDEX (cpu, cu124, metal), or None for a compile,
+    and why, for the line that says which."""
+
+    index: str | None
+    why: str
+
+
+def driver_cuda_version(nvidia_smi: str) -> tuple[int, int] | None:
+    """The CUDA version in nvidia-smi's header ("CUDA Version: 12.4"): the newest it runs."""
+    match = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", nvidia_smi)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def host_cuda() -> tuple[int, int] | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        output = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return driver_cuda_version(output)
+
+
+def cuda_wheel_index(cuda: tuple[int, int]) -> str | None:
+    """The newest prebuilt CUDA wheel the driver runs (a driver runs older CUDA too)."""
+    usable = [tag for tag in CUDA_WHEEL_INDEXES if (int(tag[2:-1]), int(tag[-1])) <= cuda]
+    return usable[-1] if usable else None
+
+
+def choose(host: Host) -> Choice:
+    """A prebuilt wheel where one fits and nothing asks for a compile. Whether the index has one
+    for this platform and interpreter, pip finds out: where it has none, the wheel is compiled."""
+    if host.compile_asked:
+        return Choice(None, "compiled as asked (--compile): RPC and this CPU's own instructions")
+    if host.user_args.strip():
+        return Choice(None, f"compiled for CMAKE_ARGS={host.user_args.strip()!r}")
+    if is_x86(host.machine):
+        if host.cpu_flags & set(AMX_FLAGS):
+            return Choice(None, "compiled without AMX, which this CPU has (llama.cpp #20824)")
+        missing = [flag for flag in PREBUILT_X86_FLAGS if flag not in host.cpu_flags]
+        if host.cpu_flags and missing:  # flags unknown (Windows): AVX2 is the norm since 2013
+            return Choice(None, f"compiled: the prebuilt wheels need {', '.join(missing)}")
+    if host.system == "Darwin" and host.machine == "arm64":
+        return Choice("metal", "Metal")
+    if host.cuda is not None:
+        version = f"{host.cuda[0]}.{host.cuda[1]}"
+        index = cuda_wheel_index(host.cuda)
+        if index is None:
+            return Choice(None, f"compiled for the CPU: no prebuilt wheel runs on CUDA {version}")
+        return Choice(index, f"CUDA (the driver runs {version})")
+    return Choice("cpu", "the CPU" + (" (AVX2, no AMX)" if host.cpu_flags else ""))
+
+
+def this_host(compile_asked: bool = False) -> Host:
+    return Host(
+        system=platform.system(),
+        machine=platform.machine(),
+        cpu_flags=frozenset(host_cpu_flags()),
+        cuda=host_cuda(),
+        user_args=os.environ.get("CMAKE_ARGS", ""),
+        compile_asked=compile_asked,
+    )
+
+
 def build_key(version: str, args: str) -> str:
     """Everything that decides the wheel: package version, CMake arguments, interpreter, OS."""
     identity = "\n".join(
@@ -155,36 +257,60 @@ def cached_wheel(folder: Path) -> Path | None:
     return wheels[0] if wheels else None
 
 
-def build_wheel(pip: str, version: str, args: str, folder: Path) -> Path:
-    """Compile llama-cpp-python once for these arguments; the result lands in `folder` whole."""
+def fill(folder: Path, run: Callable[[str], bool]) -> Path | None:
+    """The wheel `run` leaves in the scratch folder it is given, moved to `folder` whole where
+    `run` says it succeeded; None where it did not."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    print(
-        f"building {PACKAGE} {version} with CMAKE_ARGS={args!r} (about 9 minutes on 2 cores)",
-        flush=True,
-    )
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".building-") as scratch:
-        env = dict(os.environ, CMAKE_ARGS=args)
-        subprocess.run(
-            [
-                pip,
-                "wheel",
-                "-q",
-                "--no-deps",
-                "--no-cache-dir",
-                "--no-binary",
-                PACKAGE,
-                "-w",
-                scratch,
-                f"{PACKAGE}=={version}",
-            ],
-            env=env,
-            check=True,
-        )
-        os.replace(scratch, folder)  # atomic: a concurrent build of the same key just loses
-        os.mkdir(scratch)  # TemporaryDirectory removes it on exit
+        if not run(scratch):
+            return None
+        try:
+            os.replace(scratch, folder)  # atomic: a concurrent build of the same key just loses
+        except OSError:  # another install filled the same folder first
+            if cached_wheel(folder) is None:
+                raise
+        else:
+            os.mkdir(scratch)  # TemporaryDirectory removes it on exit
     wheel = cached_wheel(folder)
-    assert wheel is not None, f"pip wheel left no wheel in {folder}"
+    assert wheel is not None, f"pip left no wheel in {folder}"
     return wheel
+
+
+def build_wheel(pip: str, version: str, args: str, folder: Path) -> Path:
+    """Compile llama-cpp-python once for these arguments; pip's errors show as they come."""
+
+    def run(scratch: str) -> bool:
+        command = [pip, "wheel", "-q", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE]
+        command += ["-w", scratch, f"{PACKAGE}=={version}"]
+        subprocess.run(command, env=dict(os.environ, CMAKE_ARGS=args), check=True)
+        return True
+
+    wheel = fill(folder, run)
+    assert wheel is not None
+    return wheel
+
+
+def fetch_prebuilt(pip: str, version: str, url: str, folder: Path) -> tuple[Path | None, str]:
+    """The prebuilt wheel at the index `url` for this platform and interpreter, downloaded into
+    `folder` whole; or None and pip's reason, where the index has none or cannot be reached (a
+    compile follows: pip's own output would read as a failure)."""
+    reason = ""
+
+    def run(scratch: str) -> bool:
+        nonlocal reason
+        command = [pip, "download", "-q", "--no-deps", "--only-binary", ":all:", "--retries", "1"]
+        command += ["--timeout", "20", "--index-url", url, "-d", scratch, f"{PACKAGE}=={version}"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+        reason = errors[-1].removeprefix("ERROR:").strip() if errors else result.stderr.strip()
+        return result.returncode == 0
+
+    return fill(folder, run), reason
+
+
+def compiled_wheel(pip: str, version: str, args: str) -> Path:
+    folder = wheel_folder(version, args)
+    return cached_wheel(folder) or build_wheel(pip, version, args, folder)
 
 
 def vulkan_header_version(include: Path) -> int | None:
@@ -254,40 +380,78 @@ def overlay_environment(folder: Path) -> str:
     return str(python.parent / ("pip.exe" if os.name == "nt" else "pip"))
 
 
-def install(pip: str, extra: Sequence[str] = ()) -> None:
+def installed_wheel(marker: Path) -> tuple[str, Path] | None:
+    """The plan and the wheel an environment's marker records (None without one)."""
+    try:
+        plan, _, wheel = marker.read_text(encoding="utf-8").partition("\n")
+    except OSError:
+        return None
+    return (plan, Path(wheel)) if wheel else None
+
+
+def say(line: str) -> None:
+    print(f"{PACKAGE} {line}", flush=True)
+
+
+def install(pip: str, extra: Sequence[str] = (), compile_asked: bool = False) -> None:
     version, args = this_build(extra)
-    folder = wheel_folder(version, args)
-    wheel = cached_wheel(folder)
+    # A backend's build (Vulkan) is always compiled: its wheels lack the CPU flags and RPC.
+    choice = Choice(None, "compiled for Vulkan") if extra else choose(this_host(compile_asked))
+    plan = f"{version} {choice.index or 'compile'} {args}"
     marker = Path(pip).parent.parent / ".llama-build"  # in the environment PIP installs into
-    if wheel is not None and marker.exists() and marker.read_text() == str(wheel):
+    recorded = installed_wheel(marker)
+    if recorded is not None and recorded[0] == plan and recorded[1].is_file():
         return  # installed already: the usual case, said nothing
-    if wheel is None:
-        try:
-            wheel = build_wheel(pip, version, args, folder)
-        except OSError:  # another install finished the same build first
-            wheel = cached_wheel(folder)
-            if wheel is None:
-                raise
+    compiled = cached_wheel(wheel_folder(version, args))
+    compiling = (
+        f"the wheel compiled before with CMAKE_ARGS={args!r}"
+        if compiled
+        else f"compiling with CMAKE_ARGS={args!r} (about 9 minutes on 2 cores)"
+    )
+    wheel = None
+    if choice.index is None:
+        say(f"{version}: {choice.why}: {compiling}")
+    elif compiled is not None and choice.index in SERVED_BY_A_COMPILE:
+        say(f"{version}: {compiling}, preferred to the prebuilt wheel for {choice.why}")
     else:
-        print(f"installing {wheel} (built with CMAKE_ARGS={args!r})", flush=True)
+        url = f"{WHEEL_INDEX}/{choice.index}"
+        wheel, reason = fetch_prebuilt(pip, version, url, wheel_folder(version, url))
+        if wheel is not None:
+            say(f"{version}: the prebuilt wheel for {choice.why} from {url} (no RPC: --compile)")
+        else:
+            cuda = (
+                " for the CPU (CMAKE_ARGS=-DGGML_CUDA=on for CUDA)"
+                if choice.index[:2] == "cu"
+                else ""
+            )
+            say(f"{version}: no prebuilt wheel at {url} ({reason}); {compiling}{cuda}")
+    wheel = wheel or compiled or compiled_wheel(pip, version, args)
     # --force-reinstall: a llama-cpp-python of the same version but other flags may be there.
     # (In an overlay environment pip leaves the base environment's alone: outside its own.)
     subprocess.run([pip, "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True)
-    marker.write_text(str(wheel))
+    # Then its own requirements (diskcache, jinja2, numpy), which --force-reinstall would
+    # reinstall too: missing, the next pip run would report them as a resolver ERROR.
+    subprocess.run([pip, "install", "-q", str(wheel)], check=True)
+    marker.write_text(f"{plan}\n{wheel}", encoding="utf-8")
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--print"]:
-        version, args = this_build(vulkan_cmake_args() if argv[1:] == ["--vulkan"] else ())
-        print(f"CMAKE_ARGS={args}\nkey={build_key(version, args)}")
+        vulkan = argv[1:] == ["--vulkan"]
+        version, args = this_build(vulkan_cmake_args() if vulkan else ())
+        choice = Choice(None, "compiled for Vulkan") if vulkan else choose(this_host())
+        wheel = f"prebuilt from {WHEEL_INDEX}/{choice.index}" if choice.index else "compiled"
+        print(f"wheel={wheel} ({choice.why})\nCMAKE_ARGS={args}\nkey={build_key(version, args)}")
         return
+    compile_asked = argv[:1] == ["--compile"]
+    argv = argv[1:] if compile_asked else argv
     if len(argv) not in (1, 2) or (len(argv) == 2 and argv[0] != "--vulkan"):
         raise SystemExit(__doc__)
     try:
         if argv[0] == "--vulkan":
             install(overlay_environment(Path(argv[1])), vulkan_cmake_args())
         else:
-            install(argv[0])
+            install(argv[0], compile_asked=compile_asked)
     except OSError as error:  # a cache folder that is a file, a read-only disk: one line
         raise SystemExit(f"specrun: error: cannot build or install {PACKAGE}: {error}") from None
     except subprocess.CalledProcessError as error:  # pip said why above
