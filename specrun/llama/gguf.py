@@ -122,7 +122,7 @@ def read_gguf_info(path: Path | str) -> GGUFInfo:
         context_length=_scalar(reader, f"{architecture}.context_length"),
         vocab_size=len(tokens.data) if tokens is not None else None,
         tokenizer_model=_scalar(reader, "tokenizer.ggml.model"),
-        file_type=_file_type_name(file_type) if file_type is not None else None,
+        file_type=file_type_name(file_type) if file_type is not None else None,
         has_chat_template=reader.get_field("tokenizer.chat_template") is not None,
         split_count=_scalar(reader, "split.count"),
         tensor_count=len(reader.tensors),
@@ -271,7 +271,8 @@ def _scalar(reader: GGUFReader, key: str) -> Any:
     return found.contents() if found is not None else None
 
 
-def _file_type_name(value: int) -> str:
+def file_type_name(value: int) -> str:
+    """A GGUF's `general.file_type` as llama.cpp names it (Q4_K_M, F16, BF16)."""
     try:
         return LlamaFileType(value).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except ValueError:

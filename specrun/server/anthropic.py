@@ -11,9 +11,9 @@ import json
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -24,17 +24,14 @@ from specrun.reasoning import Effort
 from specrun.server import answers
 from specrun.server.bodies import (
     FUNCTION_NAME,
-    MAX_STOP_CHARS,
-    MAX_STOPS,
     Body,
     ChatCompletionRequest,
     JsonSchema,
-    StopString,
-    one_error,
+    StopList,
     required,
 )
 from specrun.server.family import Family, Service
-from specrun.server.requests import ApiError, GenerationRequest, _refusal, chat_request
+from specrun.server.requests import ApiError, GenerationRequest, chat_request, checked, validated
 from specrun.server.worker import Job
 from specrun.tools import ToolCall
 
@@ -53,7 +50,6 @@ ERROR_TYPES = {
 }
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 OpenBlock = Literal["text", "thinking"]  # the streamed blocks that grow delta by delta
-Declared = TypeVar("Declared", bound=Body)
 # Anthropic's efforts as a template's reasoning_effort (gpt-oss's): its highest is high.
 EFFORTS: dict[str, Effort] = {
     "low": "low",
@@ -186,14 +182,7 @@ class MessagesRequest(Conversation):
     """A /v1/messages body: the conversation's next message, and how to answer."""
 
     max_tokens: int = Field(ge=1)
-    stop_sequences: Annotated[
-        list[StopString] | None,
-        Field(max_length=MAX_STOPS),
-        one_error(
-            "a list of strings",
-            bounded=f"at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters each",
-        ),
-    ] = None
+    stop_sequences: StopList | None = None
     stream: bool = False
     temperature: float | None = None
     top_p: float | None = None
@@ -210,14 +199,6 @@ BODIES: dict[str, type[BaseModel]] = {
     "/v1/messages": MessagesRequest,
     "/v1/messages/count_tokens": CountTokensRequest,
 }
-
-
-def _declared(declared: type[Declared], body: dict[str, Any]) -> Declared:
-    """A body as `declared`, or the 400 that names the first field at fault."""
-    try:
-        return declared.model_validate(body)
-    except ValidationError as error:
-        raise _refusal(error.errors()[0]) from None
 
 
 # --- the chat completion a body asks for ------------------------------------------------------
@@ -345,7 +326,7 @@ def _chat_body(asked: Conversation) -> dict[str, Any]:
 def generation_request(asked: Conversation, server: Service) -> GenerationRequest:
     """The generation `asked` asks for, checked as OpenAI's chat checks its own; thinking
     turned on or off (adaptive: as the template does by default), and its effort."""
-    chat = _declared(ChatCompletionRequest, _chat_body(asked))
+    chat = checked(ChatCompletionRequest, _chat_body(asked))
     request = chat_request(chat, server.worker.pool.names, server.worker.defaults)
     thinking, config = asked.thinking, asked.output_config
     return replace(
@@ -513,7 +494,7 @@ class Messages:
     async def create(self, request: Request) -> Response:
         """Anthropic's Messages API: a conversation's next message, whole or streamed as
         Anthropic's server-sent events."""
-        asked = _declared(MessagesRequest, await self.server.body(request))
+        asked = validated(MessagesRequest, await self.server.body(request))
         # Off the event loop: a tool schema's conversion to a grammar takes up to half a second.
         generation = await asyncio.to_thread(generation_request, asked, self.server)
         try:
@@ -535,7 +516,7 @@ class Messages:
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's token count: the tokens of the conversation's prompt, as the model's
         chat template writes it with the tools offered."""
-        asked = _declared(CountTokensRequest, await self.server.body(request))
+        asked = validated(CountTokensRequest, await self.server.body(request))
         generation = await asyncio.to_thread(generation_request, asked, self.server)
         count = await asyncio.to_thread(self._count, generation)
         return JSONResponse({"input_tokens": count})
@@ -575,4 +556,4 @@ def error_body(error: ApiError) -> dict[str, object]:
     return {"type": "error", "error": _error(error)}
 
 
-FAMILY = Family("anthropic", ("/v1/messages",), routes, error_body)
+FAMILY = Family("anthropic", ("/v1/messages",), routes, BODIES, error_body)

@@ -51,7 +51,7 @@ from specrun.server.bodies import (
     InfillRequest,
 )
 from specrun.server.connection import connection_type, late
-from specrun.server.family import Family, error_body_for
+from specrun.server.family import TENANT, Family, error_body_for, tenant
 from specrun.server.pool import ModelPool
 from specrun.server.requests import (
     AllowedHosts,
@@ -73,7 +73,6 @@ MAX_BODY_BYTES = 4 * 2**20  # far more than any context holds as text
 READ_TIMEOUT_SECONDS = 60.0  # for a request's headers, and again for its body
 LOOPBACK = AllowedHosts.of("127.0.0.1")
 LOG = logging.getLogger("uvicorn.error")  # where uvicorn logs the tracebacks of failed requests
-TENANT = "specrun.tenant"  # the scope state's entry of a request's tenant, where keys are set
 SHUTDOWN_GRACE_SECONDS = 5  # for clients still reading their last chunks when the server stops
 # OpenAI's `object` of a response or a streamed chunk, as each endpoint names it.
 ObjectName = Literal["chat.completion", "chat.completion.chunk", "text_completion"]
@@ -341,8 +340,14 @@ class Api:
             embeddings.PATH: EmbeddingRequest,
             infill.PATH: InfillRequest,
         }
-        documented = {**bodies, **anthropic.BODIES, **responses.BODIES}
-        return JSONResponse(openapi.document(request.app.routes, documented, __version__))
+        # Each family's bodies, the models its module declares named with the family's name.
+        families = [
+            (family, path, body) for family in FAMILIES for path, body in family.bodies.items()
+        ]
+        documented = {**bodies, **{path: body for _, path, body in families}}
+        namespaces = {body.__module__: family.name for family, _, body in families}
+        document = openapi.document(request.app.routes, documented, __version__, namespaces)
+        return JSONResponse(document)
 
     async def body(self, request: Request) -> dict[str, Any]:
         """The request's body, read within the deadline, as checked JSON (any family's)."""
@@ -355,8 +360,7 @@ class Api:
         earlier answers the drafts may come from); its jobs once each prompt is in. The
         request's error comes from here, before any header is sent (any family's)."""
         embeddings.check_generates(self.worker.pool, generation.model)
-        tenant = request.scope.get("state", {}).get(TENANT)
-        jobs = self.worker.submit(generation, id_prefix, request.receive, tenant)
+        jobs = self.worker.submit(generation, id_prefix, request.receive, tenant(request))
         for job in jobs:  # the Prefills
             await job.next()
         return jobs

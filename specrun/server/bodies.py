@@ -85,6 +85,13 @@ class Body(BaseModel):
 
 JsonSchema = Annotated[dict[str, Any] | bool, one_error("a JSON schema (an object, or a bool)")]
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+STOPS_BOUNDED = f"at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters each"
+# Stop strings as a list only (Anthropic's `stop_sequences`, Ollama's `options.stop`).
+StopList = Annotated[
+    list[StopString],
+    Field(max_length=MAX_STOPS),
+    one_error("a list of strings", bounded=STOPS_BOUNDED),
+]
 
 
 # --- chat messages ------------------------------------------------------------------------------
@@ -227,7 +234,7 @@ class GenerationBody(RouteBody):
         StopString | Annotated[list[StopString], Field(max_length=MAX_STOPS)] | None,
         one_error(
             "a string or a list of strings",
-            bounded=f"at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters each",
+            bounded=STOPS_BOUNDED,
         ),
     ] = None
     temperature: float | None = Field(None, description=SERVER_DEFAULT)

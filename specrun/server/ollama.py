@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -30,17 +30,15 @@ from starlette.routing import Route
 from specrun import __version__
 from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
-from specrun.llama.gguf import _file_type_name, tensors_and_metadata
+from specrun.llama.gguf import file_type_name, tensors_and_metadata
 from specrun.llama.model import DEFAULT_CTX
 from specrun.server import answers
 from specrun.server.bodies import (
-    MAX_STOP_CHARS,
-    MAX_STOPS,
     Body,
     ChatCompletionRequest,
     CompletionRequest,
     Role,
-    StopString,
+    StopList,
     ToolDefinition,
     one_error,
 )
@@ -50,11 +48,11 @@ from specrun.server.requests import (
     FIELDS_OF_OPTIONS,
     ApiError,
     GenerationRequest,
-    _refusal,
     chat_request,
     checked,
     completion_request,
     echoed,
+    validated,
 )
 from specrun.server.worker import Job
 from specrun.tools import ToolCall, tool_format
@@ -121,14 +119,7 @@ class Options(Body):
     num_predict: int | None = Field(
         default=None, ge=-2, description="-1, -2: until the context is full"
     )
-    stop: Annotated[
-        list[StopString] | None,
-        Field(max_length=MAX_STOPS),
-        one_error(
-            "a list of strings",
-            bounded=f"at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters each",
-        ),
-    ] = None
+    stop: StopList | None = None
     num_ctx: int | None = Field(default=None, ge=1, description="at most the model's context")
     typical_p: float | None = None
     tfs_z: float | None = None
@@ -198,13 +189,6 @@ class ShowBody(Body):
     model: str = ""
     name: str = ""  # the field's older name
     verbose: bool = False
-
-
-def _read(declared: type[Body], body: dict[str, Any]) -> Any:
-    try:
-        return declared.model_validate(body)
-    except ValidationError as error:
-        raise _refusal(error.errors()[0]) from None
 
 
 # --- names ----------------------------------------------------------------------------------
@@ -415,7 +399,7 @@ class ModelFacts:
             "family": self.family,
             "families": [self.family],
             "parameter_size": _human(self.parameter_count),
-            "quantization_level": "" if file_type is None else _file_type_name(file_type),
+            "quantization_level": "" if file_type is None else file_type_name(file_type),
         }
 
     def model_info(self, verbose: bool) -> dict[str, Any]:
@@ -592,7 +576,7 @@ class OllamaApi:
         """Ollama's chat: a conversation's next message, streamed as NDJSON objects unless
         `stream` is false."""
         clock = Clock()
-        asked = _read(ChatBody, await self.server.body(request))
+        asked = validated(ChatBody, await self.server.body(request))
         model = await self._model(asked)
         if not asked.messages:
             return _loaded(asked, _chat_fields)
@@ -606,7 +590,7 @@ class OllamaApi:
         """Ollama's generate: text answering a prompt, streamed as NDJSON objects unless
         `stream` is false."""
         clock = Clock()
-        asked = _read(GenerateBody, await self.server.body(request))
+        asked = validated(GenerateBody, await self.server.body(request))
         model = await self._model(asked)
         if not asked.prompt:
             return _loaded(asked, _generate_fields)
@@ -659,7 +643,7 @@ class OllamaApi:
 
     async def show(self, request: Request) -> Response:
         """A model's details, its GGUF metadata, chat template and capabilities."""
-        asked = _read(ShowBody, await self.server.body(request))
+        asked = validated(ShowBody, await self.server.body(request))
         named = asked.model or asked.name
         if not named:
             raise ApiError(400, "model is required")
@@ -753,4 +737,10 @@ def error_body(error: ApiError) -> dict[str, object]:
     return {"error": message if named else f"`{param}`: {message}"}
 
 
-FAMILY = Family("ollama", ("/api/",), routes, error_body)
+# The routes' bodies, for the OpenAPI document.
+BODIES: dict[str, type[BaseModel]] = {
+    "/api/chat": ChatBody,
+    "/api/generate": GenerateBody,
+    "/api/show": ShowBody,
+}
+FAMILY = Family("ollama", ("/api/",), routes, BODIES, error_body)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, to_json
 from starlette.responses import JSONResponse
 
@@ -50,6 +50,7 @@ ErrorKind = Literal["invalid_request_error", "server_error"]
 # asked to fill in the middle, for a model that cannot or a prompt too long.
 PromptField = Literal["messages", "prompt", "suffix", "input_suffix"]
 Declared = TypeVar("Declared", bound=RouteBody)
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class ApiError(Exception):
@@ -367,10 +368,16 @@ def checked(declared: type[Declared], body: dict[str, Any]) -> Declared:
     """A body as its route declares it, once no field it refuses by name asks for anything; or
     the 400 that names the first field at fault."""
     _check_supported(body, declared.endpoint)
+    return validated(declared, body)
+
+
+def validated(declared: type[Model], body: dict[str, Any]) -> Model:
+    """A body as `declared` (any family's), or the 400 that names the first field at fault,
+    by its path in the body, in OpenAI's words (each family writes the error in its shape)."""
     try:
         return declared.model_validate(body)
     except ValidationError as error:
-        raise _refusal(error.errors()[0]) from None
+        raise _refusal(error.errors()[0], body) from None
 
 
 # pydantic's words for what a value must be, in JSON's, each formatted with its error's context.
@@ -382,11 +389,11 @@ JSON_WORDS = {
 }
 
 
-def _refusal(error: ErrorDetails) -> ApiError:
-    """pydantic's error as OpenAI's: the field by its path, as `messages[0].content`; a wrong
-    type is `invalid_type`, a wrong value `invalid_value`."""
+def _refusal(error: ErrorDetails, body: dict[str, Any]) -> ApiError:
+    """pydantic's error as OpenAI's: the field by its path in `body`, as `messages[0].content`;
+    a wrong type is `invalid_type`, a wrong value `invalid_value`."""
     param = ""
-    for part in error["loc"]:
+    for part in _located(body, error["loc"]) or error["loc"]:
         param += f"[{part}]" if isinstance(part, int) else f".{part}" if param else str(part)
     kind = error["type"]
     if kind == "missing":
@@ -406,6 +413,27 @@ def _refusal(error: ErrorDetails) -> ApiError:
         param=param,
         code="invalid_type" if kind.endswith("_type") else "invalid_value",
     )
+
+
+def _located(value: Any, loc: tuple[int | str, ...]) -> list[int | str] | None:
+    """pydantic's `loc` as the path in the body the client sent: without the tags pydantic puts
+    in it where a union is told apart by its `type` (Anthropic's blocks: a block's missing
+    `text` is at `content[0].text.text`); None where the body does not hold the path (a value
+    a validator converted first)."""
+    if not loc:
+        return []
+    part, rest = loc[0], loc[1:]
+    held = isinstance(value, dict) and part in value
+    indexed = isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value)
+    if held or indexed:
+        inner = _located(value[part], rest)
+        if inner is not None:
+            return [part, *inner]
+    if isinstance(value, dict) and rest and value.get("type") == part:  # the union's tag
+        return _located(value, rest)
+    if isinstance(value, dict) and not rest:  # a field the object lacks
+        return [part]
+    return None
 
 
 def chat_request(

@@ -23,7 +23,6 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -44,14 +43,13 @@ from specrun.server.bodies import (
     one_error,
     required,
 )
-from specrun.server.family import Family, Service, openai_error
-from specrun.server.requests import ApiError, _refusal, chat_request, checked, echoed
+from specrun.server.family import Family, Service, openai_error, tenant
+from specrun.server.requests import ApiError, chat_request, checked, echoed, validated
 from specrun.server.worker import Job
 from specrun.tools import ToolCall
 
 PATH = "/v1/responses"
 MAX_STORED = 256  # stored responses kept per API key: an agent continues its latest ones
-TENANT = "specrun.tenant"  # app.TENANT: where BearerAuth puts the request's tenant
 LOG = logging.getLogger("uvicorn.error")
 TEXT = "a string or a list of input_text parts (this server reads text: no images, no files)"
 Status = Literal["completed", "incomplete"]
@@ -225,13 +223,6 @@ class ResponsesRequest(Body):
 
 # The route's body, for the OpenAPI document.
 BODIES: dict[str, type[BaseModel]] = {PATH: ResponsesRequest}
-
-
-def _validated(body: dict[str, Any]) -> ResponsesRequest:
-    try:
-        return ResponsesRequest.model_validate(body)
-    except ValidationError as error:  # as `checked` refuses a chat body
-        raise _refusal(error.errors()[0]) from None
 
 
 # --- the chat completion it asks for ---------------------------------------------------------
@@ -638,10 +629,9 @@ class Responses:
     async def create(self, request: Request) -> Response:
         """A conversation's next response, whole or streamed as its events (OpenAI's
         Responses API); `previous_response_id` goes on from one stored by the same API key."""
-        asked = _validated(await self.server.body(request))
-        tenant = request.scope.get("state", {}).get(TENANT)
+        asked = validated(ResponsesRequest, await self.server.body(request))
         before = (
-            self.stored.conversation(tenant, asked.previous_response_id)
+            self.stored.conversation(tenant(request), asked.previous_response_id)
             if asked.previous_response_id is not None
             else []
         )
@@ -698,4 +688,4 @@ def routes(server: Service) -> list[Route]:
     return [Route(PATH, Responses(server).create, methods=["POST"])]
 
 
-FAMILY = Family("responses", (PATH,), routes, openai_error)
+FAMILY = Family("responses", (PATH,), routes, BODIES, openai_error)

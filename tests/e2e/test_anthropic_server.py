@@ -325,10 +325,10 @@ def test_count_tokens_is_the_prompt_a_generation_reads(server):
 def test_the_openapi_document_declares_the_bodies(server):
     document = httpx.get(f"{server.url}/openapi.json", headers={"x-api-key": KEY}).json()
     for path, body in (
-        ("/v1/messages", "MessagesRequest"),
-        ("/v1/messages/count_tokens", "CountTokensRequest"),
+        ("/v1/messages", "anthropic_MessagesRequest"),
+        ("/v1/messages/count_tokens", "anthropic_CountTokensRequest"),
     ):
         schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
         assert schema["schema"] == {"$ref": f"#/components/schemas/{body}"}
-    declared = document["components"]["schemas"]["MessagesRequest"]
+    declared = document["components"]["schemas"]["anthropic_MessagesRequest"]
     assert {"model", "max_tokens", "messages"} <= set(declared["required"])

@@ -1,6 +1,7 @@
 """The request bodies as the server declares them: each body read into a `GenerationRequest`
 or refused with OpenAI's 400 naming the field at fault, and the OpenAPI document that
-publishes those declarations at /openapi.json, held to what the server really refuses."""
+publishes those declarations at /openapi.json (OpenAI's and each API family's), held to what
+the server really refuses."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from specrun.core.sampling import SamplingParams
-from specrun.server import bodies, requests
+from specrun.server import anthropic, bodies, ollama, requests, responses
 from specrun.server.app import Api
 from specrun.server.bodies import (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
     InfillRequest,
+    RouteBody,
 )
 from specrun.server.pool import ModelPool, Served
 from specrun.server.requests import (
@@ -31,6 +33,7 @@ from specrun.server.requests import (
     chat_request,
     checked,
     completion_request,
+    validated,
 )
 from specrun.server.worker import Worker
 
@@ -349,8 +352,13 @@ def test_the_document_states_the_bounds_of_the_stop_strings(client: TestClient) 
         assert strings == {"type": "array", "items": string, "maxItems": bodies.MAX_STOPS}
 
 
+# The module that declares each family's models, by the name before theirs in the document.
+NAMESPACES = {"": bodies, "anthropic": anthropic, "responses": responses, "ollama": ollama}
+
+
 def declared(name: str) -> type[BaseModel]:
-    model = getattr(bodies, name)
+    namespace, _, model_name = name.rpartition("_")
+    model = getattr(NAMESPACES[namespace], model_name)
     assert issubclass(model, BaseModel)
     return model
 
@@ -379,6 +387,10 @@ def test_the_document_lists_every_route_and_the_body_each_takes(client: TestClie
 def test_the_document_names_every_field_each_model_declares(client: TestClient):
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
     assert {"ChatMessage", "ToolDefinition", "ResponseFormat", "StreamOptions"} <= schemas.keys()
+    # Two families declare a ToolDefinition each: each is named by its family.
+    assert {"anthropic_ToolDefinition", "responses_FunctionTool", "ollama_ChatBody"} <= (
+        schemas.keys()
+    )
     for name, schema in schemas.items():
         fields = declared(name).model_fields
         assert schema["properties"].keys() == {field.alias or key for key, field in fields.items()}
@@ -412,10 +424,26 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "
 
 
 INFILL = {"input_prefix": "def f():", "input_suffix": "return 1"}
+MESSAGES = {"model": "target", "messages": HELLO, "max_tokens": 8}  # Anthropic's
+OLLAMA_CHAT = {"model": "target", "messages": HELLO}
+RESPONSES_TOOL = {"type": "function", "name": "f"}
 
 
 def in_chat(**fields: Any) -> dict[str, Any]:
     return {"messages": HELLO, **fields}
+
+
+def in_messages(*blocks: dict[str, Any], role: str = "user", **fields: Any) -> dict[str, Any]:
+    """An Anthropic body, whose one message holds `blocks` (none: its text)."""
+    content = list(blocks) or "hello"
+    return {**MESSAGES, "messages": [{"role": role, "content": content}], **fields}
+
+
+def read(model: type[BaseModel], body: dict[str, Any]) -> BaseModel:
+    """A body as its route reads it: OpenAI's routes by `checked`, which refuses their
+    unsupported fields first; the families' (anthropic.py, responses.py, ollama.py) by
+    `validated`."""
+    return checked(model, body) if issubclass(model, RouteBody) else validated(model, body)
 
 
 # Each declared object that has required fields: where it sits in a body, a sound example of
@@ -481,6 +509,123 @@ PLACES: dict[str, tuple[type[BaseModel], str, dict[str, Any], Any]] = {
         {"text": "hi"},
         lambda o: {**INFILL, "input_extra": [o]},
     ),
+    # Anthropic's Messages
+    "anthropic_MessagesRequest": (anthropic.MessagesRequest, "", MESSAGES, lambda o: o),
+    "anthropic_CountTokensRequest": (
+        anthropic.CountTokensRequest,
+        "",
+        {"model": "target", "messages": HELLO},
+        lambda o: o,
+    ),
+    "anthropic_InputMessage": (
+        anthropic.MessagesRequest,
+        "messages[0].",
+        HELLO[0],
+        lambda o: {**MESSAGES, "messages": [o]},
+    ),
+    "anthropic_TextBlock": (
+        anthropic.MessagesRequest,
+        "messages[0].content[0].",
+        {"type": "text", "text": "hi"},
+        in_messages,
+    ),
+    "anthropic_UnreadBlock": (
+        anthropic.MessagesRequest,
+        "messages[0].content[0].",
+        {"type": "image"},
+        in_messages,
+    ),
+    "anthropic_ToolResultBlock": (
+        anthropic.MessagesRequest,
+        "messages[0].content[0].",
+        {"type": "tool_result", "tool_use_id": "c1"},
+        in_messages,
+    ),
+    "anthropic_ToolUseBlock": (
+        anthropic.MessagesRequest,
+        "messages[0].content[0].",
+        {"type": "tool_use", "id": "c1", "name": "f", "input": {}},
+        lambda o: in_messages(o, role="assistant"),
+    ),
+    "anthropic_ThinkingBlock": (
+        anthropic.MessagesRequest,
+        "messages[0].content[0].",
+        {"type": "thinking"},
+        lambda o: in_messages(o, role="assistant"),
+    ),
+    "anthropic_ToolDefinition": (
+        anthropic.MessagesRequest,
+        "tools[0].",
+        {"name": "f", "input_schema": {"type": "object"}},
+        lambda o: in_messages(tools=[o]),
+    ),
+    "anthropic_ToolChoice": (
+        anthropic.MessagesRequest,
+        "tool_choice.",
+        {"type": "auto"},
+        lambda o: in_messages(tool_choice=o),
+    ),
+    "anthropic_ThinkingConfig": (
+        anthropic.MessagesRequest,
+        "thinking.",
+        {"type": "enabled"},
+        lambda o: in_messages(thinking=o),
+    ),
+    "anthropic_OutputFormat": (
+        anthropic.MessagesRequest,
+        "output_config.format.",
+        {"type": "json_schema", "schema": {"type": "object"}},
+        lambda o: in_messages(output_config={"format": o}),
+    ),
+    # OpenAI's Responses
+    "responses_TextContent": (
+        responses.ResponsesRequest,
+        "input[0].content[0].",
+        {"type": "input_text", "text": "hi"},
+        lambda o: {"input": [{"role": "user", "content": [o]}]},
+    ),
+    "responses_FunctionTool": (
+        responses.ResponsesRequest,
+        "tools[0].",
+        RESPONSES_TOOL,
+        lambda o: {"input": "hi", "tools": [o]},
+    ),
+    "responses_NamedFunction": (
+        responses.ResponsesRequest,
+        "tool_choice.",
+        {"type": "function", "name": "f"},
+        lambda o: {"input": "hi", "tools": [RESPONSES_TOOL], "tool_choice": o},
+    ),
+    "responses_TextFormat": (
+        responses.ResponsesRequest,
+        "text.format.",
+        {"type": "json_object"},
+        lambda o: {"input": "hi", "text": {"format": o}},
+    ),
+    # Ollama's
+    "ollama_ChatBody": (ollama.ChatBody, "", OLLAMA_CHAT, lambda o: o),
+    "ollama_GenerateBody": (ollama.GenerateBody, "", {"model": "target"}, lambda o: o),
+    "ollama_MessageBody": (
+        ollama.ChatBody,
+        "messages[0].",
+        HELLO[0],
+        lambda o: {**OLLAMA_CHAT, "messages": [o]},
+    ),
+    "ollama_CallBody": (
+        ollama.ChatBody,
+        "messages[0].tool_calls[0].",
+        {"function": {"name": "f"}},
+        lambda o: {**OLLAMA_CHAT, "messages": [{"role": "assistant", "tool_calls": [o]}]},
+    ),
+    "ollama_FunctionCall": (
+        ollama.ChatBody,
+        "messages[0].tool_calls[0].function.",
+        {"name": "f"},
+        lambda o: {
+            **OLLAMA_CHAT,
+            "messages": [{"role": "assistant", "tool_calls": [{"function": o}]}],
+        },
+    ),
 }
 
 
@@ -494,10 +639,10 @@ def test_every_field_the_document_requires_anywhere_is_refused_when_missing(clie
     assert requiring.keys() == PLACES.keys()
     for name, required in requiring.items():
         model, prefix, example, place = PLACES[name]
-        checked(model, place(example))  # sound as it is
+        read(model, place(example))  # sound as it is
         for field in required:
             with pytest.raises(ApiError) as refused:
-                checked(model, place({k: v for k, v in example.items() if k != field}))
+                read(model, place({k: v for k, v in example.items() if k != field}))
             assert refused.value.status == 400 and refused.value.param
             assert (prefix + field).startswith(refused.value.param), (name, field)
 
@@ -514,3 +659,30 @@ def test_a_wrong_type_is_an_openai_400_that_names_the_field(client: TestClient, 
             "code": "invalid_type",
         }
     }
+
+
+@pytest.mark.parametrize(
+    "block, param, code",
+    [
+        ({"type": "text"}, "messages[0].content[0].text", "missing_required_parameter"),
+        ({"type": "text", "text": 5}, "messages[0].content[0].text", "invalid_type"),
+        (
+            {"type": "tool_result"},
+            "messages[0].content[0].tool_use_id",
+            "missing_required_parameter",
+        ),
+        (
+            {"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text"}]},
+            "messages[0].content[0].content[0].text",
+            "missing_required_parameter",
+        ),
+    ],
+)
+def test_a_field_of_a_block_is_named_by_its_path_without_the_blocks_type(
+    block: dict[str, Any], param: str, code: str
+) -> None:
+    """pydantic puts a tagged union's tag (the block's `type`) in the error's location: the
+    client's body has no such field."""
+    error = refusal(validated, declared=anthropic.MessagesRequest, body=in_messages(block))
+    assert (error.param, error.code) == (param, code)
+    assert f"`{param}`" in str(error)
