@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
+from specrun.context_overflow import ContextOverflow, Overflow, answer_room, fit
 from specrun.core.loop import Event, Round
-from specrun.errors import SpecrunError
 from specrun.llama.model import Model
 from specrun.prompt import Message, render
 
@@ -28,27 +29,32 @@ class Conversation:
     system: str | None = None
     turns: list[Message] = field(default_factory=list)
     dropped_turns: int = 0  # user/assistant pairs dropped to fit the context
+    overflow: Overflow = "truncate"  # what a conversation longer than the context does
 
     def messages(self) -> list[Message]:
         return ([Message("system", self.system)] if self.system else []) + self.turns
 
-    def prompt_for(self, user_text: str, reserve: int) -> list[int]:
-        """Add a user turn and render the conversation, dropping the oldest exchanges
-        (never the system prompt) until it leaves `reserve` tokens for the answer."""
+    def prompt_for(self, user_text: str, max_tokens: int) -> list[int]:
+        """Add a user turn and render the conversation; where it leaves the answer less than
+        its room (`answer_room`), `overflow` drops the oldest exchanges (never the system
+        prompt) or refuses it (specrun.context_overflow)."""
         self.turns.append(Message("user", user_text))
-        while True:
-            tokens = render(self.model, self.messages())
-            if len(tokens) + reserve <= self.model.n_ctx:
-                return tokens
-            if len(self.turns) <= 1:
-                self.turns.pop()
-                raise SpecrunError(
-                    f"the message is {len(tokens)} tokens; with {reserve} reserved for the answer "
-                    f"it does not fit the context ({self.model.n_ctx}); "
-                    "use a larger `n_ctx` or a smaller `max_tokens`"
-                )
-            del self.turns[:2]
-            self.dropped_turns += 1
+        limit = self.model.n_ctx - answer_room(self.model.n_ctx, max_tokens)
+        try:
+            kept, tokens, dropped = fit(
+                self.messages(), partial(render, self.model), limit, self.overflow
+            )
+        except ContextOverflow as error:
+            self.turns.pop()
+            raise ContextOverflow(
+                f"{error}: use a larger `n_ctx`, a smaller `max_tokens`"
+                + (", or the `truncate` overflow" if self.overflow == "error" else ""),
+                error.tokens,
+                error.limit,
+            ) from None
+        self.turns = kept[1:] if self.system else kept
+        self.dropped_turns += dropped
+        return tokens
 
     def add_reply(self, text: str) -> None:
         self.turns.append(Message("assistant", text))
@@ -65,7 +71,7 @@ class Conversation:
         the conversation when the events run out. Every turn renders the whole
         conversation: both caches keep the prefix it shares with the last turn."""
         dropped_before = self.dropped_turns
-        tokens = self.prompt_for(user_text, reserve=max_tokens)
+        tokens = self.prompt_for(user_text, max_tokens)
         events = self._stream_reply(engine, tokens, max_tokens, cancelled)
         return Turn(self.dropped_turns - dropped_before, events)
 
