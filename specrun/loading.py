@@ -133,7 +133,15 @@ def place_layers(
         Gpu(r.device.name, r.device.free_bytes, r.device.total_bytes, r.endpoint) for r in remotes
     ]
     n_ctx = options.n_ctx or DEFAULT_CTX
-    return plan_layers(target, _draft_file(choices), n_ctx, remote_gpus, options.parallel)
+    return plan_layers(
+        target,
+        _draft_file(choices),
+        n_ctx,
+        remote_gpus,
+        options.parallel,
+        tuning=options.tuning,
+        draft_tuning=options.draft_tuning,
+    )
 
 
 def load_target(
@@ -156,6 +164,7 @@ def load_target(
         backend_sampling=options.backend_sampling,
         sequences=options.parallel,
         tree_branches=_tree_branches(options),
+        tuning=options.tuning,
     )
 
 
@@ -201,6 +210,7 @@ def load_drafts(
                     main_gpu=placed.draft_gpu if placed else None,
                     backend_sampling=options.backend_sampling,
                     sequences=options.parallel,
+                    tuning=options.draft_tuning,
                 )
                 loaded.append(draft_model)
                 check_compatible(target, draft_model)

@@ -7,11 +7,12 @@ The defaults come from where each concept lives (`DEFAULT_CTX` from the runtime,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specrun.core.lookup import LookupDraft
 from specrun.core.model import BackendSampling
+from specrun.llama.tuning import CacheTypes, Tuning
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,17 @@ class LoadOptions:
     # Prompt lookup's and suffix drafts as token trees of up to this many branches, verified
     # in one pass (core.trees); 1: chains. One slot only, and not under `reproducible`.
     tree_branches: int = 1
+    # The memory and speed knobs (KV cache types, flash attention, mmap/mlock, batch threads,
+    # RoPE scaling), the target's and the draft model's alike but for `draft_cache`.
+    tuning: Tuning = Tuning()
+    draft_cache: CacheTypes | None = None  # the draft model's KV cache types; None: the target's
+
+    @property
+    def draft_tuning(self) -> Tuning:
+        """A draft model's knobs: the target's, with its own cache types where given."""
+        if self.draft_cache is None:
+            return self.tuning
+        return replace(self.tuning, cache=self.draft_cache)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,13 @@ written with n_embd 64..2048 and n_ff 128..5632, at n_ctx 256..8192 and n_ubatch
   Both agree with the log to 28 bytes a token (positions, output ids) wherever n_ff >= 2 n_embd.
 - Off by the allocator's packing elsewhere: SmolLM2 at n_ctx 2048 takes 4% more (102.51 MiB),
   and models narrower than real ones (n_ff <= 2 n_embd) within 20% either way.
-Without flash attention the layers would hold n_ctx*n_head f32 attention scores a token instead.
+Without flash attention (`--flash-attn off`) the layers hold each head's f32 attention scores
+besides the mask, n_ctx*n_head a token: SmolLM2 at n_ctx 8192, 165.5 MiB against 166.38 logged
+(at 4096 and below its output phase is the larger, as with flash attention).
+
+The KV cache counts the chosen types (`Tuning.cache`: q8_0 stores 32 values in 34 bytes),
+and a context past the trained one where RoPE scaling reaches it (`Rope.reach`), as the
+runtime gives it.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ from typing import Any
 from gguf import GGMLQuantizationType
 
 from specrun.llama.gguf import tensor_bytes, tensors_and_metadata
+from specrun.llama.tuning import CacheTypes, Tuning, row_bytes
 
 Tensor = tuple[str, str, tuple[int, ...]]  # name, ggml type name, shape (ne0 first)
 
-F32, F16 = 4, 2  # bytes per value: activations are f32, the KV cache and the attention mask f16
+F32, F16 = 4, 2  # bytes per value: activations are f32, the attention mask f16
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class Footprint:
     output_weights: (
         int  # output_norm + output (absent when tied): offloaded when n_gpu_layers > n_layer
     )
-    kv_per_layer: int  # bytes of one layer's f16 K and V cache at the chosen context
+    kv_per_layer: int  # bytes of one layer's K and V cache at the chosen context and types
     compute: int  # compute buffer bytes at the chosen context and n_ubatch
 
     @property
@@ -64,18 +71,27 @@ class Footprint:
         return replace(self, kv_per_layer=self.kv_per_layer * sequences)
 
 
-def estimate(path: Path | str, *, n_ctx: int, n_ubatch: int = 512) -> Footprint:
+def estimate(
+    path: Path | str, *, n_ctx: int, n_ubatch: int = 512, tuning: Tuning = Tuning()
+) -> Footprint:
     tensors, meta = tensors_and_metadata(path)
-    return footprint(tensors, meta, name=Path(path).name, n_ctx=n_ctx, n_ubatch=n_ubatch)
+    return footprint(
+        tensors, meta, name=Path(path).name, n_ctx=n_ctx, n_ubatch=n_ubatch, tuning=tuning
+    )
 
 
 def footprint(
-    tensors: list[Tensor], meta: dict[str, Any], *, name: str, n_ctx: int, n_ubatch: int = 512
+    tensors: list[Tensor],
+    meta: dict[str, Any],
+    *,
+    name: str,
+    n_ctx: int,
+    n_ubatch: int = 512,
+    tuning: Tuning = Tuning(),
 ) -> Footprint:
     arch = meta["general.architecture"]
     n_layer = int(meta[f"{arch}.block_count"])
-    # Like runtime.Model: llama.cpp gives no more context than the model was trained for.
-    n_ctx = min(n_ctx, int(meta.get(f"{arch}.context_length", n_ctx)))
+    n_ctx = context_size(meta, n_ctx, tuning)
     layers = [0] * n_layer
     input_weights = output_weights = 0
     for tensor_name, type_name, shape in tensors:
@@ -92,22 +108,51 @@ def footprint(
         layer_weights=tuple(layers),
         input_weights=input_weights,
         output_weights=output_weights,
-        kv_per_layer=kv_bytes_per_layer(meta, n_ctx),
-        compute=compute_bytes(tensors, meta, n_ctx, n_ubatch),
+        kv_per_layer=kv_bytes_per_layer(meta, n_ctx, tuning.cache),
+        compute=compute_bytes(
+            tensors, meta, n_ctx, n_ubatch, flash_attn=tuning.flash_attn != "off"
+        ),
     )
 
 
-def kv_bytes_per_layer(meta: dict[str, Any], n_ctx: int) -> int:
+def context_size(meta: dict[str, Any], n_ctx: int, tuning: Tuning = Tuning()) -> int:
+    """Like llama.model.Model: no more context than the model reaches, its trained one
+    unless RoPE scaling stretches it."""
+    arch = meta["general.architecture"]
+    trained = meta.get(f"{arch}.context_length")
+    if trained is None:
+        return n_ctx
+    original = meta.get(f"{arch}.rope.scaling.original_context_length")
+    reach = tuning.rope.reach(int(trained), int(original) if original else None)
+    return n_ctx if reach is None else min(n_ctx, reach)
+
+
+def head_sizes(meta: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Attention heads, KV heads, and the values of a head in K and in V."""
     arch = meta["general.architecture"]
     n_embd: int = meta[f"{arch}.embedding_length"]
     n_head = _largest(meta[f"{arch}.attention.head_count"])
     n_head_kv = _largest(meta.get(f"{arch}.attention.head_count_kv", n_head))
     head_dim_k: int = meta.get(f"{arch}.attention.key_length", n_embd // n_head)
     head_dim_v: int = meta.get(f"{arch}.attention.value_length", n_embd // n_head)
-    return n_ctx * n_head_kv * (head_dim_k + head_dim_v) * F16
+    return n_head, n_head_kv, head_dim_k, head_dim_v
 
 
-def compute_bytes(tensors: list[Tensor], meta: dict[str, Any], n_ctx: int, n_ubatch: int) -> int:
+def kv_bytes_per_layer(meta: dict[str, Any], n_ctx: int, cache: CacheTypes = CacheTypes()) -> int:
+    """A layer's K and V rows (all KV heads of a position) at their types, a row a position."""
+    _, n_head_kv, head_dim_k, head_dim_v = head_sizes(meta)
+    row = row_bytes(cache.k, n_head_kv * head_dim_k) + row_bytes(cache.v, n_head_kv * head_dim_v)
+    return n_ctx * row
+
+
+def compute_bytes(
+    tensors: list[Tensor],
+    meta: dict[str, Any],
+    n_ctx: int,
+    n_ubatch: int,
+    *,
+    flash_attn: bool = True,
+) -> int:
     """The fit in the module docstring: per token, the larger of the output and the layer phases."""
     arch = meta["general.architecture"]
     n_embd: int = meta[f"{arch}.embedding_length"]
@@ -115,7 +160,9 @@ def compute_bytes(tensors: list[Tensor], meta: dict[str, Any], n_ctx: int, n_uba
     n_vocab = _vocabulary_size(tensors)
     n_tokens = min(n_ubatch, n_ctx)  # llama.cpp caps the batch at the context
     output_phase = F32 * n_vocab + 2 * F32 * n_embd
-    layer_phase = F16 * n_ctx + 3 * F32 * n_ff + 4 * F32 * n_embd
+    # Flash attention reads the f16 mask alone; without it each head's f32 scores are a tensor.
+    scores = 0 if flash_attn else F32 * n_ctx * head_sizes(meta)[0]
+    layer_phase = F16 * n_ctx + scores + 3 * F32 * n_ff + 4 * F32 * n_embd
     return n_tokens * max(output_phase, layer_phase)
 
 

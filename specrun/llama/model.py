@@ -35,6 +35,7 @@ from specrun.llama.invariance import probe_invariance
 from specrun.llama.native import clear_log, set_verbose
 from specrun.llama.params import context_params, load_params
 from specrun.llama.samplers import BackendSamplers, backend_sampling_wanted
+from specrun.llama.tuning import Tuning
 from specrun.llama.vocab import Vocabulary
 from specrun.system.cpus import physical_cores
 from specrun.system.interrupts import raise_pending
@@ -139,12 +140,15 @@ class Model(Vocabulary):
         backend_sampling: BackendSampling = "auto",
         sequences: int = 1,
         tree_branches: int = 0,
+        tuning: Tuning = Tuning(),
     ) -> None:
         """`sequences` > 1: as many sequences share the context, each with `n_ctx` positions,
         decoded together by `decode_calls`: in one KV pool, or with `reproducible` each in a
         stream of its own, decoded apart (DESIGN.md, Slots). `tree_branches`: token trees of
         that many leaves at most are verified in one pass (`tree_logits`), one sequence's
-        only, decoded as any other pass (not under `reproducible`'s shapes)."""
+        only, decoded as any other pass (not under `reproducible`'s shapes). `tuning`: the
+        KV cache's types, flash attention, mmap/mlock, batch threads and RoPE scaling; a
+        context past the trained one only where RoPE scaling reaches it (`Rope.reach`)."""
         self.path = Path(path)
         self.name = self.path.name
         check_gguf_header(self.path)
@@ -167,6 +171,7 @@ class Model(Vocabulary):
             main_gpu=main_gpu,
             devices=devices,
             reproducible=reproducible,
+            tuning=tuning,
         )
         model_params.load_mtp = load_mtp  # the layers an MTP head drafts with, else skipped
         self._model = llama.llama_model_load_from_file(os.fsencode(self.path), model_params)
@@ -191,10 +196,20 @@ class Model(Vocabulary):
         threads = threads or physical_cores()
         # Reproducible decoding keeps each sequence's cells where a context of its own would.
         shared_pool = sequences > 1 and not reproducible
-        n_ctx = min(n_ctx or self.n_ctx_train, self.n_ctx_train)
+        try:
+            n_ctx = self._context_size(n_ctx, tuning)
+        except SpecrunError:
+            self.close()
+            raise
         branches = tree_branches if sequences == 1 and not reproducible else 0
         ctx_params = context_params(
-            n_ctx, n_batch, threads, sequences, shared_pool=shared_pool, branches=branches
+            n_ctx,
+            n_batch,
+            threads,
+            sequences,
+            shared_pool=shared_pool,
+            branches=branches,
+            tuning=tuning,
         )
         self._ctx = llama.llama_init_from_model(self._model, ctx_params)
         if not self._ctx:
@@ -204,6 +219,8 @@ class Model(Vocabulary):
         self.n_ctx = n_ctx if branches else llama.llama_n_ctx(self._ctx) // sequences
         self.n_batch = llama.llama_n_batch(self._ctx)  # llama.cpp caps it at the context size
         self.threads = threads
+        self.threads_batch = llama.llama_n_threads_batch(self._ctx)
+        self.tuning = tuning
         self._memory = llama.llama_get_memory(self._ctx)
         self._init_cache(n_batch, sequences, shared_pool=shared_pool, branches=branches)
         self.invariance = probe_invariance(self) if reproducible else None
@@ -222,6 +239,35 @@ class Model(Vocabulary):
         except SpecrunError as error:
             self.close()
             raise SpecrunError(f"{self.path.name}: {error}") from None
+
+    def _context_size(self, asked: int | None, tuning: Tuning) -> int:
+        """The context to ask llama.cpp for: `asked` (the trained one where None), no more
+        than the model reaches (its trained context, or RoPE scaling's `reach`); with a
+        quantized KV cache, each head's values whole blocks of its types."""
+        if tuning.cache.quantized:
+            head_k, head_v = self._head_sizes()
+            tuning.cache.check_heads(head_k, head_v, self.name)
+        tuning.rope.check_context(asked or 0, self.n_ctx_train, self.name)
+        original = self._metadata_number("rope.scaling.original_context_length")
+        reach = tuning.rope.reach(self.n_ctx_train, original)
+        self.n_ctx_reach = reach  # None: no bound (the base frequency chosen for the context)
+        n_ctx = asked or self.n_ctx_train
+        return n_ctx if reach is None else min(n_ctx, reach)
+
+    def _head_sizes(self) -> tuple[int, int]:
+        """Values per attention head in K and in V, as the GGUF says (else n_embd / n_head)."""
+        n_head = llama.llama_model_n_head(self._model)
+        default = self.n_embd // n_head if n_head else self.n_embd
+        key = self._metadata_number("attention.key_length")
+        value = self._metadata_number("attention.value_length")
+        return key or default, value or default
+
+    def _metadata_number(self, key: str) -> int | None:
+        """The GGUF's `{architecture}.{key}`, where it has it."""
+        buffer = ctypes.create_string_buffer(32)
+        name = f"{self.architecture}.{key}".encode()
+        found = llama.llama_model_meta_val_str(self._model, name, buffer, len(buffer))
+        return int(buffer.value) if found > 0 and buffer.value.isdigit() else None
 
     def _probe_backend_sampling(self) -> bool:
         try:

@@ -11,6 +11,11 @@ N = n_layer + 1) and, over several GPUs, llama.cpp's layer split in proportion t
 what each GPU has free. Each GPU keeps `MARGIN` free, as llama.cpp's own fitter does.
 A GPU whose memory is the system's (Apple silicon's Metal, an integrated GPU) holds its
 share out of the same memory as the CPU's: the whole must fit in the system's.
+
+The KV cache counts at its types and the compute buffer with or without flash attention
+(`Tuning`). Without a GPU, what must stay in memory must fit the system's: the KV caches
+and compute buffers, and the weights where they are read in or locked (`--no-mmap`,
+`--mlock`); mapped weights are pages of the file the system may drop and read again.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from specrun.llama.devices import (
     system_memory_available,
 )
 from specrun.llama.footprint import Footprint, estimate
+from specrun.llama.gguf import GGUFFileError
 from specrun.llama.invariance import Invariance, InvarianceMode
+from specrun.llama.tuning import Tuning
 
 GIB = 2**30
 MARGIN = 1 * GIB  # left free on each GPU: other programs, driver, fragmentation
@@ -201,19 +208,55 @@ def plan_layers(
     n_ctx: int,
     remote: list[Gpu] | None = None,
     sequences: int = 1,
+    *,
+    tuning: Tuning = Tuning(),
+    draft_tuning: Tuning | None = None,
 ) -> LayerPlan | None:
     """The fit on the `remote` devices and this machine's GPUs now, in that order (llama.cpp's:
     the first layers remote, the output layer here), with a KV cache of `n_ctx` for each of
-    `sequences`; None where there is no GPU at all."""
+    `sequences` at the `tuning`'s types (the draft's: `draft_tuning`, else the target's);
+    None where there is no GPU at all, once the system's memory holds what it must."""
     gpus = (remote or []) + gpus_now()
+    cpu_free = system_memory_available()
+    try:
+        target_model = estimate(target, n_ctx=n_ctx, tuning=tuning).for_sequences(sequences)
+        draft_model = (
+            estimate(draft, n_ctx=n_ctx, tuning=draft_tuning or tuning).for_sequences(sequences)
+            if draft
+            else None
+        )
+    except (GGUFFileError, KeyError, StopIteration):
+        if gpus:
+            raise
+        return None  # not a GGUF the estimate reads: the load says what is wrong with it
     if not gpus:
+        check_system_memory(target_model, draft_model, cpu_free, tuning)
         return None
-    return place_layers(
-        estimate(target, n_ctx=n_ctx).for_sequences(sequences),
-        estimate(draft, n_ctx=n_ctx).for_sequences(sequences) if draft else None,
-        gpus,
-        system_memory_available(),
-    )
+    return place_layers(target_model, draft_model, gpus, cpu_free)
+
+
+def resident_bytes(model: Footprint, tuning: Tuning) -> int:
+    """What a model on the CPU keeps in memory: its KV cache and compute buffer, and its
+    weights where they are read in or locked rather than mapped."""
+    weights = model.weights if tuning.resident_weights else 0
+    return weights + model.n_layer * model.kv_per_layer + model.compute
+
+
+def check_system_memory(
+    target: Footprint, draft: Footprint | None, cpu_free: int, tuning: Tuning
+) -> None:
+    """The rule without a GPU: what must stay in memory fits the memory available."""
+    need = resident_bytes(target, tuning) + (resident_bytes(draft, tuning) if draft else 0)
+    if need > cpu_free:
+        kv = target.n_layer * target.kv_per_layer + (
+            draft.n_layer * draft.kv_per_layer if draft else 0
+        )
+        raise PlacementError(
+            f"{target.name} needs {gigabytes(need)} GB of system memory, its KV cache "
+            f"{gigabytes(kv)} GB of it, and {gigabytes(cpu_free)} GB is available: use a "
+            "smaller `n_ctx`, a quantized KV cache (`cache_type_k`, `cache_type_v`) or a "
+            "smaller model"
+        )
 
 
 class Placed(Protocol):
