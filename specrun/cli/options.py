@@ -28,6 +28,15 @@ from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
 from specrun.llama.model import DEFAULT_CTX
 from specrun.llama.placement import Placement
+from specrun.llama.tuning import (
+    CACHE_TYPES,
+    CacheType,
+    CacheTypes,
+    FlashAttention,
+    Rope,
+    RopeScalingType,
+    Tuning,
+)
 from specrun.models.demo import demo_paths
 from specrun.options import (
     MTP_LAYERS,
@@ -85,6 +94,15 @@ FLAGS = {
     "draft_gpu_layers": "--draft-gpu-layers",
     "rpc": "--rpc",
     "tree_branches": "--tree",
+    "cache_type_k": "--cache-type-k",
+    "cache_type_v": "--cache-type-v",
+    "flash_attn": "--flash-attn",
+    "threads_batch": "--threads-batch",
+    "rope_scaling": "--rope-scaling",
+    "rope_scale": "--rope-scale",
+    "rope_freq_base": "--rope-freq-base",
+    "rope_freq_scale": "--rope-freq-scale",
+    "yarn_orig_ctx": "--yarn-orig-ctx",
 }
 
 
@@ -358,6 +376,19 @@ def _load(
     rpc: str | None,
     backend_sampling: str,
     tree: int,
+    cache_type_k: str,
+    cache_type_v: str,
+    cache_type_k_draft: str | None,
+    cache_type_v_draft: str | None,
+    flash_attn: str,
+    mmap: bool,
+    mlock: bool,
+    threads_batch: int | None,
+    rope_scaling: str | None,
+    rope_scale: float | None,
+    rope_freq_base: float | None,
+    rope_freq_scale: float | None,
+    yarn_orig_ctx: int | None,
 ) -> LoadOptions:
     from specrun.llama.devices import gpu_offload_supported
     from specrun.llama.rpc import parse_endpoints
@@ -387,6 +418,65 @@ def _load(
         rpc=parse_endpoints(rpc) if rpc is not None else (),
         backend_sampling=cast(BackendSampling, backend_sampling),
         tree_branches=tree,
+        tuning=_tuning(
+            CacheTypes(cast(CacheType, cache_type_k), cast(CacheType, cache_type_v)),
+            flash_attn,
+            mmap,
+            mlock,
+            threads_batch,
+            _rope(rope_scaling, rope_scale, rope_freq_base, rope_freq_scale, yarn_orig_ctx),
+        ),
+        draft_cache=CacheTypes(
+            cast(CacheType, cache_type_k_draft or cache_type_k),
+            cast(CacheType, cache_type_v_draft or cache_type_v),
+        )
+        if cache_type_k_draft or cache_type_v_draft
+        else None,
+    )
+
+
+def _tuning(
+    cache: CacheTypes,
+    flash_attn: str,
+    mmap: bool,
+    mlock: bool,
+    threads_batch: int | None,
+    rope: Rope,
+) -> Tuning:
+    """The memory and speed knobs; --threads-batch capped at the CPUs as --threads is."""
+    from specrun.system.cpus import choose_threads
+
+    if threads_batch is not None:
+        threads_batch, capped = choose_threads(threads_batch)
+        if capped:
+            note(in_flag_terms(capped).replace("--threads", "--threads-batch"))
+    return Tuning(
+        cache=cache,
+        flash_attn=cast(FlashAttention, flash_attn),
+        mmap=mmap,
+        mlock=mlock,
+        threads_batch=threads_batch,
+        rope=rope,
+    )
+
+
+def _rope(
+    scaling: str | None,
+    scale: float | None,
+    freq_base: float | None,
+    freq_scale: float | None,
+    yarn_orig_ctx: int | None,
+) -> Rope:
+    """llama.cpp's RoPE flags: --rope-scale N is --rope-freq-scale 1/N."""
+    if scale is not None and freq_scale is not None:
+        raise OptionError("--rope-scale N is --rope-freq-scale 1/N: give one of them")
+    if scale is not None and not scale >= 1:
+        raise OptionError(f"--rope-scale must be at least 1, got {scale}")
+    return Rope(
+        scaling=cast(RopeScalingType | None, scaling),
+        freq_base=freq_base,
+        freq_scale=1 / scale if scale is not None else freq_scale,
+        yarn_orig_ctx=yarn_orig_ctx,
     )
 
 
@@ -541,6 +631,139 @@ SAMPLING = OptionGroup(
     },
     _sampling,
 )
+# llama.cpp's memory and speed flags, as its common/arg.cpp names them.
+CACHE_TYPE_CHOICES = "|".join(CACHE_TYPES)
+TUNING_OPTIONS = {
+    "cache_type_k": (
+        str,
+        typer.Option(
+            "f16",
+            "--cache-type-k",
+            "-ctk",
+            metavar=CACHE_TYPE_CHOICES,
+            help="KV cache type for K; q8_0 halves the cache's memory (changes the "
+            "model's numbers: its text may differ from f16's).",
+        ),
+    ),
+    "cache_type_v": (
+        str,
+        typer.Option(
+            "f16",
+            "--cache-type-v",
+            "-ctv",
+            metavar=CACHE_TYPE_CHOICES,
+            help="KV cache type for V; a quantized one needs flash attention.",
+        ),
+    ),
+    "cache_type_k_draft": (
+        str | None,
+        typer.Option(
+            None,
+            "--cache-type-k-draft",
+            "-ctkd",
+            metavar=CACHE_TYPE_CHOICES,
+            show_default=False,
+            help="The draft model's KV cache type for K (default: the target's).",
+        ),
+    ),
+    "cache_type_v_draft": (
+        str | None,
+        typer.Option(
+            None,
+            "--cache-type-v-draft",
+            "-ctvd",
+            metavar=CACHE_TYPE_CHOICES,
+            show_default=False,
+            help="The draft model's KV cache type for V (default: the target's).",
+        ),
+    ),
+    "flash_attn": (
+        str,
+        typer.Option(
+            "auto",
+            "--flash-attn",
+            "-fa",
+            metavar="on|off|auto",
+            help="Flash attention (auto: where the device supports it).",
+        ),
+    ),
+    "mmap": (
+        bool,
+        typer.Option(
+            True,
+            "--mmap/--no-mmap",
+            help="Map the model file (--no-mmap reads it into memory: slower to load, "
+            "no page-outs).",
+        ),
+    ),
+    "mlock": (
+        bool,
+        typer.Option(False, "--mlock", help="Keep the weights in RAM: never swapped or paged out."),
+    ),
+    "threads_batch": (
+        int | None,
+        typer.Option(
+            None,
+            "--threads-batch",
+            "-tb",
+            min=1,
+            show_default=False,
+            help="CPU threads for prompts and verify batches (default: --threads).",
+        ),
+    ),
+    "rope_scaling": (
+        str | None,
+        typer.Option(
+            None,
+            "--rope-scaling",
+            metavar="none|linear|yarn",
+            show_default=False,
+            help="RoPE scaling method (default: the model's, else linear).",
+        ),
+    ),
+    "rope_scale": (
+        float | None,
+        typer.Option(
+            None,
+            "--rope-scale",
+            metavar="N",
+            show_default=False,
+            help="Stretch the context N times: with --ctx past the trained context, "
+            "e.g. --rope-scaling yarn --rope-scale 4.",
+        ),
+    ),
+    "rope_freq_base": (
+        float | None,
+        typer.Option(
+            None,
+            "--rope-freq-base",
+            metavar="N",
+            show_default=False,
+            help="RoPE base frequency, NTK-aware scaling (default: the model's).",
+        ),
+    ),
+    "rope_freq_scale": (
+        float | None,
+        typer.Option(
+            None,
+            "--rope-freq-scale",
+            metavar="N",
+            show_default=False,
+            help="RoPE frequency scale: the context stretched 1/N times (default: the model's).",
+        ),
+    ),
+    "yarn_orig_ctx": (
+        int | None,
+        typer.Option(
+            None,
+            "--yarn-orig-ctx",
+            metavar="N",
+            min=1,
+            show_default=False,
+            help="YaRN: the model's original context (default: its trained context).",
+        ),
+    ),
+}
 LOAD = OptionGroup(
     "load",
     {
@@ -633,6 +856,7 @@ LOAD = OptionGroup(
                 "verified in one pass (1: chains).",
             ),
         ),
+        **TUNING_OPTIONS,
     },
     _load,
 )
@@ -707,7 +931,12 @@ def load_notes(model: Model, requested: LoadOptions) -> None:
     """Once the models are loaded: say when the context is not the --ctx asked for, and what
     --reproducible does."""
     asked = requested.n_ctx
-    if asked is not None and model.n_ctx < asked:
+    if asked is not None and model.n_ctx < asked and model.n_ctx_reach != model.n_ctx_train:
+        note(
+            f"--ctx {asked} is more than {model.name} reaches with its RoPE scaling "
+            f"({model.n_ctx_reach}); using {model.n_ctx}"
+        )
+    elif asked is not None and model.n_ctx < asked:
         note(
             f"--ctx {asked} is more than {model.name} was trained for ({model.n_ctx_train}); "
             f"using {model.n_ctx}"
