@@ -242,6 +242,8 @@ class Api:
             Route(infill.PATH, self.infill, methods=["POST"]),
             Route("/openapi.json", self.openapi),
             *(route for family in FAMILIES for route in family.routes(self)),
+            # Ollama's clients check that a server is up at `/` (HEAD too: Starlette's GET).
+            *([Route("/", ollama.running)] if ollama.FAMILY in FAMILIES else []),
         ]
         return Starlette(
             routes=routes,

@@ -1,5 +1,6 @@
-"""Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`, `/api/ps`,
-`/api/version`) over the same engine and slots as OpenAI's. A request is read as its declared
+"""Ollama's API (`/api/chat`, `/api/generate`, `/api/embed`, `/api/tags`, `/api/show`,
+`/api/ps`, `/api/version`, and `GET /`'s "Ollama is running") over the same engine, slots and
+embedding models as OpenAI's. A request is read as its declared
 body here, becomes the OpenAI body it means (checked by requests.py as that one is: models,
 sampling, constraints, tools), and is answered from its job's parts as Ollama writes them:
 NDJSON objects as they come (Ollama streams unless told not to) or one object, durations in
@@ -20,11 +21,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from specrun import __version__
@@ -32,7 +33,7 @@ from specrun.core.sampling import SamplingParams
 from specrun.engine import Engine
 from specrun.llama.gguf import file_type_name, tensors_and_metadata
 from specrun.llama.model import DEFAULT_CTX
-from specrun.server import answers
+from specrun.server import answers, embeddings
 from specrun.server.bodies import (
     Body,
     ChatCompletionRequest,
@@ -88,6 +89,9 @@ OLLAMA_FIELDS = {
     "json_schema": "format",
     "response_format": "format",
 }
+# The older /api/embeddings' field by the name /api/embed (and so `embed`) gives it.
+EMBEDDINGS_FIELDS = {"input": "prompt"}
+RUNNING = "Ollama is running"  # what Ollama answers at `/`, where clients look for it
 # Ollama's routes that manage models: specrun's commands do that.
 MANAGEMENT = (
     ("/api/pull", "POST"),
@@ -172,6 +176,10 @@ class ChatBody(Asked):
     messages: list[MessageBody] = Field(default_factory=list)
     tools: list[ToolDefinition] | None = None
 
+    @property
+    def asks_nothing(self) -> bool:
+        return not self.messages
+
 
 class GenerateBody(Asked):
     """An /api/generate body: a prompt, sent as the user's message (`raw`: as is)."""
@@ -184,6 +192,33 @@ class GenerateBody(Asked):
     raw: bool = False
     images: list[str] | None = None
 
+    @property
+    def asks_nothing(self) -> bool:
+        return not (self.prompt or self.suffix)
+
+
+Asking = TypeVar("Asking", "ChatBody", "GenerateBody")
+
+
+class EmbedBody(Body):
+    """An /api/embed body: texts to embed (none: a model to load). An input longer than the
+    model's context is refused, as Ollama refuses it under `truncate: false`: cutting it would
+    embed another text."""
+
+    model: str = Field(min_length=1)
+    input: Annotated[str | list[str], one_error("a string or a list of strings")] = ""
+    truncate: bool = True
+    dimensions: int | None = Field(None, description="the model's own: its vectors' size")
+    keep_alive: float | str | None = None
+
+
+class EmbeddingsBody(Body):
+    """An /api/embeddings body (Ollama's older route): one text to embed."""
+
+    model: str = Field(min_length=1)
+    prompt: str = ""
+    keep_alive: float | str | None = None
+
 
 class ShowBody(Body):
     model: str = ""
@@ -194,16 +229,22 @@ class ShowBody(Body):
 # --- names ----------------------------------------------------------------------------------
 
 
-def _model(named: str, pool: ModelPool) -> Served[Engine]:
-    """The generation model an Ollama name means: a name the server gives it, in any case, with
+def _model_id(named: str, pool: ModelPool) -> str:
+    """The id of the model an Ollama name means: a name the server gives it, in any case, with
     or without Ollama's default tag (clients write `model:latest`); else Ollama's 404."""
-    served = pool.served
-    known = {name.lower(): served[i] for name, i in pool.names.items() if i in served}
+    known = {name.lower(): model_id for name, model_id in pool.names.items()}
     asked = named.lower()
     found = known.get(asked) or known.get(asked.removesuffix(LATEST))
     if found is None:
         raise ApiError(404, f"model '{echoed(named)}' not found", code="model_not_found")
     return found
+
+
+def _model(named: str, pool: ModelPool) -> Served[Engine]:
+    """The generation model an Ollama name means (an embedding model's name: a 400)."""
+    model_id = _model_id(named, pool)
+    embeddings.check_generates(pool, model_id)
+    return pool.served[model_id]
 
 
 # --- into a GenerationRequest ---------------------------------------------------------------
@@ -242,9 +283,9 @@ def _openai_fields(asked: Asked, model_id: str) -> dict[str, Any]:
     return fields
 
 
-def _in_ollama_terms(error: ApiError) -> ApiError:
+def _in_ollama_terms(error: ApiError, fields: Mapping[str, str] = OLLAMA_FIELDS) -> ApiError:
     """requests.py's error about a field of the OpenAI body, naming the Ollama field instead."""
-    field_name = OLLAMA_FIELDS.get(error.param or "")
+    field_name = fields.get(error.param or "")
     if field_name is None:
         return error
     return ApiError(
@@ -319,18 +360,14 @@ def generate_generation(
     asked: GenerateBody, model_id: str, names: Mapping[str, str], defaults: SamplingParams
 ) -> GenerationRequest:
     """An /api/generate body's generation: its prompt as the user's message after its system
-    one, or (`raw`) sent as is, as /v1/completions sends its prompt."""
+    one, or (`raw`) sent as is, as /v1/completions sends its prompt; with a `suffix`, the text
+    between the two, as /v1/completions fills it in (400 naming `suffix` for a model without
+    fill-in-the-middle tokens)."""
     if asked.images:
         raise ApiError(
             400,
             "`images`: specrun serves text models, which cannot read images",
             code="invalid_value",
-        )
-    if asked.suffix:
-        raise ApiError(
-            400,
-            "`suffix` asks for text after the answer (infill), which this server does not do yet",
-            code="unsupported_parameter",
         )
     if asked.template:  # Ollama's are Go templates; specrun renders the GGUF's Jinja one
         raise ApiError(
@@ -347,13 +384,17 @@ def generate_generation(
         )
     if asked.raw and asked.system:
         raise ApiError(400, "raw mode does not support template, system, or context")
-    if asked.raw and asked.think is not None:  # the template's toggle: a raw prompt has none
-        raise ApiError(400, "`think` is the chat template's: a `raw` prompt is sent as is")
+    bare = "`raw`" if asked.raw else "`suffix`" if asked.suffix else None
+    if bare and asked.think is not None:  # the template's toggle: these prompts are not its
+        raise ApiError(400, f"`think` is the chat template's: a {bare} prompt is sent without it")
+    if asked.suffix and asked.system:
+        raise ApiError(400, "`system` is the chat template's: a `suffix` prompt is sent without it")
     fields = _openai_fields(asked, model_id)
     try:
-        if asked.raw:
+        if bare:
+            text = {"prompt": asked.prompt, "suffix": asked.suffix}
             return completion_request(
-                checked(CompletionRequest, {**fields, "prompt": asked.prompt}), names, defaults
+                checked(CompletionRequest, {**fields, **text}), names, defaults
             )
         system = [{"role": "system", "content": asked.system}] if asked.system else []
         messages = [*system, {"role": "user", "content": asked.prompt}]
@@ -575,35 +616,71 @@ class OllamaApi:
     async def chat(self, request: Request) -> Response:
         """Ollama's chat: a conversation's next message, streamed as NDJSON objects unless
         `stream` is false."""
-        clock = Clock()
-        asked = validated(ChatBody, await self.server.body(request))
-        model = await self._model(asked)
-        if not asked.messages:
-            return _loaded(asked, _chat_fields)
-        worker = self.server.worker
-        generation = await asyncio.to_thread(
-            chat_generation, asked, model.id, worker.pool.names, worker.defaults
-        )
-        return await self._answer(request, asked, generation, _chat_fields, clock)
+        return await self._generation(request, ChatBody, chat_generation, _chat_fields)
 
     async def generate(self, request: Request) -> Response:
-        """Ollama's generate: text answering a prompt, streamed as NDJSON objects unless
-        `stream` is false."""
-        clock = Clock()
-        asked = validated(GenerateBody, await self.server.body(request))
-        model = await self._model(asked)
-        if not asked.prompt:
-            return _loaded(asked, _generate_fields)
-        worker = self.server.worker
-        generation = await asyncio.to_thread(
-            generate_generation, asked, model.id, worker.pool.names, worker.defaults
-        )
-        return await self._answer(request, asked, generation, _generate_fields, clock)
+        """Ollama's generate: text answering a prompt (or, with a `suffix`, filling in between
+        the two), streamed as NDJSON objects unless `stream` is false."""
+        return await self._generation(request, GenerateBody, generate_generation, _generate_fields)
 
-    async def _model(self, asked: Asked) -> Served[Engine]:
-        model = _model(asked.model, self.server.worker.pool)
+    async def _generation(
+        self,
+        request: Request,
+        declared: type[Asking],
+        generation_of: Callable[
+            [Asking, str, Mapping[str, str], SamplingParams], GenerationRequest
+        ],
+        fields: Fields,
+    ) -> Response:
+        clock = Clock()
+        asked = validated(declared, await self.server.body(request))
+        worker = self.server.worker
+        model = _model(asked.model, worker.pool)
         await asyncio.to_thread(_check_context, asked, model)  # may read the file's header
-        return model
+        if asked.asks_nothing:
+            return _loaded(asked, fields)
+        generation = await asyncio.to_thread(
+            generation_of, asked, model.id, worker.pool.names, worker.defaults
+        )
+        return await self._answer(request, asked, generation, fields, clock)
+
+    async def embed(self, request: Request) -> Response:
+        """Ollama's embed: each input's vector, at unit length, by an embedding model
+        (`specrun serve --embedding-model`)."""
+        clock = Clock()
+        asked = validated(EmbedBody, await self.server.body(request))
+        pool = self.server.worker.pool
+        model_id = _model_id(asked.model, pool)
+        listed = isinstance(asked.input, list)
+        if isinstance(asked.input, list):
+            inputs = asked.input
+        else:
+            inputs = [asked.input] if asked.input else []
+        if not inputs:  # Ollama's load: here the model loads at its first request
+            return JSONResponse({"model": asked.model, "embeddings": []})
+        embedded = await embeddings.embed(pool, model_id, inputs, asked.dimensions, listed=listed)
+        return JSONResponse(
+            {
+                "model": asked.model,
+                "embeddings": embedded.vectors.tolist(),
+                "total_duration": _ns(time.perf_counter() - clock.started),
+                "prompt_eval_count": embedded.prompt_tokens,
+            }
+        )
+
+    async def embeddings(self, request: Request) -> Response:
+        """Ollama's older embeddings route: one prompt's vector, at unit length (Ollama's is
+        as the model pools it)."""
+        asked = validated(EmbeddingsBody, await self.server.body(request))
+        pool = self.server.worker.pool
+        model_id = _model_id(asked.model, pool)
+        if not asked.prompt:
+            return JSONResponse({"embedding": []})
+        try:
+            embedded = await embeddings.embed(pool, model_id, [asked.prompt], listed=False)
+        except ApiError as error:
+            raise _in_ollama_terms(error, EMBEDDINGS_FIELDS) from None
+        return JSONResponse({"embedding": embedded.vectors[0].tolist()})
 
     async def _answer(
         self,
@@ -631,7 +708,8 @@ class OllamaApi:
 
     async def tags(self, request: Request) -> Response:
         """The models this server answers for, as Ollama lists the models it has."""
-        served = list(self.server.worker.pool.served.values())
+        pool = self.server.worker.pool
+        served: list[Served[Any]] = [*pool.served.values(), *pool.embedding.values()]
         return JSONResponse({"models": await asyncio.to_thread(lambda: list(map(_listed, served)))})
 
     async def ps(self, request: Request) -> Response:
@@ -716,6 +794,11 @@ def _running(model: Served[Any], keep_alive: float | None) -> dict[str, object]:
     return listed
 
 
+async def running(request: Request) -> Response:
+    """Ollama's answer at `/`, where its clients check that a server is up."""
+    return PlainTextResponse(RUNNING)
+
+
 def routes(server: Service) -> list[Route]:
     api = OllamaApi(server)
     return [
@@ -724,6 +807,8 @@ def routes(server: Service) -> list[Route]:
         Route("/api/tags", api.tags, methods=["GET"]),
         Route("/api/ps", api.ps, methods=["GET"]),
         Route("/api/show", api.show, methods=["POST"]),
+        Route("/api/embed", api.embed, methods=["POST"]),
+        Route("/api/embeddings", api.embeddings, methods=["POST"]),
         Route("/api/version", api.version, methods=["GET"]),
         *(Route(path, api.unmanaged, methods=[method]) for path, method in MANAGEMENT),
     ]
@@ -742,5 +827,7 @@ BODIES: dict[str, type[BaseModel]] = {
     "/api/chat": ChatBody,
     "/api/generate": GenerateBody,
     "/api/show": ShowBody,
+    "/api/embed": EmbedBody,
+    "/api/embeddings": EmbeddingsBody,
 }
 FAMILY = Family("ollama", ("/api/",), routes, BODIES, error_body)

@@ -1,7 +1,8 @@
 """Ollama's API as its clients meet it: the real `ollama` Python client (and httpx, where a test
 must see the wire) against a real `specrun serve` on tiny models: the target with a draft, the
-same target again without one, a model with Llama 3.1's chat template (which renders tools)
-and one with DeepSeek-R1's (which thinks)."""
+same target again without one, a model with Llama 3.1's chat template (which renders tools),
+one with DeepSeek-R1's (which thinks), one with fill-in-the-middle tokens, and an embedding
+model."""
 
 from __future__ import annotations
 
@@ -10,13 +11,23 @@ import shutil
 from pathlib import Path
 
 import httpx
+import numpy as np
 import ollama
 import pytest
 
+from tests.support.processes import DEADLINE
 from tests.support.server import Server
-from tests.support.tinymodels import N_CTX, TEMPLATE_MODELS, TEMPLATES, write_template_model
+from tests.support.tinymodels import (
+    FIM_TOKENS,
+    N_CTX,
+    TEMPLATE_MODELS,
+    TEMPLATES,
+    write_template_model,
+    write_tiny_model,
+)
 
 GREEDY = {"temperature": 0, "num_predict": 24}
+FIM_PREFIX, FIM_SUFFIX = "def the_cat():\n    the sea", "\n    return the dog\n"
 HELLO = [{"role": "user", "content": "hello world"}]
 CONVERSATION = [
     {"role": "system", "content": "the sun and the moon"},
@@ -66,15 +77,22 @@ def models(tmp_path_factory: pytest.TempPathFactory, tiny_target: Path) -> dict[
         "plain": plain,
         "llama31": write_template_model(folder / "llama31.gguf", "llama-3.1"),
         "r1": write_template_model(folder / "r1.gguf", "deepseek-r1"),
+        "coder": write_tiny_model(folder / "coder.gguf", specials=FIM_TOKENS),
     }
 
 
 @pytest.fixture(scope="module")
-def server(tiny_target: Path, tiny_draft: Path, models: dict[str, Path]):
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("ollama-embed") / "embedder.gguf", pooling=1)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_target: Path, tiny_draft: Path, models: dict[str, Path], embedder: Path):
     others = [option for path in models.values() for option in ("--model", str(path))]
     running = Server(
-        "-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3", "--parallel", "2", *others
-    )
+        "-t", str(tiny_target), "-d", str(tiny_draft), "--gamma", "3", "--parallel", "2", *others,
+        "--embedding-model", str(embedder),
+    )  # fmt: skip
     yield running
     assert running.stop() == 0
 
@@ -199,12 +217,67 @@ def test_think_is_the_templates_thinking_toggle(client):
     assert refused.value.status_code == 400 and "`think`" in refused.value.error
 
 
+def test_generate_with_a_suffix_fills_in_the_middle_as_completions_do(server, client):
+    """Continue's and other editors' autocomplete through Ollama: the model's FIM tokens."""
+    asked = dict(model="coder", prompt=FIM_PREFIX, suffix=FIM_SUFFIX)
+    whole = client.generate(**asked, options=GREEDY)
+    completion = server.client().completions.create(
+        model="coder", prompt=FIM_PREFIX, suffix=FIM_SUFFIX, temperature=0, max_tokens=24
+    )
+    assert whole.response == completion.choices[0].text and whole.response
+    assert whole.prompt_eval_count == completion.usage.prompt_tokens
+    streamed = client.generate(**asked, options=GREEDY, stream=True)
+    assert "".join(part.response for part in streamed) == whole.response
+    plain = client.generate(model="coder", prompt=FIM_PREFIX, raw=True, options=GREEDY)
+    assert plain.prompt_eval_count < whole.prompt_eval_count  # the suffix is in the prompt
+    # A model without FIM tokens cannot, and says which field asked.
+    error = refused(lambda: client.generate(model="plain", prompt="a", suffix="b"))
+    assert error.status_code == 400 and "`suffix`" in error.error, error.error
+
+
+def test_embed_gives_v1_embeddings_vectors(server, client):
+    texts = ["the cat is blue", "hello world"]
+    ours = client.embed(model="embedder:latest", input=texts)
+    openai = server.client().embeddings.create(model="embedder", input=texts)
+    assert ours.model == "embedder:latest" and len(ours.embeddings) == len(texts)
+    for vector, item in zip(ours.embeddings, openai.data, strict=True):
+        assert np.allclose(vector, item.embedding, atol=1e-6)
+        assert abs(np.linalg.norm(vector) - 1) < 1e-5  # Ollama's vectors are at unit length too
+    assert ours.prompt_eval_count == openai.usage.prompt_tokens
+    one = client.embed(model="embedder", input=texts[0])
+    older = client.embeddings(model="embedder", prompt=texts[0])  # /api/embeddings
+    assert np.allclose(one.embeddings[0], ours.embeddings[0], atol=1e-6)
+    assert np.allclose(older.embedding, ours.embeddings[0], atol=1e-6)
+    assert client.embed(model="embedder", input=[]).embeddings == []  # Ollama's load
+
+
+def test_what_cannot_be_embedded_is_a_400_naming_the_field(client):
+    generates = refused(lambda: client.embed(model="target", input="hi"))
+    assert generates.status_code == 400 and "`model`" in generates.error
+    empty = refused(lambda: client.embed(model="embedder", input=["hi", ""]))
+    assert empty.status_code == 400 and "`input[1]`" in empty.error
+    long = refused(lambda: client.embeddings(model="embedder", prompt="the sea " * N_CTX))
+    assert long.status_code == 400 and "`prompt`" in long.error, long.error
+    embeds = refused(lambda: client.chat(model="embedder", messages=HELLO))
+    assert embeds.status_code == 400 and "`model`" in embeds.error
+
+
+def test_the_root_says_ollama_is_running(server):
+    """Where Ollama's clients (and their users' scripts) check that a server is up."""
+    answer = httpx.get(server.url + "/", timeout=DEADLINE)
+    assert (answer.status_code, answer.text) == (200, "Ollama is running")
+    assert httpx.head(server.url + "/", timeout=DEADLINE).status_code == 200
+
+
 # --- models ----------------------------------------------------------------------------------
 
 
 def test_tags_list_the_models_served(client, tiny_target, models):
     listed = {model.model: model for model in client.list().models}
-    assert listed.keys() == {"target:latest", "plain:latest", "llama31:latest", "r1:latest"}
+    assert listed.keys() == {
+        *("target:latest", "plain:latest", "llama31:latest", "r1:latest", "coder:latest"),
+        "embedder:latest",  # as Ollama lists its embedding models with the others
+    }
     target = listed["target:latest"]
     assert target.size == tiny_target.stat().st_size and target.modified_at is not None
     details = target.details

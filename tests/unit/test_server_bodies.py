@@ -605,6 +605,8 @@ PLACES: dict[str, tuple[type[BaseModel], str, dict[str, Any], Any]] = {
     # Ollama's
     "ollama_ChatBody": (ollama.ChatBody, "", OLLAMA_CHAT, lambda o: o),
     "ollama_GenerateBody": (ollama.GenerateBody, "", {"model": "target"}, lambda o: o),
+    "ollama_EmbedBody": (ollama.EmbedBody, "", {"model": "target"}, lambda o: o),
+    "ollama_EmbeddingsBody": (ollama.EmbeddingsBody, "", {"model": "target"}, lambda o: o),
     "ollama_MessageBody": (
         ollama.ChatBody,
         "messages[0].",
