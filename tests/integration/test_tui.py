@@ -5,28 +5,33 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import pytest
+from rich.text import Text
+from textual import events
 from textual.pilot import Pilot
-from textual.widgets import Input, Sparkline
+from textual.widgets import Sparkline
 
 from specrun.core.loop import Prefill, Round
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
 from specrun.engine import Engine
 from specrun.errors import SpecrunError
-from specrun.options import DraftOptions, LoadOptions
+from specrun.options import PROMPT_LOOKUP, DraftOptions, LoadOptions, PromptLookup
 from specrun.prompt import Message, render
+from specrun.system.formatting import format_or_dash
 from specrun_tui import SpecrunApp
 from specrun_tui.engine_process import EngineProcess
-from specrun_tui.generation import Figures
+from specrun_tui.generation import Figures, summary_line
 from specrun_tui.screens import ChatScreen, HelpScreen, LoadingScreen
 from specrun_tui.widgets import (
     Answer,
     Entry,
     FiguresPanel,
+    MessageBox,
     ModelBar,
     Transcript,
 )
@@ -51,6 +56,16 @@ def load_once(gate: Path, target: Path, draft: Path) -> Engine:
     return load(target, draft)
 
 
+def draft_for(target: Path, spec: str) -> Callable[[], Engine]:
+    """`/draft SPEC` for the tiny models, as the command line resolves `--draft`: a draft
+    file, `lookup` or `none`; anything else names no draft."""
+    drafts: dict[str, Path | PromptLookup | None] = {"lookup": PROMPT_LOOKUP, "none": None}
+    if spec not in drafts and not Path(spec).is_file():
+        raise SpecrunError(f"no draft {spec}: no such file")
+    draft = drafts[spec] if spec in drafts else Path(spec)
+    return partial(Engine.load, target, draft, params=GREEDY, drafting=DraftOptions(gamma="3"))
+
+
 def fail() -> Engine:
     raise SpecrunError("model file not found: nowhere.gguf")
 
@@ -62,7 +77,9 @@ def crash() -> Engine:
 
 @pytest.fixture
 def engine(tiny_target: Path, tiny_draft: Path):
-    with EngineProcess(partial(load, tiny_target, tiny_draft)) as engine:
+    with EngineProcess(
+        partial(load, tiny_target, tiny_draft), load_draft=partial(draft_for, tiny_target)
+    ) as engine:
         yield engine
 
 
@@ -81,18 +98,29 @@ async def until(pilot: Pilot, condition, timeout: float = 20.0) -> None:
 
 
 async def say(pilot: Pilot, text: str) -> ChatScreen:
-    """Type a line into the input box, press Enter and wait until any answer is done."""
+    """Type a line into the message box, press Enter and wait until any answer is done
+    (and any command the engine carries out)."""
     screen = await loaded(pilot)
-    screen.query_one(Input).value = text
+    screen.query_one(MessageBox).load_text(text)
     await pilot.press("enter")
-    await until(pilot, lambda: not screen.generating)
+    await until(pilot, lambda: not screen.generating and screen.busy is None, timeout=60)
     await pilot.pause()
     return screen
 
 
 def notices(screen: ChatScreen) -> list[str]:
     return [
-        e.text.plain for e in screen.transcript.entries if isinstance(e, Entry) and e.kind != "user"
+        e.text.plain
+        for e in screen.transcript.entries
+        if isinstance(e, Entry) and e.kind in ("notice", "error")
+    ]
+
+
+def summaries(screen: ChatScreen) -> list[str]:
+    return [
+        e.text.plain
+        for e in screen.transcript.entries
+        if isinstance(e, Entry) and e.kind == "summary"
     ]
 
 
@@ -119,7 +147,7 @@ async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(
     app = SpecrunApp(engine, max_tokens=24)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await say(pilot, "hello world")
-        [user, answer, _] = screen.transcript.entries
+        [user, answer, summary, _] = screen.transcript.entries
         assert user.kind == "user" and user.text.plain == "hello world"
         assert "▌ hello world" in shown(screen.transcript)
         expected = greedy_answer(tiny_target, tiny_draft, [Message("user", "hello world")], 24)
@@ -135,6 +163,14 @@ async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(
         labels = " ".join(str(label.render()) for label in panel.query(".figure"))
         assert f"{stats.acceptance_rate * 100:.0f}%" in labels and "(fixed:3)" in labels
         assert "stopped at the token limit" in notices(screen)[-1]
+        # Under the answer, one line of its figures: the very ones Stats computed.
+        assert summary.kind == "summary"
+        assert summary.text.plain == (
+            f"24 tokens · {stats.tokens_per_second:.1f} tok/s · "
+            f"TTFT {stats.time_to_first_token * 1000:.0f} ms · draft draft.gguf · "
+            f"est. speedup {format_or_dash(stats.estimated_speedup, '.2f', 'x')}"
+        )
+        assert summary.text.plain in shown(screen.transcript)
 
 
 @pytest.mark.asyncio
@@ -177,10 +213,32 @@ async def test_slash_commands_change_the_settings(engine, tiny_target, tiny_draf
         assert engine.policy == "heuristic"
         assert screen.query_one(FiguresPanel).latest.policy == "heuristic"
 
+        # Each setting is confirmed in the transcript, in one line.
+        assert notices(screen) == [
+            "set temperature = 0.5",
+            "set top_k = 7",
+            "set seed = none",
+            "set γ policy = heuristic",
+        ]
+
         await say(pilot, "/set top_p 2")
         await say(pilot, "/set gamma many")
+        await say(pilot, "/set temp warm")
+        await say(pilot, "/set")
         await say(pilot, "/frobnicate")
-        assert len(notices(screen)) == 3
+        # What cannot be set is refused, in one line naming the command.
+        assert notices(screen)[4:] == [
+            "/set: `top_p` must be in (0, 1], got 2.0",
+            "/set: `gamma` must be auto, heuristic or a number, got 'many'",
+            "/set temp: 'warm' is not a number",
+            "usage: /set NAME VALUE, NAME one of temp, top_k, top_p, min_p, seed, max_tokens, "
+            "gamma",
+            "unknown command /frobnicate; /help lists the commands",
+        ]
+        errors = [
+            e for e in screen.transcript.entries if isinstance(e, Entry) and e.kind == "error"
+        ]
+        assert len(errors) == 5
         assert (
             engine.params.top_p == 0.95 and engine.policy == "heuristic"
         )  # refused values change nothing
@@ -202,6 +260,117 @@ async def test_slash_commands_change_the_settings(engine, tiny_target, tiny_draf
         assert not screen.transcript.entries and not screen.transcript.lines
         await say(pilot, "hello")  # the conversation starts over, with the system prompt
         assert answers(screen)[-1].text == expected
+
+
+def user_texts(screen: ChatScreen) -> list[str]:
+    return [e.text.plain for e in screen.transcript.entries if getattr(e, "kind", "") == "user"]
+
+
+PASTED = "Fix the typo in this list:\r- apples\r- bananna\r\r- cherries"  # as terminals paste
+
+
+@pytest.mark.asyncio
+async def test_a_pasted_text_is_sent_whole_and_newline_keys_add_lines(
+    engine, tiny_target, tiny_draft
+):
+    app = SpecrunApp(engine, max_tokens=8)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await loaded(pilot)
+        box = screen.query_one(MessageBox)
+        app.post_message(events.Paste(PASTED))  # as the driver does with a bracketed paste
+        await pilot.pause()
+        await pilot.press("enter")
+        await until(pilot, lambda: not screen.generating)
+        whole = "Fix the typo in this list:\n- apples\n- bananna\n\n- cherries"
+        assert user_texts(screen) == [whole] and box.text == ""
+        assert "▌ - bananna" in shown(screen.transcript)  # each line shown
+        first = greedy_answer(tiny_target, tiny_draft, [Message("user", whole)], 8)
+        assert answers(screen)[0].text == first  # the engine answered all of it
+
+        # Shift+Enter (kitty's keyboard protocol) and Ctrl+J (any terminal) start new lines.
+        await pilot.press(*"one", "shift+enter", *"two", "ctrl+j", *"three")
+        assert box.text == "one\ntwo\nthree"
+        await pilot.press("enter")
+        await until(pilot, lambda: not screen.generating)
+        assert user_texts(screen)[-1] == "one\ntwo\nthree"
+        turns = [
+            Message("user", whole),
+            Message("assistant", first),
+            Message("user", "one\ntwo\nthree"),
+        ]
+        assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
+
+        # A message sent while an answer is under way stays in the box.
+        screen.send("a long one")
+        box.load_text("wait for me")
+        await pilot.press("enter")
+        assert box.text == "wait for me"
+        await until(pilot, lambda: not screen.generating)
+
+
+@pytest.mark.asyncio
+async def test_retry_answers_the_last_message_again_in_place(engine, tiny_target, tiny_draft):
+    app = SpecrunApp(engine, max_tokens=8)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await say(pilot, "/retry")
+        assert notices(screen)[-1] == "/retry: no answer to retry yet"
+        await say(pilot, "/set temp 1.5")
+        await say(pilot, "/set seed none")
+        await say(pilot, "the cat")
+        first = answers(screen)[0].text
+        await say(pilot, "/retry")
+        [retried] = answers(screen)  # in place of the first
+        assert user_texts(screen) == ["the cat"] and len(summaries(screen)) == 1
+        # The conversation holds the new answer: the next turn follows it, not the first.
+        await say(pilot, "/set temp 0")
+        await say(pilot, "/set seed 1")
+        await say(pilot, "and the dog")
+        turns = [
+            Message("user", "the cat"),
+            Message("assistant", retried.text),
+            Message("user", "and the dog"),
+        ]
+        assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
+        assert retried.text != first or not first  # sampled at 1.5: another answer
+
+
+@pytest.mark.asyncio
+async def test_draft_switches_the_draft_and_keeps_the_conversation(
+    engine, tiny_target, tiny_draft, tiny_foreign
+):
+    app = SpecrunApp(engine, max_tokens=8)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await say(pilot, "hello world")
+        first = answers(screen)[0].text
+        await say(pilot, "/draft lookup")
+        assert notices(screen)[-2:] == [
+            "loading the draft lookup…",
+            "draft lookup, γ policy fixed:3",
+        ]
+        assert "draft lookup" in str(screen.query_one(ModelBar).render())
+        await say(pilot, "and then")
+        assert "· draft lookup ·" in summaries(screen)[-1]
+        # Greedy output is the target's whatever the draft: the conversation went on.
+        turns = [
+            Message("user", "hello world"),
+            Message("assistant", first),
+            Message("user", "and then"),
+        ]
+        assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
+
+        # What cannot be a draft is refused in one line, and the draft stays.
+        await say(pilot, "/draft nowhere.gguf")
+        assert notices(screen)[-1] == "/draft: no draft nowhere.gguf: no such file"
+        await say(pilot, f"/draft {tiny_foreign}")  # loads, but its vocabulary is another's
+        refusal = notices(screen)[-1]
+        assert refusal.startswith("/draft: ") and refusal.endswith("; the draft stays lookup")
+        assert "\n" not in refusal and engine.draft == "lookup"
+        await say(pilot, "/draft none")
+        assert notices(screen)[-1] == "no draft: plain decoding" and engine.draft == "none"
+        await say(pilot, "and then?")
+        assert summaries(screen)[-1].split(" · ")[3] == "no draft"
+        turns += [Message("assistant", answers(screen)[1].text), Message("user", "and then?")]
+        assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
 
 
 @pytest.mark.asyncio
@@ -348,7 +517,8 @@ KNOWN_ROUNDS = [  # (γ, drafted, accepted, draft s, verify s, overhead s)
 ]
 
 
-def known_readings() -> list[Figures]:
+def known_readings() -> tuple[Stats, list[Figures]]:
+    """A Stats of the known rounds, and the panel's reading after each."""
     stats, readings = Stats(), []
     stats.add(Prefill(prompt_tokens=20, evaluated=20, seconds=0.05))
     for gamma, drafted, accepted, draft_s, verify_s, overhead_s in KNOWN_ROUNDS:
@@ -367,7 +537,7 @@ def known_readings() -> list[Figures]:
             )
         )
         readings.append(Figures.read(stats, "fixed:3"))
-    return readings
+    return stats, readings
 
 
 def load_on_cpu(target: Path, draft: Path) -> Engine:
@@ -387,11 +557,15 @@ def cpu_engine(tiny_target: Path, tiny_draft: Path):
 def test_snapshot_of_the_chat_after_an_answer(snap_compare, cpu_engine):
     async def answer_then_fix_the_figures(pilot: Pilot) -> None:
         screen = await loaded(pilot)
-        screen.query_one(Input).cursor_blink = False
+        screen.query_one(MessageBox).cursor_blink = False
         await say(pilot, "hello world")
+        stats, readings = known_readings()
         panel = screen.query_one(FiguresPanel)
         panel.reset()
-        panel.show(known_readings())
+        panel.show(readings)
+        [summary] = [e for e in screen.transcript.entries if getattr(e, "kind", "") == "summary"]
+        summary.text = Text(summary_line(stats, "draft.gguf"))
+        screen.transcript.redraw(summary)
 
     app = SpecrunApp(cpu_engine, max_tokens=24)
     assert snap_compare(app, run_before=answer_then_fix_the_figures, terminal_size=(110, 32))
@@ -400,7 +574,7 @@ def test_snapshot_of_the_chat_after_an_answer(snap_compare, cpu_engine):
 def test_snapshot_of_the_help_screen(snap_compare, cpu_engine):
     async def stop_the_cursor_blinking(pilot: Pilot) -> None:
         screen = await loaded(pilot)
-        screen.query_one(Input).cursor_blink = False
+        screen.query_one(MessageBox).cursor_blink = False
 
     app = SpecrunApp(cpu_engine)
     assert snap_compare(

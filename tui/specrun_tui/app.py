@@ -7,12 +7,12 @@ import sys
 
 from textual.app import App
 from textual.binding import Binding
-from textual.widgets import Input
 
 from specrun_tui.commands import SetSystem
 from specrun_tui.engine_process import EngineProcess
 from specrun_tui.messages import Ended, Loaded, LoadFailed
 from specrun_tui.screens import ChatScreen, LoadingScreen
+from specrun_tui.widgets import MessageBox
 
 # How often the app reads what the engine process sent. Each read that brings text
 # repaints the screen, a few milliseconds of CPU taken from llama.cpp's threads, so
@@ -63,7 +63,7 @@ class SpecrunApp(App[None]):
             self.chat.action_stop()
             return
         focused = self.focused
-        if isinstance(focused, Input) and focused.selected_text:
+        if isinstance(focused, MessageBox) and focused.selected_text:
             focused.action_copy()
             return
         if self._quit_asked:

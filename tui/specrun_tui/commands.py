@@ -34,7 +34,10 @@ class SetSampling:
     change: SamplingChange  # one field
 
     def __str__(self) -> str:
-        return ", ".join(f"{field} = {value}" for field, value in self.change.items())
+        return ", ".join(
+            f"{field} = {'none' if value is None else value}"
+            for field, value in self.change.items()
+        )
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,26 @@ class SetGamma:
 
 
 @dataclass(frozen=True)
+class Retry:
+    """Answer the last message again, in place of its answer."""
+
+
+@dataclass(frozen=True)
+class SwitchDraft:
+    spec: str  # as `--draft` takes it; the engine process resolves and loads it
+
+
+@dataclass(frozen=True)
+class SaveConversation:
+    path: str
+
+
+@dataclass(frozen=True)
+class LoadConversation:
+    path: str
+
+
+@dataclass(frozen=True)
 class ShowStats:
     pass
 
@@ -57,7 +80,19 @@ class ShowHelp:
     pass
 
 
-Command = Clear | SetSystem | SetSampling | SetMaxTokens | SetGamma | ShowStats | ShowHelp
+Command = (
+    Clear
+    | SetSystem
+    | SetSampling
+    | SetMaxTokens
+    | SetGamma
+    | Retry
+    | SwitchDraft
+    | SaveConversation
+    | LoadConversation
+    | ShowStats
+    | ShowHelp
+)
 
 COMMAND_HELP: list[tuple[str, str]] = [
     ("/clear", "forget the conversation and the figures"),
@@ -65,6 +100,10 @@ COMMAND_HELP: list[tuple[str, str]] = [
     ("/set temp 0.7", "also top_k, top_p, min_p, seed (N or none)"),
     ("/set max_tokens 512", "most tokens per answer"),
     ("/set gamma auto|heuristic|N", "the γ policy (0: no speculation)"),
+    ("/retry", "answer the last message again"),
+    ("/draft SPEC", "switch the draft, named as --draft names it"),
+    ("/save FILE", "save the conversation"),
+    ("/load FILE", "replace the conversation with a saved one"),
     ("/stats", "the full figures of the last answer"),
     ("/help", "keys and commands"),
 ]
@@ -89,11 +128,20 @@ SETTING_NAMES = "temp, top_k, top_p, min_p, seed, max_tokens, gamma"
 def parse_command(line: str) -> Command:
     """`line` starts with '/'; a SpecrunError says what is wrong with it."""
     name, _, rest = line[1:].strip().partition(" ")
-    rest = rest.strip()
+    name, newline, first_lines = name.partition("\n")  # a command on lines of its own
+    rest = (first_lines + newline + rest).strip()
     if name == "clear":
         return Clear()
     if name == "system":
         return SetSystem(rest or None)
+    if name == "retry":
+        return Retry()
+    if name in ("draft", "save", "load"):
+        if not rest:
+            raise SpecrunError(f"usage: /{name} {'SPEC' if name == 'draft' else 'FILE'}")
+        if name == "draft":
+            return SwitchDraft(rest)
+        return SaveConversation(rest) if name == "save" else LoadConversation(rest)
     if name == "stats":
         return ShowStats()
     if name == "help":

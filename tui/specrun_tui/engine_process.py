@@ -30,10 +30,20 @@ from specrun.errors import SpecrunError
 from specrun.llama.supervise import crash_hint, died_of
 from specrun.system import interrupts
 from specrun.system.lifeline import die_with_parent
-from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
+from specrun_tui.commands import (
+    Clear,
+    LoadConversation,
+    SaveConversation,
+    SetGamma,
+    SetSampling,
+    SetSystem,
+    SwitchDraft,
+)
 from specrun_tui.messages import (
     Ask,
+    AskAgain,
     Command,
+    DraftSwitched,
     EndAnswer,
     Ended,
     Finished,
@@ -41,6 +51,7 @@ from specrun_tui.messages import (
     LoadFailed,
     Refused,
     Reply,
+    Said,
     Started,
 )
 
@@ -49,14 +60,32 @@ if TYPE_CHECKING:
 
 STOP_WAIT_SECONDS = 5.0  # for the engine to end its round, save auto's state and close
 
+# `/draft SPEC`: the draft SPEC names (as `--draft` does) resolved, and the loader of the
+# engine with it; a SpecrunError where SPEC names no draft. It runs in the engine process.
+DraftLoader = Callable[[str], Callable[[], "Engine"]]
+
 
 def engine_summary(engine: Engine) -> str:
     """Target, draft, device and GPU layers, for the bar at the top."""
     where = engine.placement()
     device, layers = where.device, " + ".join(where.gpu_layers)
-    draft_name = engine.draft.name if engine.draft else "none"
     return (
-        f"target {engine.target.name}  ·  draft {draft_name}  ·  {device}  ·  GPU layers {layers}"
+        f"target {engine.target.name}  ·  draft {draft_name(engine)}  ·  {device}  ·  "
+        f"GPU layers {layers}"
+    )
+
+
+def draft_name(engine: Engine) -> str:
+    return engine.draft.name if engine.draft else "none"
+
+
+def loaded_reply(engine: Engine) -> Loaded:
+    return Loaded(
+        engine_summary(engine),
+        draft_name(engine),
+        engine.policy.name,
+        engine.params,
+        engine.gamma_max,
     )
 
 
@@ -64,18 +93,24 @@ class EngineProcess:
     """The TUI's end: start the engine process, send it commands, read what it sent.
 
     `load` runs in the new process, so it must pickle: a module-level function, or a
-    functools.partial of one. Settings are checked here, against the loaded engine's
+    functools.partial of one; so must `load_draft`, which `/draft` needs (without it,
+    `/draft` is refused). Settings are checked here, against the loaded engine's
     (`loaded`), so a bad one is refused at once, and only good ones are sent.
     Use as a context manager, or call `close`.
     """
 
-    def __init__(self, load: Callable[[], Engine]) -> None:
+    def __init__(
+        self, load: Callable[[], Engine], *, load_draft: DraftLoader | None = None
+    ) -> None:
         # spawn, not fork: a forked child of a process that ran OpenMP (a test session)
         # or has threads (Textual) may hang.
         context = multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
         self._process = context.Process(
-            target=serve, args=(load, child_end, os.getpid()), name="specrun-engine", daemon=True
+            target=serve,
+            args=(load, load_draft, child_end, os.getpid()),
+            name="specrun-engine",
+            daemon=True,
         )
         self._process.start()
         child_end.close()
@@ -92,6 +127,11 @@ class EngineProcess:
     def policy(self) -> str:
         assert self.loaded is not None
         return self.loaded.policy
+
+    @property
+    def draft(self) -> str:
+        assert self.loaded is not None
+        return self.loaded.draft
 
     @property
     def params(self) -> SamplingParams:
@@ -137,6 +177,8 @@ class EngineProcess:
         for reply in replies:
             if isinstance(reply, Loaded):
                 self.loaded = reply
+            elif isinstance(reply, DraftSwitched):
+                self.loaded = reply.loaded
         return replies
 
     def close(self) -> None:
@@ -151,7 +193,12 @@ class EngineProcess:
 # --- the engine's end --------------------------------------------------------------------
 
 
-def serve(load: Callable[[], Engine], connection: Connection, parent: int) -> None:
+def serve(
+    load: Callable[[], Engine],
+    load_draft: DraftLoader | None,
+    connection: Connection,
+    parent: int,
+) -> None:
     """The engine process: load, then carry out commands until the pipe closes."""
     die_with_parent(parent)
     for signum in interrupts.STOP_SIGNALS:
@@ -162,11 +209,13 @@ def serve(load: Callable[[], Engine], connection: Connection, parent: int) -> No
     except SpecrunError as error:
         connection.send(LoadFailed(str(error)))
         return
-    with engine:
-        connection.send(
-            Loaded(engine_summary(engine), engine.policy.name, engine.params, engine.gamma_max)
-        )
-        _Session(engine, connection).run()
+    session = _Session(engine, connection, load, load_draft)
+    try:
+        connection.send(loaded_reply(engine))
+        session.run()
+    finally:
+        if not session.engine_closed:
+            session.engine.close()
 
 
 def _quiet_terminal() -> None:
@@ -178,14 +227,23 @@ def _quiet_terminal() -> None:
 
 
 class _Session:
-    def __init__(self, engine: Engine, connection: Connection) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        connection: Connection,
+        load: Callable[[], Engine],
+        load_draft: DraftLoader | None,
+    ) -> None:
         from specrun.chat import Conversation
 
         self.engine = engine
         self.connection = connection
+        self.load = load  # the engine as it is now, loaded again: where a new draft fails
+        self.load_draft = load_draft
         self.conversation = Conversation(engine.target)
         self.stop = False  # EndAnswer arrived, or the pipe closed, during this answer
         self.closed = False
+        self.engine_closed = False  # a new draft failed, and the old one with it
 
     def run(self) -> None:
         while not self.closed:
@@ -198,6 +256,12 @@ class _Session:
     def carry_out(self, command: Command) -> None:
         if isinstance(command, Ask):
             self.answer(command)
+        elif isinstance(command, AskAgain):
+            self.answer_again(command)
+        elif isinstance(command, SwitchDraft):
+            self.switch_draft(command.spec)
+        elif isinstance(command, SaveConversation | LoadConversation):
+            self.send(Said("not available yet", error=True))
         elif isinstance(command, EndAnswer):
             self.stop = True
         elif isinstance(command, Clear):
@@ -217,6 +281,55 @@ class _Session:
         except (EOFError, OSError):
             self.stop = self.closed = True
         return self.stop
+
+    def answer_again(self, again: AskAgain) -> None:
+        turns = self.conversation.turns
+        if len(turns) < 2 or turns[-1].role != "assistant":
+            self.send(Refused("/retry: no answer to retry yet"))
+            return
+        question = turns[-2].content
+        del turns[-2:]
+        self.answer(Ask(question, again.max_tokens))
+
+    def switch_draft(self, spec: str) -> None:
+        """Load the target again with the draft `spec` names; where that fails, as it was.
+
+        The old engine closes first: two targets at once may not fit the memory (and the
+        layers are placed by free memory). The conversation and the sampling settings stay;
+        so does the γ policy, where it suits the new draft.
+        """
+        if self.load_draft is None:
+            self.send(DraftSwitched(loaded_reply(self.engine), "this chat cannot switch drafts"))
+            return
+        try:
+            load = self.load_draft(spec)  # resolved first: a name of nothing costs no reload
+        except SpecrunError as error:
+            self.send(DraftSwitched(loaded_reply(self.engine), str(error)))
+            return
+        params, gamma, old_draft = (
+            self.engine.params,
+            self.engine.gamma_spec,
+            draft_name(self.engine),
+        )
+        self.engine.close()
+        refusal = None
+        try:
+            self.engine, self.load = load(), load
+        except SpecrunError as error:
+            refusal = f"{error}; the draft stays {old_draft}"
+            try:
+                self.engine = self.load()
+            except SpecrunError as again:  # nothing left to answer with: the process ends
+                self.send(Said(f"/draft {spec}: {error}; loading {old_draft} again: {again}", True))
+                self.engine_closed = self.closed = True
+                return
+        self.engine.params = params
+        try:
+            self.engine.set_gamma(gamma)
+        except SpecrunError:  # a fixed γ beyond the new draft's most: its default instead
+            pass
+        self.conversation.model = self.engine.target
+        self.send(DraftSwitched(loaded_reply(self.engine), refusal))
 
     def answer(self, ask: Ask) -> None:
         self.stop = False

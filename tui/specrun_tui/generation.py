@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from specrun.core.loop import Event, Round
 from specrun.core.stats import Stats
 from specrun.core.text import Segment
+from specrun.system.formatting import format_or_dash
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,18 @@ class Generation:
     @property
     def finish_reason(self) -> str | None:
         return self.stats.finish_reason
+
+
+def summary_line(stats: Stats, draft: str) -> str:
+    """The line under an answer: its tokens, tokens/s, time to first token, the draft and
+    the estimated speedup, as Stats computed them."""
+    first = stats.time_to_first_token
+    return " · ".join(
+        [
+            f"{stats.generated} tokens",
+            format_or_dash(stats.tokens_per_second, ".1f", " tok/s"),
+            "TTFT " + format_or_dash(first and first * 1000, ".0f", " ms"),
+            "no draft" if draft == "none" else f"draft {draft}",
+            "est. speedup " + format_or_dash(stats.estimated_speedup, ".2f", "x"),
+        ]
+    )

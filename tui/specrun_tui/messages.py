@@ -10,7 +10,16 @@ from dataclasses import dataclass
 
 from specrun.core.loop import Prefill, Round
 from specrun.core.sampling import SamplingParams
-from specrun_tui.commands import Clear, SetGamma, SetSampling, SetSystem
+from specrun.prompt import Message
+from specrun_tui.commands import (
+    Clear,
+    LoadConversation,
+    SaveConversation,
+    SetGamma,
+    SetSampling,
+    SetSystem,
+    SwitchDraft,
+)
 
 # --- the TUI to the engine ---------------------------------------------------------------
 
@@ -22,12 +31,20 @@ class Ask:
 
 
 @dataclass(frozen=True)
+class AskAgain:
+    """Answer the last user message again, its answer dropped: Started, or Refused."""
+
+    max_tokens: int
+
+
+@dataclass(frozen=True)
 class EndAnswer:
     """End the answer after the current round."""
 
 
-Setting = Clear | SetSystem | SetSampling | SetGamma  # the slash commands the engine carries out
-Command = Ask | EndAnswer | Setting
+# the slash commands the engine carries out
+Setting = Clear | SetSystem | SetSampling | SetGamma
+Command = Ask | AskAgain | EndAnswer | Setting | SwitchDraft | SaveConversation | LoadConversation
 
 # --- the engine to the TUI, besides its events -------------------------------------------
 
@@ -35,6 +52,7 @@ Command = Ask | EndAnswer | Setting
 @dataclass(frozen=True)
 class Loaded:
     summary: str  # target, draft, device and GPU layers, for the bar at the top
+    draft: str  # the draft source's name, "none" for plain decoding
     policy: str
     params: SamplingParams
     gamma_max: int
@@ -67,10 +85,47 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class DraftSwitched:
+    """SwitchDraft done: the engine as it now is, and why its draft did not change if not."""
+
+    loaded: Loaded
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Said:
+    """One line in answer to a command the engine carried out (saved, refused)."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class ConversationLoaded:
+    """LoadConversation carried out: the conversation now held, for the transcript."""
+
+    system: str | None
+    turns: tuple[Message, ...]
+    note: str  # what was loaded, in one line
+
+
+@dataclass(frozen=True)
 class Ended:
     """The engine process is gone: it crashed or was killed (made on the TUI's side)."""
 
     error: str
 
 
-Reply = Loaded | LoadFailed | Started | Refused | Finished | Ended | Prefill | Round
+Reply = (
+    Loaded
+    | LoadFailed
+    | Started
+    | Refused
+    | Finished
+    | DraftSwitched
+    | Said
+    | ConversationLoaded
+    | Ended
+    | Prefill
+    | Round
+)

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Label, LoadingIndicator, Static
+from textual.widgets import Footer, Label, LoadingIndicator, Static
 
 from specrun.core.loop import Prefill, Round
 from specrun.core.stats import Stats
@@ -18,18 +18,35 @@ from specrun_tui.commands import (
     COMMAND_HELP,
     Clear,
     Command,
+    LoadConversation,
+    Retry,
+    SaveConversation,
     SetGamma,
     SetMaxTokens,
     SetSampling,
     SetSystem,
     ShowHelp,
     ShowStats,
+    SwitchDraft,
     parse_command,
 )
 from specrun_tui.engine_process import EngineProcess
-from specrun_tui.generation import Generation
-from specrun_tui.messages import Ask, EndAnswer, Ended, Finished, Loaded, Refused, Reply, Started
-from specrun_tui.widgets import Answer, FiguresPanel, ModelBar, Transcript
+from specrun_tui.generation import Generation, summary_line
+from specrun_tui.messages import (
+    Ask,
+    AskAgain,
+    ConversationLoaded,
+    DraftSwitched,
+    EndAnswer,
+    Ended,
+    Finished,
+    Loaded,
+    Refused,
+    Reply,
+    Said,
+    Started,
+)
+from specrun_tui.widgets import Answer, FiguresPanel, MessageBox, ModelBar, Transcript
 
 FIGURES_SECONDS = 1.0  # nobody reads the figures faster; text comes as the app receives it
 
@@ -41,6 +58,8 @@ FINISH_NOTICES = {
 
 KEYS = [
     ("Enter", "send the message or command"),
+    ("shift+enter", "a new line, in terminals with kitty's key protocol"),
+    ("ctrl+j", "a new line, in every terminal"),
     ("Escape", "stop the answer being generated"),
     ("ctrl+c", "stop the answer too; with none under way, twice quits"),
     ("ctrl+o", "colour the tokens that came from accepted drafts"),
@@ -111,6 +130,8 @@ class ChatScreen(Screen[None]):
         self.generation: Generation | None = None  # from the Ask until Finished or Refused
         self.answer: Answer | None = None  # from Started
         self.last_stats: Stats | None = None
+        self.again = False  # the answer under way replaces the last one (/retry)
+        self.busy: str | None = None  # a command the engine is carrying out (/draft, /load)
         self._figures_drawn = 0.0  # monotonic time of the panel's last redraw
         self._blink = True  # the input's cursor blink, put back after an answer
 
@@ -119,11 +140,11 @@ class ChatScreen(Screen[None]):
         with Horizontal():
             yield Transcript()
             yield FiguresPanel(self.loaded.policy)
-        yield Input(placeholder="Message, or /help")
+        yield MessageBox(placeholder="Message, or /help (ctrl+j: new line)")
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(Input).focus()
+        self.query_one(MessageBox).focus()
 
     @property
     def transcript(self) -> Transcript:
@@ -139,28 +160,39 @@ class ChatScreen(Screen[None]):
 
     # --- input ----------------------------------------------------------------------------
 
-    async def on_input_submitted(self, event: Input.Submitted) -> None:
+    async def on_message_box_submitted(self, event: MessageBox.Submitted) -> None:
         text = event.value.strip()
-        event.input.clear()
         if text.startswith("/"):
+            event.box.clear()
             self.run_command(text)
-        elif text:
+        elif text and self.ready():
+            event.box.clear()
             self.send(text)
+
+    def ready(self) -> bool:
+        """Whether the engine is free for a message; if not, say why (the box keeps it)."""
+        if self.generation is not None:
+            self.notify("Still answering: Escape or Ctrl-C stops it.", severity="warning")
+        elif self.busy is not None:
+            self.notify(f"Still on {self.busy}.", severity="warning")
+        return self.generation is None and self.busy is None
 
     def send(self, text: str) -> None:
         """Ask the engine process to answer `text`."""
-        if self.generation is not None:
-            self.notify("Still answering: Escape or Ctrl-C stops it.", severity="warning")
-            return
         self.transcript.add_user(text)
+        self._ask(Ask(text, self.max_tokens))
+
+    def _ask(self, ask: Ask | AskAgain) -> None:
         try:
-            self.engine.send(Ask(text, self.max_tokens))
+            self.engine.send(ask)
         except SpecrunError as error:  # the engine process is gone
             self.transcript.add_notice(str(error), error=True)
             return
         self.generation = Generation()
+        self.again = isinstance(ask, AskAgain)
         # Each blink repaints the screen: CPU that llama.cpp's threads want.
-        self._blink, self.query_one(Input).cursor_blink = self.query_one(Input).cursor_blink, False
+        box = self.query_one(MessageBox)
+        self._blink, box.cursor_blink = box.cursor_blink, False
 
     # --- what the engine sent -------------------------------------------------------------
 
@@ -174,14 +206,25 @@ class ChatScreen(Screen[None]):
             self._show(events)
             events = []
             if isinstance(reply, Started):
+                if self.again:
+                    self.transcript.drop_last_answer()
                 if reply.dropped_notice:
                     self.transcript.add_notice(reply.dropped_notice)
                 self.answer = self.transcript.start_answer(show_origin=self.show_origin)
             elif isinstance(reply, Refused):
                 self.transcript.add_notice(reply.error, error=True)
                 self.generation = None
+                self.query_one(MessageBox).cursor_blink = self._blink
             elif isinstance(reply, (Finished, Ended)):
+                self.busy = None
                 self._finish(reply.error)
+            elif isinstance(reply, DraftSwitched):
+                self._switched(reply)
+            elif isinstance(reply, ConversationLoaded):
+                self._restore(reply)
+            elif isinstance(reply, Said):
+                self.busy = None
+                self.transcript.add_notice(reply.text, error=reply.error)
         self._show(events)
 
     def _show(self, events: list[Prefill | Round]) -> None:
@@ -206,12 +249,40 @@ class ChatScreen(Screen[None]):
         if self.answer is not None:
             self.answer.finish()
         self.last_stats = generation.stats
+        if self.answer is not None:
+            self.transcript.add_summary(summary_line(generation.stats, self.engine.draft))
         if error:
             self.transcript.add_notice(error, error=True)
         elif generation.finish_reason in FINISH_NOTICES:
             self.transcript.add_notice(FINISH_NOTICES[generation.finish_reason])
         self.generation = self.answer = None  # ready for the next message
-        self.query_one(Input).cursor_blink = self._blink
+        self.query_one(MessageBox).cursor_blink = self._blink
+
+    def _switched(self, reply: DraftSwitched) -> None:
+        self.busy = None
+        self.query_one(ModelBar).update(reply.loaded.summary)
+        self.panel.show_policy(reply.loaded.policy)
+        if reply.refusal:
+            self.transcript.add_notice(f"/draft: {reply.refusal}", error=True)
+        else:
+            self.transcript.add_notice(
+                f"draft {reply.loaded.draft}, γ policy {reply.loaded.policy}"
+                if reply.loaded.draft != "none"
+                else "no draft: plain decoding"
+            )
+
+    def _restore(self, reply: ConversationLoaded) -> None:
+        """The transcript of a conversation loaded from a file, in place of the old one."""
+        self.busy = None
+        self.transcript.clear()
+        self.panel.reset()
+        self.last_stats = None
+        for message in reply.turns:
+            if message.role == "user":
+                self.transcript.add_user(message.content)
+            elif message.role == "assistant":
+                self.transcript.add_answer(message.content)
+        self.transcript.add_notice(reply.note)
 
     # --- keys -----------------------------------------------------------------------------
 
@@ -231,8 +302,10 @@ class ChatScreen(Screen[None]):
     def run_command(self, line: str) -> None:
         try:
             self.apply(parse_command(line))
-        except SpecrunError as error:
-            self.transcript.add_notice(str(error), error=True)
+        except SpecrunError as error:  # one line, naming the command
+            name = line.split(maxsplit=1)[0]
+            said = str(error) if "/" in str(error) else f"{name}: {error}"
+            self.transcript.add_notice(said, error=True)
 
     def apply(self, command: Command) -> None:
         if isinstance(command, Clear):
@@ -245,22 +318,38 @@ class ChatScreen(Screen[None]):
             self.notify("Conversation cleared.")
         elif isinstance(command, SetSystem):
             self.engine.send(command)
-            self.notify(
-                f"System prompt: {command.text}" if command.text else "System prompt removed."
+            self.transcript.add_notice(
+                f"system prompt: {command.text}" if command.text else "system prompt removed"
             )
         elif isinstance(command, SetSampling):
             self.engine.send(command)
-            self.notify(str(command))
+            self.transcript.add_notice(f"set {command}")
         elif isinstance(command, SetMaxTokens):
             self.max_tokens = command.value
-            self.notify(f"max_tokens = {command.value}")
+            self.transcript.add_notice(f"set max_tokens = {command.value}")
         elif isinstance(command, SetGamma):
             self.engine.send(command)
             self.panel.show_policy(self.engine.policy)
-            self.notify(f"γ policy: {self.engine.policy}")
+            self.transcript.add_notice(f"set γ policy = {self.engine.policy}")
+        elif isinstance(command, Retry):
+            if self.ready():
+                self._ask(AskAgain(self.max_tokens))
+        elif isinstance(command, SwitchDraft | SaveConversation | LoadConversation):
+            self._carry_out(command)
         elif isinstance(command, ShowStats):
             if self.last_stats is None:
                 raise SpecrunError("/stats: no answer yet")
             self.transcript.add_notice("\n".join(self.last_stats.summary_lines()))
         elif isinstance(command, ShowHelp):
             self.action_help()
+
+    def _carry_out(self, command: SwitchDraft | SaveConversation | LoadConversation) -> None:
+        """A command the engine process carries out between answers, saying when it is done."""
+        if not self.ready():
+            return
+        self.engine.send(command)
+        if isinstance(command, SwitchDraft):
+            self.busy = f"/draft {command.spec}"
+            self.transcript.add_notice(f"loading the draft {command.spec}…")
+        else:
+            self.busy = "/save" if isinstance(command, SaveConversation) else "/load"

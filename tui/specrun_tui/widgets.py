@@ -1,4 +1,4 @@
-"""The chat screen's widgets: model bar, transcript, and the figures panel."""
+"""The chat screen's widgets: model bar, transcript, the message box and the figures panel."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from rich.markdown import Markdown
 from rich.segment import Segment as Cells
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Label, Sparkline, Static
+from textual.widgets import Label, Sparkline, Static, TextArea
 
 from specrun.core.text import Segment
 from specrun.system.formatting import format_or_dash
@@ -25,6 +27,41 @@ from specrun_tui.generation import Figures
 
 class ModelBar(Static):
     pass
+
+
+# Keys that start a new line in the message box. Shift+Enter, Ctrl+Enter and Alt+Enter reach
+# the app only from terminals that speak kitty's keyboard protocol (Textual asks for it);
+# elsewhere they send Enter's own byte. Ctrl+J sends a line feed, distinct from Enter's
+# carriage return, in every terminal.
+NEWLINE_KEYS = frozenset({"shift+enter", "ctrl+j", "ctrl+enter", "alt+enter"})
+
+
+class MessageBox(TextArea):
+    """The message being written, over as many lines as it takes: Enter sends it, a
+    newline key (NEWLINE_KEYS) starts a new line, and a paste arrives whole, its lines and
+    all (terminals paste line breaks as carriage returns: `message` reads them as breaks)."""
+
+    @dataclass
+    class Submitted(Message):
+        box: MessageBox
+        value: str
+
+    def __init__(self, placeholder: str) -> None:
+        super().__init__(soft_wrap=True, compact=True, placeholder=placeholder)
+
+    @property
+    def message(self) -> str:
+        return self.text.replace("\r\n", "\n").replace("\r", "\n")
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":
+            event.stop()
+            event.prevent_default()  # not a new line: TextArea's own handler does not run
+            self.post_message(self.Submitted(self, self.message))
+        elif event.key in NEWLINE_KEYS:
+            event.stop()
+            event.prevent_default()
+            self.insert("\n")
 
 
 class Transcript(ScrollView):
@@ -43,6 +80,7 @@ class Transcript(ScrollView):
         "transcript--answer-bar",
         "transcript--draft",
         "transcript--notice",
+        "transcript--summary",
         "transcript--error",
     }
 
@@ -63,6 +101,27 @@ class Transcript(ScrollView):
 
     def add_notice(self, text: str, *, error: bool = False) -> None:
         self._add(Entry("error" if error else "notice", Text(text)))
+
+    def add_summary(self, text: str) -> None:
+        """The one line of figures under an answer."""
+        self._add(Entry("summary", Text(text)))
+
+    def add_answer(self, text: str) -> None:
+        """A finished answer (of a conversation loaded from a file)."""
+        answer = Answer(self, show_origin=False)
+        answer.segments.append((text, False))
+        answer.finished = True
+        self._add(answer)
+
+    def drop_last_answer(self) -> None:
+        """Forget what came after the last user message: its answer is being made again."""
+        users = [
+            i
+            for i, entry in enumerate(self.entries)
+            if isinstance(entry, Entry) and entry.kind == "user"
+        ]
+        del self.entries[users[-1] + 1 if users else 0 :]
+        self._relayout()
 
     def start_answer(self, *, show_origin: bool) -> Answer:
         answer = Answer(self, show_origin=show_origin)
@@ -162,7 +221,7 @@ class Transcript(ScrollView):
 class Entry:
     """A user message or a notice: text that does not change."""
 
-    kind: str  # "user", "notice" or "error"
+    kind: str  # "user", "notice", "summary" or "error"
     text: Text
     line_count: int = 0
     unchanged_lines: int = 0
