@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -30,6 +31,7 @@ from specrun.cli.options import (
     placement_row,
     takes,
 )
+from specrun.context_overflow import Overflow
 from specrun.core.sampling import SamplingParams
 from specrun.options import DraftOptions, LoadOptions
 from specrun.system import interrupts
@@ -37,6 +39,7 @@ from specrun.system.interrupts import exit_status
 from specrun.system.textio import argument_text
 
 if TYPE_CHECKING:
+    from specrun.chat import Conversation
     from specrun.engine import Engine
 
 
@@ -44,6 +47,25 @@ if TYPE_CHECKING:
 def chat(
     system: str | None = SYSTEM,
     max_tokens: int = MAX_TOKENS,
+    context_overflow: Overflow = typer.Option(
+        "truncate",
+        "--context-overflow",
+        help="A conversation longer than the context: truncate drops the oldest exchanges "
+        "(the system prompt and the last message stay), and says so; error refuses it.",
+    ),
+    resume: Path | None = typer.Option(
+        None,
+        "--resume",
+        metavar="FILE",
+        help="Go on with a saved conversation (the TUI's /save); piped, each answer is saved "
+        "back to it.",
+    ),
+    save: Path | None = typer.Option(
+        None,
+        "--save",
+        metavar="FILE",
+        help="Piped: save the conversation to FILE after each answer (resume it with --resume).",
+    ),
     stats: bool = typer.Option(
         False, "--stats", help="Piped: print each answer's statistics to stderr."
     ),
@@ -54,6 +76,9 @@ def chat(
     models: ModelRequest,
 ) -> None:
     """Chat with a model: the TUI on a terminal; piped, one user turn per stdin line."""
+    from specrun.conversation_file import load_conversation
+
+    saved = load_conversation(resume) if resume is not None else None  # before any download
     system = argument_text(system, "--system")
     choice = models.resolve()
 
@@ -84,7 +109,16 @@ def chat(
     try:  # a signal while loading ends the chat as one during a reply does
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
         load_notes(engine.target, load)  # not in the TUI: it would garble the screen
-        _chat_through_pipe(engine, load, system=system, max_tokens=max_tokens, stats=stats)
+        from specrun.chat import Conversation
+        from specrun.conversation_file import resume as resume_conversation
+
+        conversation = Conversation(engine.target, system=system, overflow=context_overflow)
+        if saved is not None:
+            resume_conversation(conversation, saved)
+            conversation.system = system or conversation.system  # --system replaces the file's
+        _chat_through_pipe(
+            engine, conversation, load, max_tokens=max_tokens, stats=stats, save=save or resume
+        )
     except KeyboardInterrupt as stop:
         sys.stdout.flush()
         note("interrupted")
@@ -95,14 +129,19 @@ def chat(
 
 
 def _chat_through_pipe(
-    engine: Engine, load: LoadOptions, *, system: str | None, max_tokens: int, stats: bool
+    engine: Engine,
+    conversation: Conversation,
+    load: LoadOptions,
+    *,
+    max_tokens: int,
+    stats: bool,
+    save: Path | None,
 ) -> None:
-    from specrun.chat import Conversation
+    from specrun.conversation_file import save_conversation
     from specrun.core.loop import Round
     from specrun.core.stats import Stats
     from specrun.system.textio import stdin_lines
 
-    conversation = Conversation(engine.target, system=system)
     for line in stdin_lines():
         user_text = line.rstrip("\r\n")
         if not user_text.strip():
@@ -125,6 +164,8 @@ def _chat_through_pipe(
             raise
         sys.stdout.write("\n" if ends_with_newline else "\n\n")
         sys.stdout.flush()
+        if save is not None:
+            save_conversation(conversation, save)
         if stats:
             for summary_line in figures.summary_lines(
                 extra=[("threads", str(engine.target.threads)), placement_row(engine.placement())]

@@ -27,8 +27,10 @@ from specrun.cli.options import (
     note,
     takes,
 )
+from specrun.context_overflow import Overflow
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError, SpecrunError
+from specrun.llama.prompt_cache import DEFAULT_CACHE_MIB, PromptCache
 from specrun.options import DraftOptions, LoadOptions
 from specrun.system.formatting import format_size
 
@@ -71,6 +73,8 @@ class SlotOptions:
 
     parallel: int | None  # None: `default_slots`
     queue: int
+    cache_ram: int = DEFAULT_CACHE_MIB  # MiB of prompts kept in host memory; 0: none
+    context_overflow: Overflow = "truncate"
 
 
 def _server(
@@ -243,6 +247,29 @@ SLOTS = OptionGroup(
                 help="Requests that may wait while every slot generates; more get HTTP 503.",
             ),
         ),
+        "cache_ram": (
+            int,
+            typer.Option(
+                DEFAULT_CACHE_MIB,
+                "--cache-ram",
+                "-cram",
+                min=0,
+                metavar="MIB",
+                help="Host memory for prompts that slots drop (as llama-server's): a conversation "
+                "that comes back restores its prompt instead of evaluating it again. A prompt "
+                "takes what its KV cache cells take; the least recently used go first. 0: none.",
+            ),
+        ),
+        "context_overflow": (
+            Overflow,
+            typer.Option(
+                "truncate",
+                "--context-overflow",
+                help="Chat messages longer than the context: truncate drops the oldest exchanges "
+                "(system messages and the last message stay; the answer's `specrun` figures "
+                "count them in dropped_messages); error answers 400, as llama-server.",
+            ),
+        ),
     },
     SlotOptions,
 )
@@ -288,6 +315,8 @@ def serve(
             embedding=embedding,
             keep_alive=pool.keep_alive,
             max_loaded=pool.max_models,
+            prompt_cache=PromptCache.of_mib(slots.cache_ram),
+            overflow=slots.context_overflow,
         )
         try:
             load_notes(engine.target, load)

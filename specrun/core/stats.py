@@ -50,6 +50,7 @@ class StatsRecord(TypedDict):
     overhead_seconds_per_round: float | None
     verify_seconds_by_width: dict[int, float]  # JSON writes the widths as text
     finish_reason: ReportedFinishReason | None
+    dropped_messages: int
 
 
 @dataclass
@@ -75,6 +76,9 @@ class Stats:
     plain_seconds: float = 0.0
     first_round_seconds: float | None = None
     finish_reason: ReportedFinishReason | None = None
+    # The oldest messages a server dropped so that the conversation fit its context
+    # (specrun.context_overflow's truncate).
+    dropped_messages: int = 0
     gamma_trace: list[int] = field(default_factory=list)
     # position i (0-based): rounds that drafted at least i+1 tokens / of those,
     # accepted at least i+1
@@ -222,6 +226,7 @@ class Stats:
             "overhead_seconds_per_round": self.costs.t_overhead,
             "verify_seconds_by_width": self.costs.measured_widths,
             "finish_reason": self.finish_reason,
+            "dropped_messages": self.dropped_messages,
         }
 
     def summary_lines(self, extra: Sequence[tuple[str, str]] = ()) -> list[str]:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
+from specrun.context_overflow import Overflow
 from specrun.engine import Engine
 from specrun.llama.devices import gpu_free_bytes, system_memory_available
 from specrun.llama.embedding import Embedder
 from specrun.llama.footprint import estimate
 from specrun.llama.model import DEFAULT_CTX
+from specrun.llama.prompt_cache import PromptCache
 from specrun.options import LoadOptions
 
 
@@ -66,12 +68,18 @@ class ModelPool:
         embedding: Iterable[Served[Embedder]] = (),
         keep_alive: float | None = None,
         max_loaded: int = 0,
+        prompt_cache: PromptCache | None = None,
+        overflow: Overflow = "truncate",
         available: Callable[[], int] = lambda: system_memory_available() + gpu_free_bytes(),
     ) -> None:
         self.served = {model.id: model for model in served}
         self.embedding = {model.id: model for model in embedding}
         self.keep_alive = keep_alive  # None: for as long as the server runs
         self.max_loaded = max_loaded  # 0: as many as fit
+        # The generation models' one prompt cache (--cache-ram), and what a conversation
+        # longer than a model's context does (--context-overflow).
+        self.prompt_cache = prompt_cache
+        self.overflow = overflow
         self._available = available
         self._lock = threading.Lock()  # the generation threads change, the event loop reads
         self._loading = threading.Lock()  # one load or unload at a time
@@ -109,7 +117,9 @@ class ModelPool:
         """In a generation thread: the model's engine, loaded now if it is not (after letting
         go of the least recently used others not in use where it would not fit), kept until
         `release`."""
-        return self._acquire(self.served[model_id])
+        engine = self._acquire(self.served[model_id])
+        engine.prompt_cache = self.prompt_cache  # whichever model it is, one bound for all
+        return engine
 
     def acquire_embedder(self, model_id: str) -> Embedder:
         """As `acquire`, an embedding model's, in the thread of the request that embeds."""

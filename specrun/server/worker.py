@@ -22,11 +22,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast, get_args
 
 from starlette.types import Receive
 
+from specrun.context_overflow import ContextOverflow, answer_room, fit
 from specrun.core.constraint import ConstraintError
 from specrun.core.loop import Event, Prefill, Round
 from specrun.core.sampling import SamplingParams
@@ -240,7 +241,7 @@ class Worker:
         try:
             with self._engine(job) as engine:
                 job.engine = engine
-                tokens = job.request.tokens(engine)
+                tokens = self._prompt(job, engine)
                 max_tokens = (
                     engine.target.n_ctx
                     if job.request.max_tokens is None
@@ -267,6 +268,31 @@ class Worker:
             hand(error)
         else:
             hand(None)
+
+    def _prompt(self, job: Job, engine: Engine) -> list[int]:
+        """The request's tokens. Chat messages that leave the answer less than its room are
+        fit by the server's --context-overflow (specrun.context_overflow): with truncate, the
+        oldest exchanges go, and the answer's `specrun` figures say how many messages did."""
+        request = job.request
+        if not isinstance(request.prompt, list) or self.pool.overflow == "error":
+            return request.tokens(engine)  # one longer than the context is refused: a 400
+        n_ctx = engine.target.n_ctx
+        try:
+            kept, tokens, _ = fit(
+                request.prompt,
+                lambda messages: replace(request, prompt=messages).tokens(engine),
+                n_ctx - answer_room(n_ctx, request.max_tokens),
+                "truncate",
+            )
+        except ContextOverflow as error:
+            raise ApiError(
+                400,
+                f"{error}: this server's context is {n_ctx} tokens",
+                param=request.prompt_field,
+                code="context_length_exceeded",
+            ) from None
+        job.stats.dropped_messages = len(request.prompt) - len(kept)
+        return tokens
 
     @contextmanager
     def _engine(self, job: Job) -> Iterator[Engine]:
