@@ -39,6 +39,8 @@ from specrun.system.interrupts import exit_status
 from specrun.system.textio import argument_text
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from specrun.chat import Conversation
     from specrun.engine import Engine
 
@@ -94,7 +96,8 @@ def chat(
         # The engine runs in a process of its own (see specrun_tui.engine_process), whose
         # output goes nowhere: the placement shows in the TUI's header instead.
         with EngineProcess(
-            partial(load_engine, choice, load, params=sampling, drafting=drafting)
+            partial(load_engine, choice, load, params=sampling, drafting=drafting),
+            load_draft=partial(_with_draft, models, load, sampling, drafting),
         ) as process:
             app = SpecrunApp(process, loading=loading, system=system, max_tokens=max_tokens)
             with interrupts.routed_to(app.exit) as received:
@@ -126,6 +129,19 @@ def chat(
     finally:
         if engine is not None:
             engine.close()
+
+
+def _with_draft(
+    models: ModelRequest,
+    load: LoadOptions,
+    sampling: SamplingParams,
+    drafting: DraftOptions,
+    draft: str,
+) -> Callable[[], Engine]:
+    """The TUI's `/draft SPEC`: SPEC resolved as `--draft` is (it may download what it names),
+    then the loader of the engine with it. It runs in the TUI's engine process."""
+    choice = replace(models, draft=draft).resolve()
+    return partial(load_engine, choice, load, params=sampling, drafting=drafting)
 
 
 def _chat_through_pipe(

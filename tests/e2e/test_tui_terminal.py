@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from specrun.engine import Engine
+from specrun.prompt import Message, render
 from tests.support.terminal import Terminal
 
 PROMPT_BOX = "Message, or /help"
@@ -53,6 +55,62 @@ def test_on_a_terminal_chat_opens_the_tui_and_ctrl_q_quits_with_0(tiny_target, t
         terminal.wait_for(lambda screen: all(part in screen for part in parts))
         terminal.press("ctrl+q")
         assert terminal.wait_exit() == 0
+
+
+PASTE = "Fix the typo in this list:\n- apples\n- bananna\n- cherries"
+
+
+def test_a_pasted_text_is_answered_whole(tiny_target, tiny_draft):
+    """A paste in bracketed paste mode, its line breaks as carriage returns: the whole text
+    is one message (a box of one line kept the first line and dropped the rest)."""
+    with chat(tiny_target, tiny_draft, "-n", "8") as terminal:
+        terminal.wait_for(PROMPT_BOX)
+        terminal.paste(PASTE)
+        terminal.wait_for("- cherries")  # in the box, not sent: Enter sends
+        assert "tok/s ·" not in terminal.text()
+        terminal.press("enter")
+        screen = terminal.wait_for(re.compile(r"8 tokens · [\d.]+ tok/s · TTFT").search)
+        assert PROMPT_BOX in screen  # the box is empty again
+        shown = [line.split("│")[0].rstrip() for line in screen.splitlines()]
+        at = shown.index(" ▌ Fix the typo in this list:")
+        assert shown[at + 1 : at + 4] == [" ▌ - apples", " ▌ - bananna", " ▌ - cherries"]
+        # The engine had all of it: the prompt is the whole text's, token for token.
+        say(terminal, "/stats")
+        prompt = int(re.search(r"prompt\s+(\d+) tokens", terminal.wait_for("mean gamma"))[1])
+        assert prompt == prompt_tokens(tiny_target, PASTE)
+
+        # Shift+Enter (kitty's keyboard protocol, which Textual asks for) and Ctrl+J (a line
+        # feed, in any terminal) start new lines; Enter sends the three.
+        terminal.type("one")
+        terminal.press("shift+enter")
+        terminal.type("two")
+        terminal.press("ctrl+j")
+        terminal.type("three")
+        terminal.wait_for(re.compile(r"^ *one *$\n^ *two *$\n^ *three *$", re.M).search)
+        terminal.press("enter")
+        screen = terminal.wait_for(re.compile(r"▌ one\s*│?\n ▌ two\s*│?\n ▌ three").search)
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
+
+
+def test_draft_switches_the_draft_as_draft_names_it(tiny_target, tiny_draft):
+    with chat(tiny_target, tiny_draft, "-n", "8") as terminal:
+        terminal.wait_for(PROMPT_BOX)
+        say(terminal, "/draft lookup")
+        screen = terminal.wait_for("draft lookup, γ policy")
+        assert "target target.gguf  ·  draft lookup  ·" in screen
+        say(terminal, "hello")
+        terminal.wait_for(re.compile(r"8 tokens · [\d.]+ tok/s · TTFT .* · draft lookup ·").search)
+        say(terminal, "/draft nowhere.gguf")
+        screen = terminal.wait_for(re.compile(r"/draft: .*nowhere\.gguf").search)
+        assert "target target.gguf  ·  draft lookup  ·" in screen  # the draft stays
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
+
+
+def prompt_tokens(target: Path, text: str) -> int:
+    with Engine.load(target) as engine:
+        return len(render(engine.target, [Message("user", text)]))
 
 
 def test_set_gamma_3_takes_effect(tiny_target, tiny_draft):

@@ -165,9 +165,11 @@ async def test_answer_streams_into_the_transcript_and_figures_fill_the_panel(
         assert "stopped at the token limit" in notices(screen)[-1]
         # Under the answer, one line of its figures: the very ones Stats computed.
         assert summary.kind == "summary"
+        first = stats.time_to_first_token
+        ttft = f"{first * 1000:.0f} ms" if first < 1 else f"{first:.2f} s"
         assert summary.text.plain == (
             f"24 tokens · {stats.tokens_per_second:.1f} tok/s · "
-            f"TTFT {stats.time_to_first_token * 1000:.0f} ms · draft draft.gguf · "
+            f"TTFT {ttft} · draft draft.gguf · "
             f"est. speedup {format_or_dash(stats.estimated_speedup, '.2f', 'x')}"
         )
         assert summary.text.plain in shown(screen.transcript)

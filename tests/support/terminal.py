@@ -24,7 +24,16 @@ import pyte
 
 from tests.support.processes import DEADLINE, default_signals
 
-KEYS = {"enter": b"\r", "escape": b"\x1b", "ctrl+q": b"\x11", "ctrl+o": b"\x0f", "f1": b"\x1bOP"}
+KEYS = {
+    "enter": b"\r",
+    "escape": b"\x1b",
+    "ctrl+q": b"\x11",
+    "ctrl+o": b"\x0f",
+    "ctrl+j": b"\n",  # a line feed, in every terminal
+    "f1": b"\x1bOP",
+    "shift+enter": b"\x1b[13;2u",  # as terminals speaking kitty's keyboard protocol send it
+}
+BRACKETED_PASTE = 2004 << 5  # how pyte keeps a private mode (DECSET ?2004) in `screen.mode`
 
 
 class Terminal:
@@ -87,6 +96,15 @@ class Terminal:
 
     def type(self, text: str) -> None:
         os.write(self._master, text.encode())
+
+    def paste(self, text: str) -> None:
+        """Paste `text` as a terminal does: its line breaks as carriage returns, bracketed
+        where the program turned bracketed paste mode on (a program that did not gets the
+        text as if typed)."""
+        pasted = text.replace("\r\n", "\r").replace("\n", "\r").encode()
+        if BRACKETED_PASTE in self.screen.mode:
+            pasted = b"\x1b[200~" + pasted + b"\x1b[201~"
+        os.write(self._master, pasted)
 
     def press(self, *keys: str) -> None:
         for key in keys:

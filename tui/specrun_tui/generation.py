@@ -70,13 +70,18 @@ class Generation:
 def summary_line(stats: Stats, draft: str) -> str:
     """The line under an answer: its tokens, tokens/s, time to first token, the draft and
     the estimated speedup, as Stats computed them."""
-    first = stats.time_to_first_token
     return " · ".join(
         [
             f"{stats.generated} tokens",
             format_or_dash(stats.tokens_per_second, ".1f", " tok/s"),
-            "TTFT " + format_or_dash(first and first * 1000, ".0f", " ms"),
+            f"TTFT {_duration(stats.time_to_first_token)}",
             "no draft" if draft == "none" else f"draft {draft}",
             "est. speedup " + format_or_dash(stats.estimated_speedup, ".2f", "x"),
         ]
     )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
