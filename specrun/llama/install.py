@@ -404,7 +404,7 @@ def install(pip: str, extra: Sequence[str] = (), compile_asked: bool = False) ->
         return  # installed already: the usual case, said nothing
     compiled = cached_wheel(wheel_folder(version, args))
     compiling = (
-        f"the wheel compiled before with CMAKE_ARGS={args!r}"
+        "the wheel compiled here before (install.py --print shows its CMAKE_ARGS)"
         if compiled
         else f"compiling with CMAKE_ARGS={args!r} (about 9 minutes on 2 cores)"
     )
@@ -412,19 +412,18 @@ def install(pip: str, extra: Sequence[str] = (), compile_asked: bool = False) ->
     if choice.index is None:
         say(f"{version}: {choice.why}: {compiling}")
     elif compiled is not None and choice.index in SERVED_BY_A_COMPILE:
-        say(f"{version}: {compiling}, preferred to the prebuilt wheel for {choice.why}")
+        preferred = f"preferred to the prebuilt wheel for {choice.why}"
+        say(f"{version}: the wheel compiled here before (this CPU's, with RPC), {preferred}")
     else:
         url = f"{WHEEL_INDEX}/{choice.index}"
         wheel, reason = fetch_prebuilt(pip, version, url, wheel_folder(version, url))
         if wheel is not None:
-            say(f"{version}: the prebuilt wheel for {choice.why} from {url} (no RPC: --compile)")
+            rpc = "no RPC backend: COMPILE_LLAMA=1 make llama, or --compile, compiles one"
+            say(f"{version}: the prebuilt wheel for {choice.why} from {url} ({rpc})")
         else:
-            cuda = (
-                " for the CPU (CMAKE_ARGS=-DGGML_CUDA=on for CUDA)"
-                if choice.index[:2] == "cu"
-                else ""
-            )
-            say(f"{version}: no prebuilt wheel at {url} ({reason}); {compiling}{cuda}")
+            cuda = choice.index.startswith("cu")
+            gpu = "; for the CPU: CMAKE_ARGS=-DGGML_CUDA=on compiles for CUDA" if cuda else ""
+            say(f"{version}: no prebuilt wheel at {url} ({reason}); {compiling}{gpu}")
     wheel = wheel or compiled or compiled_wheel(pip, version, args)
     # --force-reinstall: a llama-cpp-python of the same version but other flags may be there.
     # (In an overlay environment pip leaves the base environment's alone: outside its own.)
