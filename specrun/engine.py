@@ -40,6 +40,7 @@ from specrun.core.suffix import (
     remembering,
     suffix_part,
 )
+from specrun.errors import OptionError
 from specrun.llama import rpc
 from specrun.llama.grammar import Grammar
 from specrun.llama.heads import NativeHead
@@ -51,6 +52,7 @@ from specrun.loading import close_draft, load_models, native_head, native_model
 from specrun.options import DraftOptions, DraftSpec, LoadOptions
 from specrun.prompt import prompt_tokens
 from specrun.slots import Slot, Slots
+from specrun.suffix_file import load_store, save_store
 from specrun.system.busy import Contention, Watch
 
 
@@ -111,6 +113,7 @@ class Engine:
             learned.path_for(self._learned_key) if self._learned_key else None
         )
         self.recalled = False  # whether auto started from that state rather than its warm-up
+        self.suffix_file: Path | None = None  # where the suffix store is kept (`load`), if it is
         # Other programs' CPU use over the last generation that ran to its end (None: not
         # measured); costs measured while they slowed one are not kept for the next engine.
         self.contention: Contention | None = None
@@ -162,6 +165,20 @@ class Engine:
         )
         if loaded.layer_plan is not None and loaded.layers_asked:
             announce(f"layers as asked: {engine.placement().text()}")
+        engine.suffix_file = drafting.suffix_file
+        if engine.suffix_file is not None:
+            if engine.suffix_store is None:
+                engine.close()
+                raise OptionError(
+                    "`suffix_file` keeps suffix drafts' earlier answers: draft `suffix` with it"
+                )
+            try:
+                kept = load_store(engine.suffix_store, engine.target, engine.suffix_file)
+            except BaseException:
+                engine.suffix_file = None  # what it holds stays as it is
+                engine.close()
+                raise
+            announce(f"suffix store: {kept} earlier answers from {engine.suffix_file}")
         return engine
 
     @property
@@ -374,6 +391,9 @@ class Engine:
         return where
 
     def close(self) -> None:
+        if self.suffix_file is not None and self.suffix_store is not None:
+            save_store(self.suffix_store, self.target, self.suffix_file)
+            self.suffix_file = None  # closing twice saves once
         if self.learned_path is not None and not self._slowed:
             learned.save(self.policy, self.learned_path, self._learned_key)
             self.learned_path = None  # closing twice saves once

@@ -77,6 +77,8 @@ class DraftOptions:
     p_min: float = 0.0  # stop drafting when the draft's confidence falls below this
     lookup: LookupOptions = LookupOptions()  # prompt lookup, alone or in the hybrid
     hybrid: bool = False  # with a draft model: prompt lookup first, the model where nothing matches
+    # Suffix drafts' earlier answers kept in this file between runs (specrun.suffix_file).
+    suffix_file: Path | None = None
 
 
 class PromptLookup:

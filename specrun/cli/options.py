@@ -94,6 +94,7 @@ FLAGS = {
     "draft_gpu_layers": "--draft-gpu-layers",
     "rpc": "--rpc",
     "tree_branches": "--tree",
+    "suffix_file": "--suffix-store",
     "cache_type_k": "--cache-type-k",
     "cache_type_v": "--cache-type-v",
     "flash_attn": "--flash-attn",
@@ -351,6 +352,7 @@ def _drafting(
     lookup_ngram: int,
     lookup_min: int,
     lookup_max: int,
+    suffix_store: Path | None = None,
 ) -> DraftOptions:
     from specrun.core.gamma import GAMMA_MAX, parse_policy
 
@@ -362,6 +364,7 @@ def _drafting(
         p_min=p_min,
         lookup=_lookup(lookup_ngram, lookup_min, lookup_max),
         hybrid=lookup,
+        suffix_file=suffix_store,
     )
 
 
@@ -556,6 +559,16 @@ DRAFTING = OptionGroup(
             ),
         ),
         **LOOKUP_OPTIONS,
+        "suffix_store": (
+            Path | None,
+            typer.Option(
+                None,
+                "--suffix-store",
+                metavar="FILE",
+                help="Keep suffix drafts' earlier answers in FILE between runs (-d suffix); "
+                "it holds their tokens: keep it private.",
+            ),
+        ),
     },
     _drafting,
 )

@@ -222,6 +222,15 @@ class SuffixStore:
             index = self._tenants.get(tenant)
             return index.match(tail) if index is not None else (0, [])
 
+    def kept(self) -> list[tuple[str | None, list[int]]]:
+        """Every answer held now with its tenant, the oldest first: what `add`, in this order,
+        makes a store of again (`specrun.suffix_file` keeps it on disk)."""
+        with self._lock:
+            return [
+                (tenant, list(self._tenants[tenant].sequences[number]))
+                for tenant, number in self._answers
+            ]
+
     def answers(self, tenant: str | None = None) -> list[list[int]]:
         """The tenant's answers held now, the oldest first."""
         with self._lock:

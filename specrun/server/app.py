@@ -8,6 +8,7 @@ A response's `specrun` object is its job's `Stats.as_dict()`, the figures of `ru
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -560,13 +561,15 @@ class BearerAuth:
     """Every path but /health needs `Authorization: Bearer <key>` (or Anthropic's `x-api-key:
     <key>`), one of `keys`: the scheme in any case, as RFC 7235 has it, and the key compared
     as bytes (UTF-8, as a client sends it) with every key, in constant time. The request's
-    tenant (scope state TENANT) is the key's place in the list: never the key itself, which
-    nothing keeps or logs."""
+    tenant (scope state TENANT) is a digest of the key, the same whatever the keys' order and
+    across restarts (a suffix store kept on disk stays with its key's clients): never the key
+    itself, which nothing keeps or logs."""
 
     def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
         # The bytes each key was given as: a command line's or environment's undecodable ones too.
         self.app = app
         self.expected = [key.encode("utf-8", "surrogateescape") for key in keys]
+        self.tenants = ["key-" + hashlib.sha256(key).hexdigest()[:16] for key in self.expected]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
@@ -586,7 +589,7 @@ class BearerAuth:
                 )
                 await _error_response(scope["path"], error)(scope, receive, send)
                 return
-            scope.setdefault("state", {})[TENANT] = f"api-key-{matched.index(True)}"
+            scope.setdefault("state", {})[TENANT] = self.tenants[matched.index(True)]
         await self.app(scope, receive, send)
 
 

@@ -70,10 +70,11 @@ def check_output_file(path: Path, option: str) -> Path:
 
 
 @contextmanager
-def replaced_atomically(destination: Path) -> Iterator[Path]:
+def replaced_atomically(destination: Path, mode: int | None = None) -> Iterator[Path]:
     """A temporary path beside `destination`, unique to this call, to write the whole
     file to; when the block succeeds it replaces `destination`, else it is removed.
-    It keeps `destination`'s extension, for writers that infer the format from it."""
+    It keeps `destination`'s extension, for writers that infer the format from it. The
+    file gets `mode`'s permissions, or by default those the umask gives a new file."""
     try:
         destination.parent.mkdir(parents=True, exist_ok=True)
         handle, name = tempfile.mkstemp(
@@ -89,7 +90,8 @@ def replaced_atomically(destination: Path) -> Iterator[Path]:
     temporary = Path(name)
     try:
         yield temporary
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary only
+        # mkstemp's 0600 is for the temporary only, unless `mode` keeps the file as private.
+        os.chmod(temporary, 0o666 & ~_umask() if mode is None else mode)
         os.replace(temporary, destination)
     except BaseException as error:
         temporary.unlink(missing_ok=True)

@@ -4,6 +4,8 @@ answers of its tenant, in any slot, and never from another tenant's."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from specrun.cli.options import ModelRequest
 from specrun.core.loop import Round
 from specrun.core.sampling import SamplingParams, probabilities
 from specrun.engine import Engine
-from specrun.errors import OptionError
+from specrun.errors import OptionError, SpecrunError
 from specrun.llama.model import Model
 from specrun.options import PROMPT_LOOKUP, SUFFIX, DraftOptions, LoadOptions
 from specrun.prompt import prompt_tokens
@@ -200,3 +202,79 @@ def test_the_demo_model_drafts_a_second_extraction_from_the_first(demo_pair):
         first, second = runs  # 37 rounds, 4 drafts accepted; then 24 rounds, 15 accepted
         assert sum(r.accepted for r in second) > 2 * sum(r.accepted for r in first)
         assert len(second) < 0.8 * len(first)
+
+
+def test_a_kept_store_carries_answers_to_the_next_engine(tiny_target, tmp_path):
+    """The first engine's answers, kept at close, are what the next one drafts from in its
+    first request, its tenants kept apart; output stays plain decoding's."""
+    kept = tmp_path / "store.json"
+    drafting = DraftOptions(gamma="4", suffix_file=kept)
+    options = LoadOptions(n_ctx=512, threads=1)
+    with Engine.load(tiny_target, SUFFIX, options=options, drafting=drafting) as first:
+        prompt = first.target.tokenize(PROMPT)
+        fresh = rounds_of(first, prompt, tenant="alice")
+    assert kept.stat().st_mode & 0o777 == 0o600
+    with Engine.load(tiny_target, SUFFIX, options=options, drafting=drafting) as second:
+        assert second.suffix_store is not None
+        assert second.suffix_store.answers("alice") == [tokens_of(fresh)]
+        assert second.suffix_store.answers() == []  # another tenant's answers stay its own
+        again = rounds_of(second, prompt, tenant="alice")
+        other = rounds_of(second, prompt, tenant="bob")
+    assert tokens_of(again) == tokens_of(fresh) == tokens_of(other)
+    assert drafted(again) > drafted(fresh) and [r.drafted for r in other] == [
+        r.drafted for r in fresh
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("not json", "is not JSON"),
+        ('{"version": 2, "vocabulary": "x", "answers": []}', "version"),
+        ('{"version": 1, "vocabulary": "x", "answers": [{"tokens": [1]}]}', "tenant"),
+        ('{"version": 1, "vocabulary": "x", "answers": []}', "another vocabulary"),
+    ],
+)
+def test_a_damaged_or_foreign_store_is_one_line_before_any_generation(
+    tiny_target, tmp_path, content, said
+):
+    kept = tmp_path / "store.json"
+    kept.write_text(content)
+    drafting = DraftOptions(gamma="4", suffix_file=kept)
+    with pytest.raises(SpecrunError, match=said) as refused:
+        Engine.load(tiny_target, SUFFIX, options=LoadOptions(n_ctx=512), drafting=drafting)
+    assert str(kept) in str(refused.value) and "\n" not in str(refused.value)
+    assert kept.read_text() == content  # a refused file is left as it was
+
+
+def test_a_store_of_tokens_outside_the_vocabulary_is_refused(tiny_target, tmp_path):
+    from specrun.suffix_file import vocabulary_digest
+
+    with Model(tiny_target, n_ctx=64) as model:
+        digest = vocabulary_digest(model)
+        beyond = model.n_vocab
+    kept = tmp_path / "store.json"
+    answer = {"tenant": None, "tokens": [1, 2, beyond]}
+    kept.write_text(json.dumps({"version": 1, "vocabulary": digest, "answers": [answer]}))
+    drafting = DraftOptions(gamma="4", suffix_file=kept)
+    with pytest.raises(SpecrunError, match=r"answers\[0\]\.tokens holds a token outside"):
+        Engine.load(tiny_target, SUFFIX, options=LoadOptions(n_ctx=512), drafting=drafting)
+
+
+def test_a_store_file_needs_suffix_drafts(tiny_target, tmp_path):
+    drafting = DraftOptions(gamma="4", suffix_file=tmp_path / "store.json")
+    with pytest.raises(OptionError, match="draft `suffix`"):
+        Engine.load(tiny_target, PROMPT_LOOKUP, options=LoadOptions(n_ctx=512), drafting=drafting)
+    assert not (tmp_path / "store.json").exists()
+
+
+def test_the_command_line_keeps_the_store_between_runs(tiny_target, tmp_path):
+    kept = tmp_path / "store.json"
+    args = ["run", "-t", str(tiny_target), "-d", "suffix", "--suffix-store", str(kept)]
+    args += ["--raw", "--temp", "0", "-n", "40", "--threads", "1", "--gamma", "4", "--json", PROMPT]
+    first, second = specrun(*args), specrun(*args)
+    assert first.returncode == second.returncode == 0, second.stderr
+    runs = [json.loads(run.stdout) for run in (first, second)]
+    assert runs[0]["text"] == runs[1]["text"]
+    assert runs[1]["drafted"] > runs[0]["drafted"]
+    assert "suffix store: 1 earlier answers" in second.stderr
