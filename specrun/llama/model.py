@@ -415,6 +415,8 @@ class Model(Vocabulary):
                 f"a tree of {len(leaves)} leaves; this model verifies up to {self.tree_branches}"
             )
         cache, end = self._seq, len(seq)
+        if cache.hidden:  # a head's rows follow one chain of positions
+            raise ValueError("a model that keeps hidden rows for a head verifies chains")
         depths = tree.depths()
         self._check(end + max(depths), 1)
         self._drop_branches()
