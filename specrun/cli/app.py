@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from specrun.cli.chat import chat
-from specrun.cli.constraint import grammar_of
+from specrun.cli.constraint import ConstraintOptions, grammar_of
 from specrun.cli.heads import app as heads_app
+from specrun.cli.helptext import DRAFTING_PANEL, OUTPUT_PANEL, SAMPLING_PANEL, GroupedHelp
 from specrun.cli.models import app as models_app
 from specrun.cli.options import (
     DRAFTING,
@@ -39,8 +40,10 @@ from specrun.cli.options import (
     note,
     placement_row,
     read_prompt,
+    system_prompt,
     takes,
 )
+from specrun.cli.ps import ps
 from specrun.cli.rpc import rpc_server
 from specrun.cli.serve import serve
 from specrun.core.sampling import SamplingParams
@@ -92,36 +95,68 @@ def cli(
         interrupts.take()
 
 
-@app.command()
-@takes(SAMPLING, DRAFTING, LOAD, MODELS)
+@app.command(cls=GroupedHelp)
+@takes(MODELS, DRAFTING, SAMPLING, LOAD)
 def run(
     prompt: str | None = typer.Argument(
-        None, help="The prompt; stdin, when piped, comes before it."
+        None, metavar="PROMPT", help="The prompt; stdin, when piped, comes before it."
     ),
     system: str | None = SYSTEM,
     raw: bool = typer.Option(
         False,
         "--raw",
+        rich_help_panel=OUTPUT_PANEL,
         help="Send the text as is, without the chat template; special-token text in it "
         "(e.g. <|im_start|>) becomes those tokens, as in llama.cpp.",
     ),
     max_tokens: int = MAX_TOKENS,
-    stop: list[str] = typer.Option([], "--stop", help="Stop at this text (repeatable)."),
-    stats: bool = typer.Option(False, "--stats", help="Print statistics to stderr."),
+    stop: list[str] = typer.Option(
+        [],
+        "--stop",
+        metavar="TEXT",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Stop at this text (repeatable).",
+    ),
+    stats: bool = typer.Option(
+        False, "--stats", rich_help_panel=OUTPUT_PANEL, help="Print statistics to stderr."
+    ),
     as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON object (text and statistics) instead of the text."
+        False,
+        "--json",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Print one JSON object (text and statistics) instead of the text.",
+    ),
+    grammar: str | None = typer.Option(
+        None,
+        "--grammar",
+        metavar="GBNF|FILE",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Constrain the answer to this GBNF grammar (llama.cpp's), drafts and all: the "
+        "grammar itself (text with a rule, `::=`) or, without one, a file.",
     ),
     grammar_file: Path | None = typer.Option(
         None,
-        "--grammar",
+        "--grammar-file",
         metavar="FILE",
-        help="Constrain the answer to this GBNF grammar (llama.cpp's), drafts and all.",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Constrain the answer to the GBNF grammar in this file.",
+    ),
+    schema: str | None = typer.Option(
+        None,
+        "--json-schema",
+        "-j",
+        metavar="SCHEMA|FILE",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Constrain the answer to JSON this schema allows: the schema itself (text "
+        "starting with `{`) or, without one, a JSON file.",
     ),
     schema_file: Path | None = typer.Option(
         None,
-        "--json-schema",
+        "--json-schema-file",
+        "-jf",
         metavar="FILE",
-        help="Constrain the answer to JSON this schema (a JSON file) allows.",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Constrain the answer to JSON the schema in this file allows.",
     ),
     *,
     sampling: SamplingParams,
@@ -137,17 +172,26 @@ def run(
         with on_abort(answer.abandon):
             interrupts.take()  # a stop from the first moment on: the answer is written out
             system, stop = (
-                argument_text(system, "--system"),
+                system_prompt(system),
                 [argument_text(text, "--stop") for text in stop],
             )
-            grammar = grammar_of(grammar_file, schema_file)
+            constraint = grammar_of(
+                ConstraintOptions(
+                    argument_text(grammar, "--grammar"),
+                    grammar_file,
+                    argument_text(schema, "--json-schema"),
+                    schema_file,
+                )
+            )
             text = read_prompt(prompt)
             answer.choice = models.resolve()
             engine = load_engine(answer.choice, load, params=sampling, drafting=drafting)
             answer.loaded(engine)
             load_notes(engine.target, load)
             tokens = engine.prompt(text, system=system, raw=raw)
-            for event in engine.stream(tokens, max_tokens=max_tokens, stop=stop, grammar=grammar):
+            for event in engine.stream(
+                tokens, max_tokens=max_tokens, stop=stop, grammar=constraint
+            ):
                 answer.add(event)
     # Ctrl-C, SIGTERM, SIGHUP, from the start on: keep the text, end the JSON object.
     except (KeyboardInterrupt, Interrupted) as interrupt:
@@ -249,34 +293,71 @@ class _Answer:
         return record
 
 
-@app.command()
-@takes(LOOKUP_GROUP, LOAD, MODELS)
+BENCH_PANEL = "Benchmark"
+
+
+@app.command(cls=GroupedHelp)
+@takes(MODELS, LOOKUP_GROUP, LOAD)
 def bench(
     prompts: Path | None = typer.Option(
         None,
         "--prompts",
+        metavar="FILE",
+        rich_help_panel=BENCH_PANEL,
         help='JSONL file of {"prompt": ..., "class": ...}; default: the built-in set.',
     ),
-    gammas: str = typer.Option("1,2,3,4,6,8", "--gammas", help="Fixed γ values to compare."),
+    gammas: str = typer.Option(
+        "1,2,3,4,6,8",
+        "--gammas",
+        metavar="N[,N...]",
+        rich_help_panel=BENCH_PANEL,
+        help="Fixed γ values to compare.",
+    ),
     modes: str | None = typer.Option(
         None,
         "--modes",
+        metavar="MODE[,MODE...]",
+        rich_help_panel=BENCH_PANEL,
         help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid).",
     ),
     include_lookup: bool = typer.Option(
-        True, "--lookup/--no-lookup", help="Include prompt lookup and the hybrid."
+        True,
+        "--lookup/--no-lookup",
+        rich_help_panel=BENCH_PANEL,
+        help="Include prompt lookup and the hybrid.",
     ),
     repeat: int = typer.Option(
-        3, "--repeat", "-r", min=1, help="Repetitions; the table shows medians."
+        3,
+        "--repeat",
+        "-r",
+        min=1,
+        rich_help_panel=BENCH_PANEL,
+        help="Repetitions; the table shows medians.",
     ),
-    max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1, help="Tokens per generation."),
+    max_tokens: int = typer.Option(
+        128,
+        "--max-tokens",
+        "-n",
+        "--n-predict",
+        min=1,
+        rich_help_panel=BENCH_PANEL,
+        help="Tokens per generation.",
+    ),
     temp: float = typer.Option(
-        0.0, "--temp", min=0.0, help="Temperature (0: outputs must be identical, and are checked)."
+        0.0,
+        "--temp",
+        min=0.0,
+        rich_help_panel=SAMPLING_PANEL,
+        help="Temperature (0: outputs must be identical, and are checked).",
     ),
-    seed: int | None = typer.Option(0, "--seed", help="Seed for sampled runs."),
+    seed: int | None = typer.Option(
+        0, "--seed", rich_help_panel=SAMPLING_PANEL, help="Seed for sampled runs."
+    ),
     gamma_max: int | None = typer.Option(
         DraftOptions.gamma_max,
         "--gamma-max",
+        "--draft-max",
+        rich_help_panel=DRAFTING_PANEL,
         min=1,
         max=32,
         show_default=False,
@@ -285,11 +366,17 @@ def bench(
     ),
     p_min: float = P_MIN,
     json_path: Path | None = typer.Option(
-        None, "--json", help="Write every run and figure to this file."
+        None,
+        "--json",
+        metavar="FILE",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Write every run and figure to this file.",
     ),
     plot_path: Path | None = typer.Option(
         None,
         "--plot",
+        metavar="FILE",
+        rich_help_panel=OUTPUT_PANEL,
         help="Draw tokens/s against γ to this file: .png, .pdf, .svg, ... (needs matplotlib).",
     ),
     *,
@@ -313,8 +400,11 @@ def bench(
     plot_file = check_output_file(plot_path, "--plot") if plot_path else None
     plot_format = benchmark.plot_format(plot_path) if plot_path else None
     prompt_set = benchmark.load_prompts(prompts)
-    # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model.
-    choice = replace(models, draft=None if models.draft == LOOKUP else models.draft).resolve()
+    # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model, and
+    # the default draft leaves it out.
+    choice = replace(models, draft="none" if models.draft == LOOKUP else models.draft).resolve(
+        free_draft=False
+    )
     if len(choice.drafts) > 1:
         raise OptionError("bench compares the modes of one draft: give one --draft")
     chosen = benchmark.default_modes(gamma_values, choice.draft is not None, include_lookup)
@@ -387,8 +477,9 @@ def doctor(
         print("\n".join(checkup.render_text(report)))
 
 
-app.command("chat")(chat)
-app.command("serve")(serve)
+app.command("chat", cls=GroupedHelp)(chat)
+app.command("serve", cls=GroupedHelp)(serve)
+app.command("ps")(ps)
 app.command("rpc-server")(rpc_server)
 app.add_typer(models_app, name="models", help="List, download, inspect and remove catalog models.")
 app.add_typer(heads_app, name="heads", help="Train EAGLE-3 heads for a target (needs torch).")

@@ -6,6 +6,7 @@ Tables and answers go to stdout, downloads' progress and errors to stderr.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from specrun.models.catalog import (
     CatalogEntry,
     ModelSpec,
     cached_model,
+    cached_models,
     downloaded_models,
     fetch_model,
     load_catalog,
@@ -83,7 +85,8 @@ def list_models(
 ) -> None:
     """Every alias with its family, size, whether it is already on disk, and how it drafts:
     `auto` (a recommended draft), `eagle3` (an EAGLE-3 head), `dflash` (a block draft), `mtp`
-    (its own MTP layers)."""
+    (its own MTP layers); then every other model downloaded (`REPO:QUANT`, `REPO/FILE.gguf`),
+    by the name that runs it."""
     with _reported_errors():
         catalog = _catalog(ctx)
         rows = []
@@ -98,8 +101,10 @@ def list_models(
                     "blocks": catalog.blocks_for(entry) if not entry.needs_target else [],
                     "cached": model is not None,
                     "path": str(model.path) if model else None,
+                    "catalog": True,
                 }
             )
+        rows += [_download_row(spec) for spec in cached_models(catalog) if spec.entry is None]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -107,18 +112,55 @@ def list_models(
     table = [header] + [
         (
             row["alias"],
-            row["family"],
+            row["family"] or "-",
             row["params"] or "-",
             row["quant"] or "-",
             format_or_dash(row["size_gb"], ".2f", " GB"),
             "yes" if row["cached"] else "-",
-            _drafting(catalog, catalog.entries[row["alias"]]),
+            _drafting(catalog, catalog.entries[row["alias"]])
+            if row["alias"] in catalog.entries
+            else "-",
         )
         for row in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+def _download_row(spec: ModelSpec) -> dict[str, object]:
+    """A downloaded model outside the catalog, as `list` shows it: named as `--target` takes
+    it (REPO/FILE.gguf), its architecture and size read from its files on disk."""
+    model = cached_model(spec)
+    assert model is not None and spec.hub is not None  # downloaded_models lists cached ones
+    try:
+        family: str | None = read_gguf_info(model.path).architecture
+    except GGUFFileError:  # `models verify` says what is wrong with it
+        family = None
+    return {
+        "alias": spec.text,
+        "family": family,
+        "repo": spec.hub.repo,
+        "file": spec.hub.file,
+        "quant": _quant_of(spec.hub.file or ""),
+        "params": None,
+        "size_gb": sum(part.stat().st_size for part in model.parts) / 1e9,
+        "kind": "model",
+        "cached": True,
+        "path": str(model.path),
+        "catalog": False,
+    }
+
+
+def _quant_of(file: str) -> str | None:
+    """The quantization a GGUF's file name states, as the Hub's files name it (`-Q4_K_M.gguf`)."""
+    match = _QUANT_IN_NAME.search(file)
+    return match[1].upper() if match else None
+
+
+_QUANT_IN_NAME = re.compile(
+    r"[-_.]((?:I?Q\d[\w]*?)|F16|F32|BF16)(?:-\d{5}-of-\d{5})?\.gguf$", re.IGNORECASE
+)
 
 
 def _drafting(catalog: Catalog, entry: CatalogEntry) -> str:

@@ -23,6 +23,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, get_args
 
 import typer
 
+from specrun.cli.helptext import (
+    DRAFTING_PANEL,
+    MODEL_PANEL,
+    OUTPUT_PANEL,
+    PERFORMANCE_PANEL,
+    SAMPLING_PANEL,
+)
 from specrun.core.model import BackendSampling
 from specrun.core.sampling import SamplingParams
 from specrun.errors import OptionError
@@ -49,7 +56,7 @@ from specrun.options import (
     LoadOptions,
     LookupOptions,
 )
-from specrun.system.numerals import DECIMAL, WHOLE
+from specrun.system.numerals import DECIMAL, WHOLE, whole_number
 from specrun.system.textio import argument_text, read_stdin
 
 if TYPE_CHECKING:
@@ -126,6 +133,12 @@ class OptionGroup:
     keyword: str  # the parameter the command receives the object as
     options: dict[str, tuple[Any, Any]]  # parameter -> (type, typer.Option(...))
     build: Callable[..., Any]  # called with the options' values as keywords
+    panel: str | None = None  # --help's group for those options that name none
+
+    def __post_init__(self) -> None:
+        for _, option in self.options.values():
+            if option.rich_help_panel is None:
+                option.rich_help_panel = self.panel
 
 
 def takes(*groups: OptionGroup) -> Callable[[F], F]:
@@ -161,6 +174,8 @@ class ModelChoice:
 
     target: Path
     draft: OneDraft | tuple[OneDraft, ...] | None  # several: the hybrid over them
+    # Without --draft: the line that says which draft stands for it, once the models load.
+    default_note: str | None = None
 
     @property
     def drafts(self) -> tuple[OneDraft, ...]:
@@ -200,11 +215,13 @@ class ModelRequest:
     draft: str | None
     catalog: Path | None
 
-    def resolve(self) -> ModelChoice:
-        """Without --target: the embedded demo pair. Without --draft: the target alone.
-        `--draft lookup` is prompt lookup, which needs no file, and `--draft suffix` suffix
-        drafts (the request's text and this process's earlier answers); `--draft mtp` the target's
-        own MTP layers; `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
+    def resolve(self, *, free_draft: bool = True) -> ModelChoice:
+        """Without --target: the embedded demo pair. Without --draft: the best draft at hand
+        (`default_draft`), prompt lookup among them unless `free_draft` is off (bench compares
+        it as a mode of its own); `--draft none`: the target alone. `--draft lookup` is prompt
+        lookup, which needs no file, and `--draft suffix` suffix drafts (the request's text
+        and this process's earlier answers); `--draft mtp` the target's own MTP layers;
+        `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
         `--draft eagle3` the catalog's head for the target (a published checkpoint is
         converted to GGUF on first use); `--draft dflash:FILE` (or `dspark:FILE`) a block
         draft. Several, separated by commas (`-d MODEL,eagle3:HEAD`), make the hybrid, whose
@@ -218,6 +235,14 @@ class ModelRequest:
 
         models = load_catalog(self.catalog)
         target, draft = self.target, self.draft
+        if target is not None and whole_number(target) is not None and not Path(target).exists():
+            raise OptionError(
+                f"-t/--target takes a model, not the number {target}: llama.cpp's -t (threads) "
+                f"is --threads here (--threads {target})"
+            )
+        if target is not None and draft is None:
+            draft, line = default_draft(target, models, free=free_draft)
+            return replace(replace(self, draft=draft).resolve(), default_note=line)
         if draft and "," in draft and not Path(draft).is_file():  # several: the hybrid over them
             parts = comma_list(draft, "--draft")
             target = target or DEMO_TARGET
@@ -256,6 +281,37 @@ class ModelRequest:
             return _block_choice(target, draft.partition(":")[2], models)
         resolved_target, resolved_draft = resolve_pair(target, draft, catalog=models)
         return ModelChoice(resolved_target.path, resolved_draft.path)
+
+
+def default_draft(target: str, models: Catalog, *, free: bool = True) -> tuple[str, str]:
+    """The --draft value that stands for no --draft, and the line that says so: the target's
+    first catalog draft already on disk (`draft_at_hand`; none is ever downloaded unasked), in
+    the hybrid with prompt lookup where `free`; else prompt lookup alone, which costs nothing
+    and pays wherever the answer repeats the prompt (without `free`: `none`)."""
+    from specrun.models.catalog import catalog_target, draft_at_hand, parse_spec
+
+    entry = catalog_target(parse_spec(target, models), models)
+    at_hand = draft_at_hand(entry, models) if entry is not None else None
+    plain = "-d none: plain decoding"
+    if entry is not None and at_hand is not None:
+        draft = f"{at_hand.draft},{LOOKUP}" if free else at_hand.draft
+        lookup = " and prompt lookup" if free else ""
+        return draft, (
+            f"drafting with {at_hand.alias}{lookup} (-d {draft}): the catalog's {at_hand.noun} "
+            f"for {entry.alias}, on disk; {plain}"
+        )
+    offered = [*entry.drafts, *models.heads_for(entry), *models.blocks_for(entry)] if entry else []
+    why = (
+        f"{target} is not a catalog model"
+        if entry is None
+        else f"no catalog draft for {entry.alias} is on disk (`specrun models pull "
+        f"{offered[0]}` fetches one)"
+        if offered
+        else f"the catalog pairs no draft with {entry.alias}"
+    )
+    if not free:
+        return "none", f"no draft model: {why}"
+    return LOOKUP, f"drafting with prompt lookup (-d {LOOKUP}): {why}; {plain}"
 
 
 def _block_choice(target: str, name: str, models: Catalog) -> ModelChoice:
@@ -519,12 +575,15 @@ LOOKUP_OPTIONS = {
 P_MIN = typer.Option(
     DraftOptions.p_min,
     "--p-min",
+    "--draft-p-min",
+    metavar="P",
+    rich_help_panel=DRAFTING_PANEL,
     min=0.0,
     max=1.0,
     help="Stop drafting when the draft's confidence falls below this.",
 )
 
-LOOKUP_GROUP = OptionGroup("lookup", LOOKUP_OPTIONS, _lookup)
+LOOKUP_GROUP = OptionGroup("lookup", LOOKUP_OPTIONS, _lookup, DRAFTING_PANEL)
 DRAFTING = OptionGroup(
     "drafting",
     {
@@ -534,6 +593,7 @@ DRAFTING = OptionGroup(
                 DraftOptions.gamma,
                 "--gamma",
                 "-g",
+                metavar="auto|heuristic|N",
                 help="Draft length: auto, heuristic or a number (0 = no speculation).",
             ),
         ),
@@ -542,6 +602,7 @@ DRAFTING = OptionGroup(
             typer.Option(
                 DraftOptions.gamma_max,
                 "--gamma-max",
+                "--draft-max",
                 min=0,
                 max=32,
                 show_default=False,
@@ -571,6 +632,7 @@ DRAFTING = OptionGroup(
         ),
     },
     _drafting,
+    DRAFTING_PANEL,
 )
 SAMPLING = OptionGroup(
     "sampling",
@@ -643,6 +705,7 @@ SAMPLING = OptionGroup(
         ),
     },
     _sampling,
+    SAMPLING_PANEL,
 )
 # llama.cpp's memory and speed flags, as its common/arg.cpp names them.
 CACHE_TYPE_CHOICES = "|".join(CACHE_TYPES)
@@ -786,7 +849,9 @@ LOAD = OptionGroup(
                 None,
                 "--ctx",
                 "-c",
+                "--ctx-size",
                 min=16,
+                rich_help_panel=MODEL_PANEL,
                 show_default=False,
                 help=f"Context size in tokens (default: {DEFAULT_CTX}, or the model's "
                 "trained context if smaller).",
@@ -798,6 +863,7 @@ LOAD = OptionGroup(
                 None,
                 "--gpu-layers",
                 "-ngl",
+                "--n-gpu-layers",
                 help="Target layers on the GPU (default: as many as fit).",
             ),
         ),
@@ -807,6 +873,7 @@ LOAD = OptionGroup(
                 None,
                 "--draft-gpu-layers",
                 "-ngld",
+                "--n-gpu-layers-draft",
                 help="Draft layers on the GPU (default: all of them).",
             ),
         ),
@@ -815,6 +882,7 @@ LOAD = OptionGroup(
             typer.Option(
                 "on",
                 "--fit",
+                metavar="on|off",
                 help="on: place layers by free GPU memory, the draft first; "
                 "off: every layer on the GPU.",
             ),
@@ -828,12 +896,22 @@ LOAD = OptionGroup(
                 help="CPU threads per model (default: one per physical core).",
             ),
         ),
-        "verbose": (bool, typer.Option(False, "--verbose", "-v", help="Show llama.cpp's log.")),
+        "verbose": (
+            bool,
+            typer.Option(
+                False,
+                "--verbose",
+                "-v",
+                rich_help_panel=OUTPUT_PANEL,
+                help="Show llama.cpp's log.",
+            ),
+        ),
         "reproducible": (
             bool,
             typer.Option(
                 False,
                 "--reproducible",
+                rich_help_panel=SAMPLING_PANEL,
                 help="Greedy output the same at any γ and in every run, as plain "
                 "decoding gives it (checked at load; may cost speed).",
             ),
@@ -853,6 +931,7 @@ LOAD = OptionGroup(
             typer.Option(
                 "auto",
                 "--backend-sampling",
+                metavar="auto|on|off",
                 help="Choose each row's top-k candidates on the output layer's device, so "
                 "only they reach the loop (auto: where it is a GPU but a Vulkan one; on, "
                 "off).",
@@ -864,6 +943,7 @@ LOAD = OptionGroup(
                 1,
                 "--tree",
                 min=1,
+                rich_help_panel=DRAFTING_PANEL,
                 max=8,
                 help="Lookup and suffix drafts as token trees of up to this many branches, "
                 "verified in one pass (1: chains).",
@@ -872,47 +952,83 @@ LOAD = OptionGroup(
         **TUNING_OPTIONS,
     },
     _load,
+    PERFORMANCE_PANEL,
 )
-MODELS = OptionGroup(
-    "models",
-    {
-        "target": (
-            str | None,
-            typer.Option(
-                None,
-                "--target",
-                "-t",
-                help="Target model: alias, GGUF path, "
-                "REPO:QUANT or REPO/FILE.gguf. Default: the demo pair.",
+
+
+def _models_group(*, model_flags: bool) -> OptionGroup:
+    """--target, --draft and --catalog; with `model_flags`, llama.cpp's -m/--model for --target
+    too (serve's --model adds a served model, and takes -m there: `serve.POOL`)."""
+    return OptionGroup(
+        "models",
+        {
+            "target": (
+                str | None,
+                typer.Option(
+                    None,
+                    "--target",
+                    "-t",
+                    *(("--model", "-m") if model_flags else ()),
+                    metavar="MODEL",
+                    help="Target model: alias, GGUF path, REPO:QUANT or REPO/FILE.gguf. "
+                    "Default: the demo pair."
+                    + (" -m/--model are llama.cpp's names." if model_flags else ""),
+                ),
             ),
-        ),
-        "draft": (
-            str | None,
-            typer.Option(
-                None,
-                "--draft",
-                "-d",
-                help="Draft model (alias, path, ...), `auto` for "
-                "the catalog's pick, `lookup` for prompt lookup, `suffix` for suffix drafts "
-                "(the request's text and this process's earlier answers), `eagle3:HEAD` for an "
-                "EAGLE-3 head (alias or path; `eagle3` alone: the catalog's head for the target), "
-                "`mtp` for the target's own MTP layers, `dflash:FILE` or `dspark:FILE` for a "
-                "block draft (DFlash or DSpark: the file says which), or `none`. Several, "
-                "separated by commas, make the hybrid.",
+            "draft": (
+                str | None,
+                typer.Option(
+                    None,
+                    "--draft",
+                    "-d",
+                    "--model-draft",
+                    "-md",
+                    metavar="DRAFT[,DRAFT...]",
+                    help="Draft model (alias, path, ...), `auto` for the catalog's pick "
+                    "(downloaded if need be), `lookup` for prompt lookup, `suffix` for suffix "
+                    "drafts (the request's text and this process's earlier answers), "
+                    "`eagle3:HEAD` for an EAGLE-3 head (alias or path; `eagle3` alone: the "
+                    "catalog's head for the target), `mtp` for the target's own MTP layers, "
+                    "`dflash:FILE` or `dspark:FILE` for a block draft (DFlash or DSpark: the file "
+                    "says which), or `none` for plain decoding. Several, separated by commas, "
+                    "make the hybrid. Default: the target's catalog draft or head where one is "
+                    "on disk, with prompt lookup; else prompt lookup (never a download).",
+                ),
             ),
-        ),
-        "catalog": (
-            Path | None,
-            typer.Option(
-                None, "--catalog", help="An extra models.toml that adds or overrides aliases."
+            "catalog": (
+                Path | None,
+                typer.Option(
+                    None,
+                    "--catalog",
+                    metavar="FILE",
+                    help="An extra models.toml that adds or overrides aliases.",
+                ),
             ),
-        ),
-    },
-    ModelRequest,
+        },
+        ModelRequest,
+        MODEL_PANEL,
+    )
+
+
+MODELS = _models_group(model_flags=True)
+SERVED_MODELS = _models_group(model_flags=False)  # serve's: its --model adds a model
+SYSTEM = typer.Option(
+    None,
+    "--system",
+    "-s",
+    metavar="TEXT",
+    rich_help_panel=OUTPUT_PANEL,
+    help="System prompt (llama.cpp's -s is --seed: a whole number here is refused).",
 )
 SYSTEM = typer.Option(None, "--system", "-s", help="System prompt.")
 MAX_TOKENS = typer.Option(
-    256, "--max-tokens", "-n", min=1, help="Most tokens to generate per answer."
+    256,
+    "--max-tokens",
+    "-n",
+    "--n-predict",
+    min=1,
+    rich_help_panel=OUTPUT_PANEL,
+    help="Most tokens to generate per answer.",
 )
 
 
@@ -930,7 +1046,7 @@ def load_engine(
     """The one loader of run, chat and bench; `announce` hears where the layers went."""
     from specrun.engine import Engine
 
-    return Engine.load(
+    engine = Engine.load(
         models.target,
         models.draft,
         options=load,
@@ -938,6 +1054,9 @@ def load_engine(
         drafting=drafting,
         announce=announce,
     )
+    if models.default_note:
+        announce(models.default_note)
+    return engine
 
 
 def load_notes(model: Model, requested: LoadOptions) -> None:
@@ -982,6 +1101,18 @@ def placement_row(where: Placement) -> tuple[str, str]:
         )
         text += f", GPU memory {measured} (estimated {where.plan.gpu_bytes / 1e9:.1f} GB)"
     return "device", text
+
+
+def system_prompt(text: str | None) -> str | None:
+    """--system's text. A whole number is refused: it is llama.cpp's `-s SEED`, which would
+    otherwise become a system prompt without a word."""
+    text = argument_text(text, "--system")
+    if text is not None and whole_number(text.strip()) is not None:
+        raise OptionError(
+            f"-s/--system takes a system prompt, not the number {text.strip()}: llama.cpp's "
+            f"-s (a seed) is --seed here (--seed {text.strip()})"
+        )
+    return text
 
 
 def read_prompt(argument: str | None) -> str:

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from specrun.cli.helptext import MODEL_PANEL, SERVER_PANEL
 from specrun.cli.options import (
     DRAFTING,
     LOAD,
-    MODELS,
     SAMPLING,
+    SERVED_MODELS,
     ModelChoice,
     ModelRequest,
     OptionGroup,
@@ -55,6 +56,7 @@ class ServerOptions:
     allowed_hosts: tuple[str, ...]  # Host names answered besides localhost, --host and IPs
     cors: tuple[str, ...]  # origins whose pages may call the API
     read_timeout: float
+    alias: str | None = None  # the name the command line's model is served by
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ def _server(
     allowed_hosts: list[str],
     cors: list[str],
     read_timeout: float,
+    alias: str | None,
 ) -> ServerOptions:
     # The variable read here, whole: click would split a repeatable option's value at spaces,
     # and read an empty one as unset; an empty key is a mistake either way, not "no key".
@@ -101,8 +104,12 @@ def _server(
                 f"--cors takes an origin, a scheme and a host with its port if any "
                 f"(http://localhost:3000), or *; got {origin!r}"
             )
+    if alias is not None and not alias.strip():
+        raise OptionError("--alias is empty")
     keys = tuple(dict.fromkeys(api_keys))  # a key given twice is one tenant
-    return ServerOptions(host, port, keys, tuple(allowed_hosts), tuple(cors), read_timeout)
+    return ServerOptions(
+        host, port, keys, tuple(allowed_hosts), tuple(cors), read_timeout, alias and alias.strip()
+    )
 
 
 def _pool(
@@ -171,8 +178,21 @@ SERVER = OptionGroup(
                 "body (408).",
             ),
         ),
+        "alias": (
+            str | None,
+            typer.Option(
+                None,
+                "--alias",
+                "-a",
+                metavar="NAME",
+                help="Serve the model by this name (/v1/models' id, the name requests give), as "
+                "llama-server's --alias; its file's name still answers too. Default: the "
+                "file's name without .gguf.",
+            ),
+        ),
     },
     _server,
+    SERVER_PANEL,
 )
 POOL = OptionGroup(
     "pool",
@@ -182,10 +202,13 @@ POOL = OptionGroup(
             typer.Option(
                 [],
                 "--model",
+                "-m",
                 metavar="TARGET[+DRAFT]",
+                rich_help_panel=MODEL_PANEL,
                 help="Also answer requests that name this model (its file name without .gguf), "
                 "loading it on first use (repeatable; TARGET and DRAFT as --target and --draft "
-                "take them).",
+                "take them). Without --target, the first is the model loaded at the start, as "
+                "llama-server's -m.",
             ),
         ),
         "keep_alive": (
@@ -221,6 +244,7 @@ POOL = OptionGroup(
         ),
     },
     _pool,
+    SERVER_PANEL,
 )
 SLOTS = OptionGroup(
     "slots",
@@ -230,6 +254,7 @@ SLOTS = OptionGroup(
             typer.Option(
                 None,
                 "--parallel",
+                "-np",
                 min=1,
                 max=MAX_SLOTS,
                 help=f"Generations at once (slots), their rounds decoded in one batch; each has "
@@ -272,10 +297,11 @@ SLOTS = OptionGroup(
         ),
     },
     SlotOptions,
+    SERVER_PANEL,
 )
 
 
-@takes(SERVER, POOL, SLOTS, SAMPLING, DRAFTING, LOAD, MODELS)
+@takes(SERVED_MODELS, DRAFTING, SAMPLING, LOAD, SERVER, POOL, SLOTS)
 def serve(
     *,
     server: ServerOptions,
@@ -301,17 +327,18 @@ def serve(
                 f"warning: listening on {server.host}, reachable from other machines"
                 + ("" if server.api_keys else f", with no API key (--api-key or ${API_KEY_ENV})")
             )
+        models, more_models = _first_model(models, pool.more_models)
         choice = models.resolve()
         # Every name checked before anything loads; a request names a model by its file's
         # stem, or as the command line did (an alias).
-        named = [(models.target or "", choice), *(_choice(s, models) for s in pool.more_models)]
-        stems = {resolved.target.stem for _, resolved in named}
+        named = [(models.target or "", choice), *(_choice(s, models) for s in more_models)]
+        stems = {resolved.target.stem for _, resolved in named} | {server.alias or ""}
         embedding = _embedding(pool.embedding_models, models, load, stems)
         parallel = _parallel(slots.parallel, [resolved for _, resolved in named], load)
         load = replace(load, parallel=parallel)
         engine = load_engine(choice, load, params=sampling, drafting=drafting)
         model_pool = ModelPool(
-            _served(named, engine, choice, load, sampling, drafting),
+            _served(named, engine, choice, load, sampling, drafting, server.alias),
             embedding=embedding,
             keep_alive=pool.keep_alive,
             max_loaded=pool.max_models,
@@ -331,7 +358,9 @@ def serve(
                 queue=slots.queue,
                 slots=engine.parallel,
                 read_timeout=server.read_timeout,
-                ready=lambda: note(f"serving {choice.target.stem} at {url} (Ctrl-C stops)"),
+                ready=lambda: note(
+                    f"serving {server.alias or choice.target.stem} at {url} (Ctrl-C stops)"
+                ),
             )
         finally:
             model_pool.close()
@@ -345,22 +374,28 @@ def _served(
     load: LoadOptions,
     sampling: SamplingParams,
     drafting: DraftOptions,
+    served_as: str | None = None,
 ) -> list[Served[Engine]]:
-    """Each model the server answers for, by its file's stem; the command line's, loaded."""
+    """Each model the server answers for, by its file's stem; the command line's, loaded, by
+    `served_as` (--alias) where given, its stem answering too."""
     from specrun.server.pool import Served
 
     served: list[Served[Engine]] = []
+    taken: set[str] = set()  # the ids and file stems so far
     for alias, resolved in named:
-        if resolved.target.stem in {s.id for s in served}:
-            raise OptionError(f"--model {resolved.target.stem} is served already")
+        first = resolved is choice
+        name = served_as if first and served_as else resolved.target.stem
+        if taken & {name, resolved.target.stem}:
+            raise OptionError(f"--model {name} is served already")
+        taken |= {name, resolved.target.stem}
         served.append(
             Served(
-                resolved.target.stem,
+                name,
                 functools.partial(load_engine, resolved, load, params=sampling, drafting=drafting),
                 files=(resolved.target, *(d for d in resolved.drafts if isinstance(d, Path))),
-                aliases=(alias,),
+                aliases=(alias, resolved.target.stem) if name != resolved.target.stem else (alias,),
                 options=load,
-                engine=engine if resolved is choice else None,
+                engine=engine if first else None,
             )
         )
     return served
@@ -379,7 +414,7 @@ def _embedding(
     embedding: list[Served[Embedder]] = []
     taken = set(served)
     for spec in specs:
-        path = ModelRequest(spec, None, given.catalog).resolve().target
+        path = ModelRequest(spec, "none", given.catalog).resolve().target
         try:
             declared_pooling(path)
         except CannotEmbed as error:
@@ -448,13 +483,30 @@ def default_slots(choices: list[ModelChoice], load: LoadOptions) -> tuple[int, s
     )
 
 
-def _choice(spec: str, given: ModelRequest) -> tuple[str, ModelChoice]:
-    """--model TARGET[+DRAFT]: TARGET as given, and the pair resolved as --target and
-    --draft are (the catalog too)."""
+def _model_spec(spec: str) -> tuple[str, str | None]:
+    """--model TARGET[+DRAFT]: the target and the draft, if named."""
     target, plus, draft = (part.strip() for part in spec.partition("+"))
     if not target or (plus and not draft):
         raise OptionError(f"--model takes TARGET or TARGET+DRAFT, got {spec!r}")
-    return target, ModelRequest(target, draft or None, given.catalog).resolve()
+    return target, draft or None
+
+
+def _first_model(given: ModelRequest, more: tuple[str, ...]) -> tuple[ModelRequest, list[str]]:
+    """Without --target, the first --model is the model served from the start (llama-server's
+    -m), its DRAFT as --draft; the others load on first use."""
+    if given.target is not None or not more:
+        return given, list(more)
+    target, draft = _model_spec(more[0])
+    if draft is not None and given.draft is not None:
+        raise OptionError(f"--model {more[0]} and --draft {given.draft} both name its draft")
+    return replace(given, target=target, draft=draft or given.draft), list(more[1:])
+
+
+def _choice(spec: str, given: ModelRequest) -> tuple[str, ModelChoice]:
+    """--model TARGET[+DRAFT]: TARGET as given, and the pair resolved as --target and
+    --draft are (the catalog too)."""
+    target, draft = _model_spec(spec)
+    return target, ModelRequest(target, draft, given.catalog).resolve()
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -32,7 +32,15 @@ else:  # the same parser before it joined the standard library (a dependency the
 
 from specrun.errors import SpecrunError
 from specrun.models import demo
-from specrun.models.cache import MAIN, HubRef, InvalidName, check_hub_names, split_parts
+from specrun.models.cache import (
+    MAIN,
+    HubRef,
+    InvalidName,
+    cached_names,
+    check_hub_names,
+    hub_cache_dir,
+    split_parts,
+)
 from specrun.models.convert import (
     Checkpoint,
     delete_converted,
@@ -536,6 +544,49 @@ def resolve_draft(target: str, draft: str, catalog: Catalog) -> str:
     return entry.drafts[0]
 
 
+@dataclass(frozen=True)
+class DraftAtHand:
+    """A catalog draft for a target that is already on disk: the `--draft` value that names it."""
+
+    alias: str
+    draft: str  # the --draft value: the alias, `eagle3:ALIAS` or `dflash:ALIAS`
+    noun: str  # "draft model", "EAGLE-3 head", "block draft"
+
+
+def draft_at_hand(target: CatalogEntry, catalog: Catalog) -> DraftAtHand | None:
+    """The first of the target's catalog drafts already on disk, never fetched: its recommended
+    draft models (what `--draft auto` picks) first, then its EAGLE-3 heads, then its block
+    drafts, each list best first."""
+    ways = (
+        (target.drafts, "{}", "draft model"),
+        (catalog.heads_for(target), "eagle3:{}", KIND_NOUNS[EAGLE3]),
+        (catalog.blocks_for(target), "dflash:{}", KIND_NOUNS[DFLASH]),
+    )
+    for aliases, named, noun in ways:
+        for alias in aliases:
+            if cached_model(parse_spec(alias, catalog)) is not None:
+                return DraftAtHand(alias, named.format(alias), noun)
+    return None
+
+
+def catalog_target(spec: ModelSpec, catalog: Catalog) -> CatalogEntry | None:
+    """The catalog's entry for a target: its alias, or the catalog model whose file on disk the
+    spec names (`REPO:QUANT`, `REPO/FILE.gguf` or a path of the same file), so its pairings hold
+    however the target is named."""
+    if spec.entry is not None:
+        return spec.entry
+    given = cached_model(spec)
+    if given is None:
+        return None
+    for entry in catalog.entries.values():
+        if entry.needs_target or (spec.hub is not None and entry.repo != spec.hub.repo):
+            continue
+        model = cached_model(parse_spec(entry.alias, catalog))
+        if model is not None and model.path.resolve() == given.path.resolve():
+            return entry
+    return None
+
+
 def _an(noun: str) -> str:
     return f"an {noun}" if noun[0] in "AEIOUaeiou" else f"a {noun}"
 
@@ -786,6 +837,32 @@ def downloaded_models(catalog: Catalog) -> list[ModelSpec]:
         ref = HubRef(named.repo, file=split_parts(named.name)[0], revision=named.revision)
         recorded.setdefault(lock_key(ref.repo, str(ref.file), ref.revision), hub_spec(ref))
     return specs + [spec for spec in recorded.values() if cached_model(spec) is not None]
+
+
+def cached_models(catalog: Catalog) -> list[ModelSpec]:
+    """Every model in the Hugging Face cache: `downloaded_models` (the catalog's and those
+    specrun fetched by REPO:QUANT or REPO/FILE), then each other whole GGUF in a repo's snapshot
+    of main (fetched by another tool), a split GGUF once, by its first part. Heads' checkpoints
+    are not GGUFs, and are found through the catalog only."""
+    specs = downloaded_models(catalog)
+    seen = {model.path.resolve() for model in (cached_model(spec) for spec in specs) if model}
+    cache = hub_cache_dir()
+    folders = sorted(cache.glob("models--*")) if cache.is_dir() else []
+    for folder in folders:
+        repo = folder.name.removeprefix("models--").replace("--", "/", 1)
+        try:
+            check_hub_names(repo)
+        except InvalidName:  # not a folder huggingface_hub wrote
+            continue
+        for name in cached_names(cache, repo):
+            if not name.lower().endswith(".gguf") or split_parts(name)[0] != name:
+                continue
+            spec = hub_spec(HubRef(repo, file=name))
+            model = cached_model(spec)
+            if model is not None and model.path.resolve() not in seen:
+                seen.add(model.path.resolve())
+                specs.append(spec)
+    return specs
 
 
 def hub_spec(ref: HubRef) -> ModelSpec:
