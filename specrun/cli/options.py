@@ -607,7 +607,7 @@ DRAFTING = OptionGroup(
                 max=32,
                 show_default=False,
                 help="Upper bound of γ for auto/heuristic [default: 8, or a block draft's "
-                "block where longer].",
+                "block where longer]; --draft-max is llama.cpp's name.",
             ),
         ),
         "p_min": (float, P_MIN),
@@ -1020,7 +1020,6 @@ SYSTEM = typer.Option(
     rich_help_panel=OUTPUT_PANEL,
     help="System prompt (llama.cpp's -s is --seed: a whole number here is refused).",
 )
-SYSTEM = typer.Option(None, "--system", "-s", help="System prompt.")
 MAX_TOKENS = typer.Option(
     256,
     "--max-tokens",
@@ -1043,7 +1042,8 @@ def load_engine(
     drafting: DraftOptions = DraftOptions(),
     announce: Callable[[str], None] = note,
 ) -> Engine:
-    """The one loader of run, chat and bench; `announce` hears where the layers went."""
+    """The one loader of run, chat and bench; `announce` hears where the layers went and, once
+    they are loaded, which draft stands for no --draft."""
     from specrun.engine import Engine
 
     engine = Engine.load(
