@@ -66,13 +66,15 @@ def test_a_returning_conversation_restores_its_prompt(tiny_target, tiny_draft, t
             assert len(engine.draft_model.tokens) > len(engine.target.tokenize(FIRST))
 
 
-def test_slots_restore_a_prompt_another_slot_saved(tiny_target, tiny_draft):
+@pytest.mark.parametrize("reproducible", [False, True])
+def test_slots_restore_a_prompt_another_slot_saved(tiny_target, tiny_draft, reproducible):
     """Two slots: the first conversation's slot is taken by the third request (the second took
-    the other), and the first comes back to a slot that holds neither."""
+    the other), and the first comes back to a slot that holds neither. Reproducible: each slot's
+    cells in a stream of their own, its decodes padded."""
     with Engine.load(
         tiny_target,
         tiny_draft,
-        options=LoadOptions(n_ctx=256, parallel=2, threads=1),
+        options=LoadOptions(n_ctx=256, parallel=2, threads=1, reproducible=reproducible),
         drafting=DraftOptions(gamma="2"),
         prompt_cache=PromptCache(64 << 20),
     ) as engine:
