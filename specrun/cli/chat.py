@@ -98,6 +98,8 @@ def chat(
         with EngineProcess(
             partial(load_engine, choice, load, params=sampling, drafting=drafting),
             load_draft=partial(_with_draft, models, load, sampling, drafting),
+            resume=saved,
+            overflow=context_overflow,
         ) as process:
             app = SpecrunApp(process, loading=loading, system=system, max_tokens=max_tokens)
             with interrupts.routed_to(app.exit) as received:

@@ -108,6 +108,25 @@ def test_draft_switches_the_draft_as_draft_names_it(tiny_target, tiny_draft):
         assert terminal.wait_exit() == 0
 
 
+def test_a_saved_chat_resumes(tiny_target, tiny_draft, tmp_path):
+    saved = tmp_path / "chat.json"
+    with chat(tiny_target, tiny_draft, "-n", "8") as terminal:
+        terminal.wait_for(PROMPT_BOX)
+        say(terminal, "hello there")
+        terminal.wait_for(re.compile(r"\d+ tokens · ").search)
+        say(terminal, f"/save {saved}")
+        terminal.wait_for("saved 1 exchange to")
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
+    with chat(tiny_target, tiny_draft, "-n", "8", "--resume", str(saved)) as terminal:
+        screen = terminal.wait_for("resumed 1 exchange")
+        assert "▌ hello there" in screen
+        say(terminal, "/retry")  # the resumed answer, made again
+        terminal.wait_for(re.compile(r"\d+ tokens · ").search)
+        terminal.press("ctrl+q")
+        assert terminal.wait_exit() == 0
+
+
 def prompt_tokens(target: Path, text: str) -> int:
     with Engine.load(target) as engine:
         return len(render(engine.target, [Message("user", text)]))

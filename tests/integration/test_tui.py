@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -15,6 +16,7 @@ from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Sparkline
 
+from specrun.conversation_file import load_conversation
 from specrun.core.loop import Prefill, Round
 from specrun.core.sampling import SamplingParams
 from specrun.core.stats import Stats
@@ -373,6 +375,82 @@ async def test_draft_switches_the_draft_and_keeps_the_conversation(
         assert summaries(screen)[-1].split(" · ")[3] == "no draft"
         turns += [Message("assistant", answers(screen)[1].text), Message("user", "and then?")]
         assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
+
+
+@pytest.mark.asyncio
+async def test_save_and_load_a_conversation(engine, tiny_target, tiny_draft, tmp_path):
+    saved = tmp_path / "chat.json"
+    app = SpecrunApp(engine, max_tokens=8)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await say(pilot, "/system Be brief.")
+        await say(pilot, "hello")
+        await say(pilot, "the cat")
+        texts = [answer.text for answer in answers(screen)]
+        await say(pilot, f"/save {saved}")
+        assert notices(screen)[-1] == f"saved 2 exchanges to {saved}"
+        assert [m.content for m in load_conversation(saved).messages] == [
+            "hello",
+            texts[0],
+            "the cat",
+            texts[1],
+        ]
+
+        await say(pilot, "/clear")
+        await say(pilot, "/system")
+        await say(pilot, "something else")
+        await say(pilot, f"/load {saved}")
+        assert notices(screen)[-1] == f"loaded 2 exchanges from {saved}"
+        assert user_texts(screen) == ["hello", "the cat"]
+        assert [answer.text for answer in answers(screen)] == texts
+        # The next answer follows the loaded conversation, its system prompt too.
+        await say(pilot, "and the dog")
+        turns = [
+            Message("system", "Be brief."),
+            Message("user", "hello"),
+            Message("assistant", texts[0]),
+            Message("user", "the cat"),
+            Message("assistant", texts[1]),
+            Message("user", "and the dog"),
+        ]
+        assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
+
+        # What cannot be loaded or saved is refused in one line; the conversation stays.
+        bad = tmp_path / "bad.json"
+        bad.write_text("{}")
+        await say(pilot, f"/load {bad}")
+        assert notices(screen)[-1].startswith(f"/load: {bad} is not a conversation file")
+        await say(pilot, f"/save {tmp_path / 'nowhere' / 'chat.json'}")
+        assert notices(screen)[-1].startswith("/save: cannot save the conversation to ")
+        await say(pilot, "/load")
+        assert notices(screen)[-1] == "usage: /load FILE"
+        assert "\n" not in "".join(notices(screen)[-3:])
+        assert user_texts(screen) == ["hello", "the cat", "and the dog"]
+
+
+@pytest.mark.asyncio
+async def test_a_resumed_conversation_goes_on(tiny_target, tiny_draft, tmp_path):
+    saved = tmp_path / "chat.json"
+    turns = [Message("user", "hello"), Message("assistant", "Hello! How can I help?")]
+    saved.write_text(
+        json.dumps(
+            {
+                "format": "specrun.conversation",
+                "version": 1,
+                "system": None,
+                "messages": [{"role": m.role, "content": m.content} for m in turns],
+            }
+        )
+    )
+    resume = load_conversation(saved)
+    with EngineProcess(partial(load, tiny_target, tiny_draft), resume=resume) as engine:
+        app = SpecrunApp(engine, max_tokens=8)
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await loaded(pilot)
+            assert user_texts(screen) == ["hello"] and notices(screen) == ["resumed 1 exchange"]
+            assert "Hello! How can I help?" in shown(screen.transcript)
+            await say(pilot, "the cat")
+            turns.append(Message("user", "the cat"))
+            assert answers(screen)[-1].text == greedy_answer(tiny_target, tiny_draft, turns, 8)
 
 
 @pytest.mark.asyncio

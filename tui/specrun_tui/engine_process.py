@@ -43,6 +43,7 @@ from specrun_tui.messages import (
     Ask,
     AskAgain,
     Command,
+    ConversationLoaded,
     DraftSwitched,
     EndAnswer,
     Ended,
@@ -56,6 +57,9 @@ from specrun_tui.messages import (
 )
 
 if TYPE_CHECKING:
+    from specrun.chat import Conversation
+    from specrun.context_overflow import Overflow
+    from specrun.conversation_file import ConversationFile
     from specrun.engine import Engine
 
 STOP_WAIT_SECONDS = 5.0  # for the engine to end its round, save auto's state and close
@@ -79,14 +83,24 @@ def draft_name(engine: Engine) -> str:
     return engine.draft.name if engine.draft else "none"
 
 
-def loaded_reply(engine: Engine) -> Loaded:
+def loaded_reply(engine: Engine, resumed: ConversationLoaded | None = None) -> Loaded:
     return Loaded(
         engine_summary(engine),
         draft_name(engine),
         engine.policy.name,
         engine.params,
         engine.gamma_max,
+        resumed,
     )
+
+
+def conversation_reply(conversation: Conversation, note: str) -> ConversationLoaded:
+    return ConversationLoaded(conversation.system, tuple(conversation.turns), note)
+
+
+def exchanges(conversation: Conversation) -> str:
+    count = len(conversation.turns) // 2
+    return f"{count} exchange{'' if count == 1 else 's'}"
 
 
 class EngineProcess:
@@ -94,13 +108,19 @@ class EngineProcess:
 
     `load` runs in the new process, so it must pickle: a module-level function, or a
     functools.partial of one; so must `load_draft`, which `/draft` needs (without it,
-    `/draft` is refused). Settings are checked here, against the loaded engine's
-    (`loaded`), so a bad one is refused at once, and only good ones are sent.
-    Use as a context manager, or call `close`.
+    `/draft` is refused). The conversation starts as `resume` saved it, if given, and
+    `overflow` says what it does once longer than the context. Settings are checked here,
+    against the loaded engine's (`loaded`), so a bad one is refused at once, and only good
+    ones are sent. Use as a context manager, or call `close`.
     """
 
     def __init__(
-        self, load: Callable[[], Engine], *, load_draft: DraftLoader | None = None
+        self,
+        load: Callable[[], Engine],
+        *,
+        load_draft: DraftLoader | None = None,
+        resume: ConversationFile | None = None,
+        overflow: Overflow = "truncate",
     ) -> None:
         # spawn, not fork: a forked child of a process that ran OpenMP (a test session)
         # or has threads (Textual) may hang.
@@ -108,7 +128,7 @@ class EngineProcess:
         self._connection, child_end = context.Pipe()
         self._process = context.Process(
             target=serve,
-            args=(load, load_draft, child_end, os.getpid()),
+            args=(load, load_draft, resume, overflow, child_end, os.getpid()),
             name="specrun-engine",
             daemon=True,
         )
@@ -196,6 +216,8 @@ class EngineProcess:
 def serve(
     load: Callable[[], Engine],
     load_draft: DraftLoader | None,
+    resume: ConversationFile | None,
+    overflow: Overflow,
     connection: Connection,
     parent: int,
 ) -> None:
@@ -209,9 +231,17 @@ def serve(
     except SpecrunError as error:
         connection.send(LoadFailed(str(error)))
         return
-    session = _Session(engine, connection, load, load_draft)
+    session = _Session(engine, connection, load, load_draft, overflow)
     try:
-        connection.send(loaded_reply(engine))
+        resumed = None
+        if resume is not None:
+            from specrun.conversation_file import resume as resume_conversation
+
+            resume_conversation(session.conversation, resume)
+            resumed = conversation_reply(
+                session.conversation, f"resumed {exchanges(session.conversation)}"
+            )
+        connection.send(loaded_reply(engine, resumed))
         session.run()
     finally:
         if not session.engine_closed:
@@ -233,6 +263,7 @@ class _Session:
         connection: Connection,
         load: Callable[[], Engine],
         load_draft: DraftLoader | None,
+        overflow: Overflow,
     ) -> None:
         from specrun.chat import Conversation
 
@@ -240,7 +271,7 @@ class _Session:
         self.connection = connection
         self.load = load  # the engine as it is now, loaded again: where a new draft fails
         self.load_draft = load_draft
-        self.conversation = Conversation(engine.target)
+        self.conversation = Conversation(engine.target, overflow=overflow)
         self.stop = False  # EndAnswer arrived, or the pipe closed, during this answer
         self.closed = False
         self.engine_closed = False  # a new draft failed, and the old one with it
@@ -260,8 +291,10 @@ class _Session:
             self.answer_again(command)
         elif isinstance(command, SwitchDraft):
             self.switch_draft(command.spec)
-        elif isinstance(command, SaveConversation | LoadConversation):
-            self.send(Said("not available yet", error=True))
+        elif isinstance(command, SaveConversation):
+            self.save(command.path)
+        elif isinstance(command, LoadConversation):
+            self.load_conversation(command.path)
         elif isinstance(command, EndAnswer):
             self.stop = True
         elif isinstance(command, Clear):
@@ -290,6 +323,33 @@ class _Session:
         question = turns[-2].content
         del turns[-2:]
         self.answer(Ask(question, again.max_tokens))
+
+    def save(self, path: str) -> None:
+        from specrun.conversation_file import save_conversation
+
+        try:
+            written = save_conversation(self.conversation, path)
+        except SpecrunError as error:
+            self.send(Said(f"/save: {error}", error=True))
+            return
+        self.send(Said(f"saved {exchanges(self.conversation)} to {written}"))
+
+    def load_conversation(self, path: str) -> None:
+        """The conversation a file saved, in place of this one (its system prompt too, where
+        it has one); the next answer renders it whole."""
+        from specrun.conversation_file import load_conversation, resume
+
+        try:
+            saved = load_conversation(path)
+        except SpecrunError as error:
+            self.send(Said(f"/load: {error}", error=True))
+            return
+        resume(self.conversation, saved)
+        self.send(
+            conversation_reply(
+                self.conversation, f"loaded {exchanges(self.conversation)} from {path}"
+            )
+        )
 
     def switch_draft(self, spec: str) -> None:
         """Load the target again with the draft `spec` names; where that fails, as it was.

@@ -50,12 +50,22 @@ Command = Ask | AskAgain | EndAnswer | Setting | SwitchDraft | SaveConversation 
 
 
 @dataclass(frozen=True)
+class ConversationLoaded:
+    """LoadConversation carried out: the conversation now held, for the transcript."""
+
+    system: str | None
+    turns: tuple[Message, ...]
+    note: str  # what was loaded, in one line
+
+
+@dataclass(frozen=True)
 class Loaded:
     summary: str  # target, draft, device and GPU layers, for the bar at the top
     draft: str  # the draft source's name, "none" for plain decoding
     policy: str
     params: SamplingParams
     gamma_max: int
+    resumed: ConversationLoaded | None = None  # the conversation the chat goes on with
 
 
 @dataclass(frozen=True)
@@ -98,15 +108,6 @@ class Said:
 
     text: str
     error: bool = False
-
-
-@dataclass(frozen=True)
-class ConversationLoaded:
-    """LoadConversation carried out: the conversation now held, for the transcript."""
-
-    system: str | None
-    turns: tuple[Message, ...]
-    note: str  # what was loaded, in one line
 
 
 @dataclass(frozen=True)

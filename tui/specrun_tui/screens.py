@@ -145,6 +145,8 @@ class ChatScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(MessageBox).focus()
+        if self.loaded.resumed is not None:
+            self._restore(self.loaded.resumed)
 
     @property
     def transcript(self) -> Transcript:
