@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from specrun.cli.helptext import OUTPUT_PANEL
 from specrun.cli.options import (
     DRAFTING,
     LOAD,
@@ -29,6 +30,7 @@ from specrun.cli.options import (
     load_notes,
     note,
     placement_row,
+    system_prompt,
     takes,
 )
 from specrun.context_overflow import Overflow
@@ -36,7 +38,6 @@ from specrun.core.sampling import SamplingParams
 from specrun.options import DraftOptions, LoadOptions
 from specrun.system import interrupts
 from specrun.system.interrupts import exit_status
-from specrun.system.textio import argument_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,13 +46,14 @@ if TYPE_CHECKING:
     from specrun.engine import Engine
 
 
-@takes(SAMPLING, DRAFTING, LOAD, MODELS)
+@takes(MODELS, DRAFTING, SAMPLING, LOAD)
 def chat(
     system: str | None = SYSTEM,
     max_tokens: int = MAX_TOKENS,
     context_overflow: Overflow = typer.Option(
         "truncate",
         "--context-overflow",
+        rich_help_panel=OUTPUT_PANEL,
         help="A conversation longer than the context: truncate drops the oldest exchanges "
         "(the system prompt and the last message stay), and says so; error refuses it.",
     ),
@@ -59,6 +61,7 @@ def chat(
         None,
         "--resume",
         metavar="FILE",
+        rich_help_panel=OUTPUT_PANEL,
         help="Go on with a saved conversation (the TUI's /save); piped, each answer is saved "
         "back to it.",
     ),
@@ -66,10 +69,14 @@ def chat(
         None,
         "--save",
         metavar="FILE",
+        rich_help_panel=OUTPUT_PANEL,
         help="Piped: save the conversation to FILE after each answer (resume it with --resume).",
     ),
     stats: bool = typer.Option(
-        False, "--stats", help="Piped: print each answer's statistics to stderr."
+        False,
+        "--stats",
+        rich_help_panel=OUTPUT_PANEL,
+        help="Piped: print each answer's statistics to stderr.",
     ),
     *,
     sampling: SamplingParams,
@@ -81,7 +88,7 @@ def chat(
     from specrun.conversation_file import load_conversation
 
     saved = load_conversation(resume) if resume is not None else None  # before any download
-    system = argument_text(system, "--system")
+    system = system_prompt(system)
     choice = models.resolve()
 
     if sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty():
@@ -92,6 +99,8 @@ def chat(
             note("--verbose is ignored in the TUI; pipe the chat to see llama.cpp's log")
             load = replace(load, verbose=False)
 
+        if choice.default_note:  # the TUI's engine process says nothing: here, before it starts
+            note(choice.default_note)
         loading = " and ".join(name for name in (choice.target.name, choice.draft_label) if name)
         # The engine runs in a process of its own (see specrun_tui.engine_process), whose
         # output goes nowhere: the placement shows in the TUI's header instead.
