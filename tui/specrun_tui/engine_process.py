@@ -380,7 +380,9 @@ class _Session:
             try:
                 self.engine = self.load()
             except SpecrunError as again:  # nothing left to answer with: the process ends
-                self.send(Said(f"/draft {spec}: {error}; loading {old_draft} again: {again}", True))
+                self.send(
+                    Said(f"/draft {spec}: {error}; loading {old_draft} again: {again}", error=True)
+                )
                 self.engine_closed = self.closed = True
                 return
         self.engine.params = params
