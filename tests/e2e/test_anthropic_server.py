@@ -48,7 +48,7 @@ def plain_server(tiny_target: Path, tmp_path_factory: pytest.TempPathFactory):
     """The same target decoding plainly: the answers speculation must give; and `r1`, with
     DeepSeek-R1's real template, whose prompt opens the thought its answer goes on with."""
     r1 = write_template_model(tmp_path_factory.mktemp("anthropic") / "r1.gguf", "deepseek-r1")
-    running = Server("-t", str(tiny_target), "--model", str(r1), "--api-key", KEY)
+    running = Server("-t", str(tiny_target), "-d", "none", "--model", str(r1), "--api-key", KEY)
     yield running
     assert running.stop() == 0
 

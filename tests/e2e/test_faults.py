@@ -170,6 +170,8 @@ def test_a_closed_stdin_is_no_input(tiny_target):
             "run",
             "-t",
             str(tiny_target),
+            "-d",
+            "none",
             "-n",
             "4",
             "--threads",
@@ -178,7 +180,9 @@ def test_a_closed_stdin_is_no_input(tiny_target):
             stdin=None,
             shell_redirect="<&-",
         ),
-        lambda: specrun("run", "-t", str(tiny_target), stdin=None, shell_redirect="<&-"),
+        lambda: specrun(
+            "run", "-t", str(tiny_target), "-d", "none", stdin=None, shell_redirect="<&-"
+        ),
     )
     assert answered.returncode == 0 and answered.stdout.strip() and answered.stderr == b""
     assert_one_line_error(no_prompt, "no prompt", code=2)
@@ -190,6 +194,8 @@ def test_stdout_that_cannot_take_the_output_is_one_line_and_exit_1(tiny_target):
             "run",
             "-t",
             str(tiny_target),
+            "-d",
+            "none",
             "-n",
             "4",
             "--threads",
@@ -198,7 +204,7 @@ def test_stdout_that_cannot_take_the_output_is_one_line_and_exit_1(tiny_target):
             shell_redirect=">/dev/full",
         ),
         lambda: specrun("--help", shell_redirect=">/dev/full"),  # Typer's own output
-        lambda: specrun("run", "-t", str(tiny_target), "hi", shell_redirect=">&-"),
+        lambda: specrun("run", "-t", str(tiny_target), "-d", "none", "hi", shell_redirect=">&-"),
     )
     for result in answer, help_text:
         assert result.returncode == 1
@@ -271,7 +277,7 @@ def current_umask() -> int:
 
 
 def test_a_closed_pipe_ends_quietly_with_0(tiny_target):
-    model = ["-t", str(tiny_target), "--threads", "1"]
+    model = ["-t", str(tiny_target), "-d", "none", "--threads", "1"]
     commands = [
         ["models", "list"],
         ["--help"],
@@ -319,6 +325,8 @@ def test_help_states_the_ranges_the_program_accepts(tiny_target):
             "run",
             "-t",
             str(tiny_target),
+            "-d",
+            "none",
             "--top-p",
             "1",
             "--min-p",
@@ -544,7 +552,19 @@ def test_a_prompt_as_long_as_the_context_leaves_no_room(tiny_target):
         prompt = "a" * 255
         assert len(model.tokenize(prompt)) == model.n_ctx == 256
     assert_one_line_error(
-        specrun("run", "-t", str(tiny_target), "--ctx", "256", "--threads", "1", "--raw", prompt),
+        specrun(
+            "run",
+            "-t",
+            str(tiny_target),
+            "-d",
+            "none",
+            "--ctx",
+            "256",
+            "--threads",
+            "1",
+            "--raw",
+            prompt,
+        ),
         "the prompt is 256 tokens; it must be shorter than the context (256) to leave room "
         "for the answer; use --ctx (up to 1024)",
         code=1,
@@ -552,7 +572,7 @@ def test_a_prompt_as_long_as_the_context_leaves_no_room(tiny_target):
 
 
 def test_a_context_other_than_asked_and_an_answer_cut_by_it_are_said_once(tiny_target):
-    run = ["run", "-t", str(tiny_target), "--threads", "1"]
+    run = ["run", "-t", str(tiny_target), "-d", "none", "--threads", "1"]
     small, large, cut = concurrently(
         lambda: specrun(*run, "--ctx", "16", "-n", "2", "hi"),
         lambda: specrun(*run, "--ctx", "100000", "-n", "2", "hi"),

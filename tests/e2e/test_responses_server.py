@@ -66,7 +66,7 @@ def server(tiny_target: Path, tiny_draft: Path):
 @pytest.fixture(scope="module")
 def plain(tiny_target: Path):
     """The target alone: what every drafted greedy answer must equal."""
-    running = Server("-t", str(tiny_target))
+    running = Server("-t", str(tiny_target), "-d", "none")
     yield running
     assert running.stop() == 0
 
