@@ -306,6 +306,20 @@ def bench(
         rich_help_panel=BENCH_PANEL,
         help='JSONL file of {"prompt": ..., "class": ...}; default: the built-in set.',
     ),
+    agentic: bool = typer.Option(
+        False,
+        "--agentic",
+        rich_help_panel=BENCH_PANEL,
+        help="Agentic episodes instead of prompts: requests sent one after another, "
+        "conversations carrying each mode's own answers.",
+    ),
+    episodes: Path | None = typer.Option(
+        None,
+        "--episodes",
+        metavar="FILE",
+        rich_help_panel=BENCH_PANEL,
+        help="JSONL file of episodes (name, kind, history, system, turns); implies --agentic.",
+    ),
     gammas: str = typer.Option(
         "1,2,3,4,6,8",
         "--gammas",
@@ -318,13 +332,14 @@ def bench(
         "--modes",
         metavar="MODE[,MODE...]",
         rich_help_panel=BENCH_PANEL,
-        help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, hybrid).",
+        help="Only these modes, comma-separated (plain, γ=N, heuristic, auto, lookup, suffix, "
+        "lookup tree, suffix tree, hybrid).",
     ),
     include_lookup: bool = typer.Option(
         True,
         "--lookup/--no-lookup",
         rich_help_panel=BENCH_PANEL,
-        help="Include prompt lookup and the hybrid.",
+        help="Include prompt lookup, suffix drafts (and their trees, with --tree) and the hybrid.",
     ),
     repeat: int = typer.Option(
         3,
@@ -399,7 +414,10 @@ def bench(
     json_file = check_output_file(json_path, "--json") if json_path else None
     plot_file = check_output_file(plot_path, "--plot") if plot_path else None
     plot_format = benchmark.plot_format(plot_path) if plot_path else None
-    prompt_set = benchmark.load_prompts(prompts)
+    if prompts is not None and (agentic or episodes is not None):
+        raise OptionError("--prompts and --agentic/--episodes each give the requests: give one")
+    episode_set = benchmark.load_episodes(episodes) if agentic or episodes is not None else None
+    prompt_set = [] if episode_set else benchmark.load_prompts(prompts)
     # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model, and
     # the default draft leaves it out.
     choice = replace(models, draft="none" if models.draft == LOOKUP else models.draft).resolve(
@@ -407,7 +425,12 @@ def bench(
     )
     if len(choice.drafts) > 1:
         raise OptionError("bench compares the modes of one draft: give one --draft")
-    chosen = benchmark.default_modes(gamma_values, choice.draft is not None, include_lookup)
+    chosen = benchmark.default_modes(
+        gamma_values,
+        choice.draft is not None,
+        include_lookup,
+        trees=load.tree_branches > 1 and not load.reproducible,
+    )
     if modes is not None:
         wanted = comma_list(modes, "--modes")
         unknown = [m for m in wanted if m not in {mode.name for mode in chosen}]
@@ -421,8 +444,13 @@ def bench(
     with load_engine(choice, load, drafting=drafting) as engine:
         _check_gammas(gamma_values, engine.gamma_max)
         load_notes(engine.target, load)
+        requests = (
+            f"{len(episode_set)} episodes ({sum(len(e.turns) for e in episode_set)} requests)"
+            if episode_set
+            else f"{len(prompt_set)} prompts"
+        )
         note(
-            f"bench: {len(prompt_set)} prompts x {len(chosen)} modes x {repeat} repetitions, "
+            f"bench: {requests} x {len(chosen)} modes x {repeat} repetitions, "
             f"{max_tokens} tokens each"
         )
         result = benchmark.run_bench(
@@ -437,6 +465,7 @@ def bench(
             lookup=lookup,
             placement=engine.placement(),
             progress=lambda line: note(f"bench: {line}"),
+            episodes=episode_set,
         )
     # The files first: they hold every run, stdout only the summary (and may be a closed pipe).
     # A plot that fails still leaves the table printed; its error comes after.

@@ -200,6 +200,38 @@ def test_bench_command_prints_the_table_and_writes_json(tiny_target, tiny_draft,
     assert json.loads(out.read_text())["modes"] == ["plain", "γ=2", "auto", "lookup"]
 
 
+def test_bench_command_runs_episodes_and_trees(tiny_target, tmp_path):
+    episodes = tmp_path / "episodes.jsonl"
+    lines = [
+        {"name": "e", "kind": "edit", "history": True, "system": "s", "turns": ["a b", "b c"]},
+        {"name": "r", "kind": "records", "history": False, "system": "s", "turns": ["x", "y"]},
+    ]
+    episodes.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "bench.json"
+    args = ["bench", "-t", str(tiny_target), "-d", "none", "--episodes", str(episodes)]
+    args += ["-r", "1", "-n", "12", "--tree", "2", "--threads", "1", "--json", str(out)]
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "bench: 2 episodes (4 requests)" in result.stderr
+    record = json.loads(out.read_text())
+    assert record["modes"] == ["plain", "lookup", "suffix", "lookup tree", "suffix tree"]
+    assert record["classes"] == ["edit", "records"] and record["identical"] is True
+    both = subprocess.run(
+        [sys.executable, "-m", "specrun", *args, "--prompts", str(episodes)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert both.returncode == 2 and "give one" in both.stderr
+
+
 def test_a_head_takes_the_draft_models_place(tiny_target, tiny_dir):
     """`bench -d eagle3:HEAD`: the draft's modes (fixed γ, heuristic, auto, hybrid) run the head,
     its outputs equal plain decoding's and its cost per drafted token is measured."""
