@@ -135,7 +135,8 @@ def lines(data: bytes) -> list[str]:
     "signum", [signal.SIGHUP, signal.SIGINT], ids=["nohup-hangup", "background-job-ctrl-c"]
 )
 def test_a_signal_the_parent_ignored_stays_ignored(demo_pair, signum):
-    process = start(*counting_run(demo_pair[0], "--threads", "1", tokens=120), ignoring=signum)
+    command = counting_run(demo_pair[0], "-d", "none", "--threads", "1", tokens=120)
+    process = start(*command, ignoring=signum)
     first = within(process, lambda: process.stdout.read(4), "the answer")  # under way
     for pid in process.pid, worker_of(process.pid):
         assert signum in signals_in(pid, "SigIgn"), pid  # was: the worker took it again
