@@ -421,7 +421,7 @@ def bench(
     # Prompt lookup is one of the modes compared, so a draft of `lookup` means no model, and
     # the default draft leaves it out.
     choice = replace(models, draft="none" if models.draft == LOOKUP else models.draft).resolve(
-        free_draft=False
+        free=None
     )
     if len(choice.drafts) > 1:
         raise OptionError("bench compares the modes of one draft: give one --draft")

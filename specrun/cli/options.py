@@ -215,10 +215,11 @@ class ModelRequest:
     draft: str | None
     catalog: Path | None
 
-    def resolve(self, *, free_draft: bool = True) -> ModelChoice:
+    def resolve(self, *, free: str | None = LOOKUP) -> ModelChoice:
         """Without --target: the embedded demo pair. Without --draft: the best draft at hand
-        (`default_draft`), prompt lookup among them unless `free_draft` is off (bench compares
-        it as a mode of its own); `--draft none`: the target alone. `--draft lookup` is prompt
+        (`default_draft`), with the `free` source (prompt lookup, or `suffix` where earlier
+        answers are at hand: a server's) unless it is None (bench compares them as modes of
+        their own); `--draft none`: the target alone. `--draft lookup` is prompt
         lookup, which needs no file, and `--draft suffix` suffix drafts (the request's text
         and this process's earlier answers); `--draft mtp` the target's own MTP layers;
         `--draft eagle3:HEAD` an EAGLE-3 head (an alias or a file), and
@@ -241,7 +242,7 @@ class ModelRequest:
                 f"is --threads here (--threads {target})"
             )
         if target is not None and draft is None:
-            draft, line = default_draft(target, models, free=free_draft)
+            draft, line = default_draft(target, models, free=free)
             return replace(replace(self, draft=draft).resolve(), default_note=line)
         if draft and "," in draft and not Path(draft).is_file():  # several: the hybrid over them
             parts = comma_list(draft, "--draft")
@@ -283,21 +284,23 @@ class ModelRequest:
         return ModelChoice(resolved_target.path, resolved_draft.path)
 
 
-def default_draft(target: str, models: Catalog, *, free: bool = True) -> tuple[str, str]:
+def default_draft(target: str, models: Catalog, *, free: str | None = LOOKUP) -> tuple[str, str]:
     """The --draft value that stands for no --draft, and the line that says so: the target's
     first catalog draft already on disk (`draft_at_hand`; none is ever downloaded unasked), in
-    the hybrid with prompt lookup where `free`; else prompt lookup alone, which costs nothing
-    and pays wherever the answer repeats the prompt (without `free`: `none`)."""
+    the hybrid with the `free` source (prompt lookup, or suffix drafts); else that source
+    alone, which costs nothing and pays wherever the answer repeats the prompt or an earlier
+    answer (without a `free` source: `none`)."""
     from specrun.models.catalog import catalog_target, draft_at_hand, parse_spec
 
     entry = catalog_target(parse_spec(target, models), models)
     at_hand = draft_at_hand(entry, models) if entry is not None else None
     plain = "-d none: plain decoding"
+    words = {LOOKUP: "prompt lookup", SUFFIX_DRAFTS: "suffix drafts"}
     if entry is not None and at_hand is not None:
-        draft = f"{at_hand.draft},{LOOKUP}" if free else at_hand.draft
-        lookup = " and prompt lookup" if free else ""
+        draft = f"{at_hand.draft},{free}" if free else at_hand.draft
+        beside = f" and {words[free]}" if free else ""
         return draft, (
-            f"drafting with {at_hand.alias}{lookup} (-d {draft}): the catalog's {at_hand.noun} "
+            f"drafting with {at_hand.alias}{beside} (-d {draft}): the catalog's {at_hand.noun} "
             f"for {entry.alias}, on disk; {plain}"
         )
     offered = [*entry.drafts, *models.heads_for(entry), *models.blocks_for(entry)] if entry else []
@@ -311,7 +314,7 @@ def default_draft(target: str, models: Catalog, *, free: bool = True) -> tuple[s
     )
     if not free:
         return "none", f"no draft model: {why}"
-    return LOOKUP, f"drafting with prompt lookup (-d {LOOKUP}): {why}; {plain}"
+    return free, f"drafting with {words[free]} (-d {free}): {why}; {plain}"
 
 
 def _block_choice(target: str, name: str, models: Catalog) -> ModelChoice:

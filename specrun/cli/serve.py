@@ -20,6 +20,7 @@ from specrun.cli.options import (
     LOAD,
     SAMPLING,
     SERVED_MODELS,
+    SUFFIX_DRAFTS,
     ModelChoice,
     ModelRequest,
     OptionGroup,
@@ -328,7 +329,9 @@ def serve(
                 + ("" if server.api_keys else f", with no API key (--api-key or ${API_KEY_ENV})")
             )
         models, more_models = _first_model(models, pool.more_models)
-        choice = models.resolve()
+        # A server's requests repeat earlier answers (an agent's): suffix drafts, which match
+        # the request's own text as prompt lookup does, and those answers besides.
+        choice = models.resolve(free=SUFFIX_DRAFTS)
         # Every name checked before anything loads; a request names a model by its file's
         # stem, or as the command line did (an alias).
         named = [(models.target or "", choice), *(_choice(s, models) for s in more_models)]
@@ -506,7 +509,7 @@ def _choice(spec: str, given: ModelRequest) -> tuple[str, ModelChoice]:
     """--model TARGET[+DRAFT]: TARGET as given, and the pair resolved as --target and
     --draft are (the catalog too)."""
     target, draft = _model_spec(spec)
-    return target, ModelRequest(target, draft, given.catalog).resolve()
+    return target, ModelRequest(target, draft, given.catalog).resolve(free=SUFFIX_DRAFTS)
 
 
 def listen(host: str, port: int) -> socket.socket:

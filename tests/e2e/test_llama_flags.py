@@ -164,11 +164,12 @@ def served(tiny_target: Path):
 
 def test_serve_takes_llama_server_names_and_drafts_by_default(served, tiny_target):
     assert served.model == "tiny-served"
-    assert any(line.startswith("specrun: drafting with prompt lookup") for line in served.lines)
+    # A server's default free source is suffix drafts: its requests repeat earlier answers.
+    assert any(line.startswith("specrun: drafting with suffix drafts") for line in served.lines)
     models = httpx.get(f"{served.url}/v1/models").json()["data"]
     assert [m["id"] for m in models] == ["tiny-served"]
     stats = served.stats()
-    assert stats["slots"]["total"] == 1 and stats["draft"]["kind"] == "lookup"
+    assert stats["slots"]["total"] == 1 and stats["draft"]["kind"] == "suffix"
     for name in ("tiny-served", tiny_target.stem):  # the file's name answers too
         answer = served.client().completions.create(model=name, prompt="the sea", max_tokens=4)
         assert answer.model == "tiny-served"
