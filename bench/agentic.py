@@ -6,9 +6,9 @@ An episode (a line of specrun/data/agentic.jsonl, `specrun bench --agentic`'s) i
 message and turns: with "history", a conversation, each request carrying every earlier turn
 and the server's own answers (a function edited turn by turn, tool results fed back);
 without, each turn a request of its own under the same system message (one schema over many
-records, a template filled anew). Every request is the conversation written out with the target's chat template
-(its markup as text) and sent raw to /v1/completions, so that both servers see the same
-tokens; `--tokens` at most each.
+records, a template filled anew). Every request is the conversation written out with the
+target's chat template (its markup as text) and sent raw to /v1/completions, so that both
+servers see the same tokens; `--tokens` at most each.
 
 Modes (choose with --modes, comma-separated; default all, in this order):
   specrun plain       specrun serve --gamma 0
