@@ -173,7 +173,21 @@ def _tree_branches(options: LoadOptions) -> int:
     trees where they draft alone (`draft_source`), and `specrun bench` compares them."""
     if options.tree_branches < 1:
         raise OptionError(f"`tree_branches` must be at least 1, got {options.tree_branches}")
-    return options.tree_branches if options.tree_branches > 1 else 0
+    if options.tree_branches == 1:
+        return 0
+    # A tree's branches are sequences of one slot's context, in one pool of cells: slots'
+    # sequences, and reproducible decoding's shaped decodes, verify chains.
+    if options.parallel > 1 or options.reproducible:
+        asked, fix = (
+            ("`reproducible`", "")
+            if options.reproducible
+            else (f"`parallel` {options.parallel}", "set `parallel` to 1, or ")
+        )
+        raise OptionError(
+            f"`tree_branches` {options.tree_branches} verifies one sequence's trees, not with "
+            f"{asked}: {fix}leave `tree_branches` at 1"
+        )
+    return options.tree_branches
 
 
 def load_drafts(

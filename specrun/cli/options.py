@@ -101,6 +101,8 @@ FLAGS = {
     "draft_gpu_layers": "--draft-gpu-layers",
     "rpc": "--rpc",
     "tree_branches": "--tree",
+    "parallel": "--parallel",
+    "reproducible": "--reproducible",
     "suffix_file": "--suffix-store",
     "cache_type_k": "--cache-type-k",
     "cache_type_v": "--cache-type-v",

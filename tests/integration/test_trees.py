@@ -5,6 +5,7 @@ plain decoding's: greedy token for token, seeded draw for draw, sampled in distr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from specrun.core.loop import Round, generate
 from specrun.core.sampling import PositionNoise, SamplingParams, probabilities
 from specrun.core.trees import ROOT, DraftTree
 from specrun.engine import Engine
+from specrun.errors import OptionError
 from specrun.llama.model import Model
 from specrun.options import PROMPT_LOOKUP, SUFFIX, DraftOptions, LoadOptions
 from tests.support.cli import specrun
@@ -181,15 +183,21 @@ def test_lookup_and_suffix_trees_through_the_engine_are_exact(tiny_target, draft
         plain, _ = greedy_tokens(e.target, prompt, max_tokens=48)
         for _ in range(2):
             assert committed(e.stream(prompt, max_tokens=48, params=GREEDY)) == plain
-    chained = LoadOptions(n_ctx=512, threads=1, tree_branches=4, parallel=2)
-    with Engine.load(tiny_target, draft, options=chained) as e:
-        assert e.target.tree_branches == 0  # slots verify chains
+    for chained in (replace(options, parallel=2), replace(options, reproducible=True)):
+        with pytest.raises(OptionError, match="verifies one sequence's trees"):
+            Engine.load(tiny_target, draft, options=chained)  # slots verify chains
 
 
-def test_the_command_line_takes_tree_and_refuses_zero(tiny_target):
+def test_the_command_line_takes_tree_and_refuses_zero_and_slots(tiny_target):
     args = ["run", "-t", str(tiny_target), "--temp", "0", "-n", "24", "--threads", "1"]
     tree = specrun(*args, "-d", "lookup", "--tree", "4", PROMPT)
     plain = specrun(*args, "-d", "none", PROMPT)
     assert tree.returncode == plain.returncode == 0 and tree.stdout == plain.stdout
     zero = specrun(*args, "-d", "lookup", "--tree", "0", PROMPT)
     assert zero.returncode == 2 and "--tree" in zero.stderr
+    slots = specrun(*args, "-d", "lookup", "--tree", "4", "--reproducible", PROMPT)
+    assert slots.returncode == 2
+    assert slots.stderr.strip().splitlines()[-1] == (
+        "specrun: error: --tree 4 verifies one sequence's trees, not with --reproducible: "
+        "leave --tree at 1"
+    )
