@@ -240,6 +240,7 @@ def _forked(work: Callable[[], int]) -> int:
     # Blocked before the fork, so that no signal finds the parent between the fork and
     # its wait; the child takes its signals from where it unblocks them.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {*watched, signal.SIGCHLD})
+    held = interrupts.settle()  # one already caught counts, though its handler has not run
     pid = os.fork()
     if pid == 0:
         lifeline.die_with_parent(parent)
@@ -247,12 +248,12 @@ def _forked(work: Callable[[], int]) -> int:
         os.close(read_end)
         _abort_channel = write_end
         interrupts.on_signal(_took_signal)
-        if (held := interrupts.held()) is not None:  # came before the fork: the command takes it
+        if held is not None:  # came before the fork: the command takes it
             _took_signal(held)
         install_abort_reporter()
         return work()
     os.close(write_end)
-    status, first = _wait(pid, watched, interrupts.held())
+    status, first = _wait(pid, watched, held)
     message = _read_all(read_end)
     if first is not None and first.killed:  # stuck in a native call: the child said nothing
         servers = _servers()

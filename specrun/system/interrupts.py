@@ -116,6 +116,17 @@ def held() -> int | None:
     return _pending
 
 
+def settle() -> int | None:
+    """`held`, counting a stop signal whose C-level handler has run but whose Python handler
+    has not yet: the wakeup pipe has it. Called with the stop signals blocked, before a fork:
+    a Python handler that ran only after it would hold the signal in the parent alone (the
+    child's pending handlers are cleared at the fork), and the child would never stop for it."""
+    global _pending
+    if _pending is None and _holding:
+        _pending = _first_arrived(0) or None
+    return _pending
+
+
 def raise_pending() -> None:
     """After a native call: raise the signal that arrived during it, if any, or again one
     whose `Stop` never reached specrun: a library that swallows exceptions while it is
