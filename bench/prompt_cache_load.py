@@ -19,8 +19,6 @@ import argparse
 import statistics
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -29,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.server_grammar import llama_server  # noqa: E402
-from bench.server_load import CTX, SLOTS, Sample, one_request  # noqa: E402
+from bench.server_load import CTX, SLOTS, Sample, load, one_request  # noqa: E402
 from specrun.models.demo import prepare_demo_pair  # noqa: E402
 from tests.support.server import Server  # noqa: E402
 
@@ -46,28 +44,6 @@ def conversation(k: int, lines: int) -> str:
     topic = TOPICS[k % len(TOPICS)]
     notes = "".join(PARAGRAPH.format(topic=topic, k=k, line=i) for i in range(lines))
     return f"{notes}\nIn one sentence, what are these notes about?"
-
-
-def run_load(
-    url: str, clients: int, requests: int, prompts: list[str], tokens: int
-) -> tuple[float, list[Sample]]:
-    samples: list[Sample] = []
-    lock = threading.Lock()
-
-    def client_loop(index: int) -> None:
-        with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
-            for n in range(index, requests, clients):
-                sample = one_request(client, url, prompts[n % len(prompts)], tokens)
-                with lock:
-                    samples.append(sample)
-
-    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return time.perf_counter() - start, samples
 
 
 def main() -> None:
@@ -117,7 +93,13 @@ def main() -> None:
                 for clients in args.clients:
                     one_request(httpx.Client(timeout=600), url, "Hello.", 4)  # warm
                     results.setdefault((name, clients), []).append(
-                        run_load(url, clients, args.requests, prompts, args.tokens)
+                        load(
+                            url,
+                            clients,
+                            args.requests,
+                            args.tokens,
+                            lambda n: prompts[n % len(prompts)],
+                        )
                     )
             finally:
                 stop()

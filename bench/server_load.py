@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +90,18 @@ def one_request(client: httpx.Client, url: str, prompt: str, tokens: int) -> Sam
     return Sample(latency, first or latency, completion, completion > 0)
 
 
-def load(url: str, clients: int, requests: int, tokens: int) -> tuple[float, list[Sample]]:
-    """`requests` spread over `clients` threads; the wall time and every request's sample."""
+def own_prompt(n: int) -> str:
+    """Request n's prompt, each its own: llama-server keeps whole prompts in a host-memory
+    cache (--cache-ram) that `load` measures apart (bench/prompt_cache_load.py); shared
+    prefixes count alike."""
+    return f"{PROMPTS[n % len(PROMPTS)]} (Request {n}.)"
+
+
+def load(
+    url: str, clients: int, requests: int, tokens: int, prompt_of: Callable[[int], str] = own_prompt
+) -> tuple[float, list[Sample]]:
+    """`requests` spread over `clients` threads, request n sending `prompt_of(n)`; the wall
+    time and every request's sample."""
     samples: list[Sample] = []
     lock = threading.Lock()
 
@@ -100,10 +111,7 @@ def load(url: str, clients: int, requests: int, tokens: int) -> tuple[float, lis
         # not retry.
         with httpx.Client(timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as client:
             for n in range(index, requests, clients):
-                # Each prompt its own: llama-server keeps whole prompts in a host-memory cache
-                # (--cache-ram) that specrun has no counterpart of; shared prefixes count alike.
-                prompt = f"{PROMPTS[n % len(PROMPTS)]} (Request {n}.)"
-                sample = one_request(client, url, prompt, tokens)
+                sample = one_request(client, url, prompt_of(n), tokens)
                 with lock:
                     samples.append(sample)
 
