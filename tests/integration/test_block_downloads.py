@@ -13,10 +13,8 @@ import struct
 import sys
 from pathlib import Path
 
-import huggingface_hub.utils as hub_utils
 import numpy as np
 import pytest
-from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
 from typer.testing import CliRunner
 
@@ -73,20 +71,6 @@ def one_error_line(result) -> str:
 
 def lock() -> dict:
     return json.loads(lock_path().read_text())["files"]
-
-
-@pytest.fixture
-def hub(hf_cache, monkeypatch):
-    """A Hub on loopback that huggingface_hub may reach: offline mode off for this test only."""
-    server = HubServer()
-    monkeypatch.setenv("HF_ENDPOINT", server.start())
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # read once, at import
-    if hasattr(hub_utils, "reset_sessions"):  # releases before 1.0 keep a session made offline
-        hub_utils.reset_sessions()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

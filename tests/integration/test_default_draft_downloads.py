@@ -6,31 +6,13 @@ from __future__ import annotations
 
 import json
 
-import huggingface_hub.utils as hub_utils
-import pytest
-from huggingface_hub import constants as hf_constants
 from typer.testing import CliRunner
 
 from specrun.cli.models import app as models_app
 from tests.support.cli import specrun
 from tests.support.hfcache import add_cached_file
-from tests.support.hubserver import HubServer
 
 DRAFT_REPO = "someone/Tiny-Draft-GGUF"
-
-
-@pytest.fixture
-def hub(hf_cache, monkeypatch):
-    """A Hub on loopback that huggingface_hub may reach: offline mode off for this test only."""
-    server = HubServer()
-    monkeypatch.setenv("HF_ENDPOINT", server.start())
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # read once, at import
-    if hasattr(hub_utils, "reset_sessions"):  # releases before 1.0 keep a session made offline
-        hub_utils.reset_sessions()
-    yield server
-    server.stop()
 
 
 def test_a_draft_on_the_hub_is_never_fetched_unasked_and_used_once_fetched(

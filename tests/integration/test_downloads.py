@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import huggingface_hub.file_download as file_download
-import huggingface_hub.utils as hub_utils
 import pytest
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
@@ -62,20 +61,6 @@ Q4_K_M = "Llama-3.2-1B-Instruct-Q4_K_M.gguf"
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args))
-
-
-@pytest.fixture
-def hub(hf_cache, monkeypatch):
-    """A Hub on loopback that huggingface_hub may reach: offline mode off for this test only."""
-    server = HubServer()
-    monkeypatch.setenv("HF_ENDPOINT", server.start())
-    monkeypatch.delenv("HF_HUB_OFFLINE")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # read once, at import
-    if hasattr(hub_utils, "reset_sessions"):  # releases before 1.0 keep a session made offline
-        hub_utils.reset_sessions()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
